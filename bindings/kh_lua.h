@@ -1,0 +1,58 @@
+/* kh_lua.h: the narrow header in front of all Lua glue.  Every binding file
+ * (l_<module>.c) and the CLI commands (cmd_<name>.c) include this and nothing
+ * else from the other binding files.
+ *
+ * Conventions (STYLE.md, "Errors, in three tiers"):
+ *   misuse (wrong type, closed handle)      -> raise (luaL_argerror / luaL_error)
+ *   could not run (file missing, no GPU)    -> return nil, msg, code  (kh_lua_fail)
+ *   a domain verdict                        -> a plain value (a table with status)
+ * Every binding gets the engine as upvalue 1 (kh_lua_newlib arranges that). */
+#ifndef KH_LUA_H
+#define KH_LUA_H
+
+#include "engine.h"
+
+#include <jansson.h>
+#include <lauxlib.h>
+#include <lua.h>
+
+/* The engine of a binding created by kh_lua_newlib (upvalue 1). */
+kh_engine *kh_lua_engine(lua_State *L);
+
+/* Push a new table holding fns, each closed over the engine. */
+void kh_lua_newlib(lua_State *L, kh_engine *e, const luaL_Reg *fns);
+
+/* Push nil, err->msg, kh_status_name(err->code); return 3. */
+int kh_lua_fail(lua_State *L, const kh_err *err);
+
+/* ---- JSON <-> Lua (l_json.c) -------------------------------------------- */
+/* Push a Lua value for j: objects and arrays become tables marked with the
+ * kh.json.object / kh.json.array metatables (so {} and [] survive a round
+ * trip), null becomes kh.json.null, integers stay integers. */
+void kh_lua_push_json(lua_State *L, const json_t *j);
+/* Convert the value at idx; NULL with a message in err on values JSON cannot
+ * hold (functions, NaN, invalid UTF-8, mixed or sparse tables, cycles). */
+json_t *kh_lua_to_json(lua_State *L, int idx, kh_err *err);
+
+/* ---- modules: push the module table ------------------------------------ */
+void kh_open_json(lua_State *L, kh_engine *e);
+void kh_open_time(lua_State *L, kh_engine *e);
+
+/* The `kh` module itself (package.preload.kh); expects the engine as upvalue. */
+int kh_luaopen_kh(lua_State *L);
+
+/* ---- CLI commands (cmd_<name>.c) ----------------------------------------- */
+typedef struct kh_command {
+    const char *name;
+    const char *summary;
+    /* argv[0] is the command name; returns the process exit code
+     * (0 ok, 1 failed or problems found, 2 usage error, 130 interrupted). */
+    int (*run)(kh_engine *e, int argc, char **argv);
+} kh_command;
+
+int kh_cmd_doctor(kh_engine *e, int argc, char **argv);
+
+/* True if argv holds -h or --help (commands print their usage and exit 0). */
+int kh_cli_wants_help(int argc, char **argv);
+
+#endif

@@ -1,0 +1,323 @@
+/* khlua.c: main.  Parses the global options, then either dispatches a built-in
+ * command (`khlua doctor`, ...) or runs a Lua script with `kh` available, the
+ * way lua.c does: `arg` set, every call protected with a traceback, Ctrl-C
+ * turned into a clean stop (exit 130) by a hook a script's pcall cannot
+ * swallow.  Owns process start and shutdown order: lua_close first (every
+ * __gc runs), then the engine. */
+#include "kh_lua.h"
+
+#include <curl/curl.h>
+#include <lmdb.h>
+#include <lualib.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROG "khlua"
+#define EXIT_INTERRUPTED 130
+
+static const kh_command commands[] = {
+    {"doctor", "what this machine offers and what is missing", kh_cmd_doctor},
+};
+
+static lua_State *g_L;
+static kh_engine *g_engine;
+
+/* ---- Ctrl-C ----------------------------------------------------------------
+ * The hook stays installed once set: a script that catches the "interrupted"
+ * error with pcall hits it again on its next instruction, so the stop always
+ * reaches the top level. */
+static void stop_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    luaL_error(L, "interrupted");
+}
+
+static void on_sigint(int sig)
+{
+    signal(sig, SIG_DFL); /* a second Ctrl-C kills at once */
+    if (g_engine)
+        kh_engine_request_stop(g_engine);
+    if (g_L)
+        lua_sethook(g_L, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* ---- protected calls -------------------------------------------------------- */
+static int msghandler(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+            return 1;
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    if (g_engine && kh_engine_stop_requested(g_engine)) {
+        lua_pushstring(L, msg);
+        return 1;
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* Call the function below narg arguments, with the traceback handler. */
+static int docall(lua_State *L, int narg, int nres)
+{
+    int base = lua_gettop(L) - narg;
+    lua_pushcfunction(L, msghandler);
+    lua_insert(L, base);
+    int status = lua_pcall(L, narg, nres, base);
+    lua_remove(L, base);
+    return status;
+}
+
+static int report(lua_State *L, int status)
+{
+    if (status != LUA_OK) {
+        if (g_engine && kh_engine_stop_requested(g_engine)) {
+            fprintf(stderr, PROG ": interrupted\n");
+        } else {
+            const char *msg = lua_tostring(L, -1);
+            fprintf(stderr, PROG ": %s\n", msg ? msg : "(error object is not a string)");
+        }
+        fflush(stderr);
+        lua_pop(L, 1);
+    }
+    return status;
+}
+
+/* ---- usage ------------------------------------------------------------------ */
+static void print_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " [options] SCRIPT.lua [args...]\n"
+            "       " PROG " [options] -e CODE [SCRIPT.lua [args...]]\n"
+            "       " PROG " [options] COMMAND [command options]   (COMMAND --help for more)\n"
+            "\n"
+            "khlua is a harness for LLM-driven GPU kernel search: a C engine (NVRTC compile,\n"
+            "correctness gate, CUPTI timing, profiles, LMDB store, model client) under\n"
+            "Lua search policies.  Scripts get the engine with `local kh = require \"kh\"`.\n"
+            "\n"
+            "options:\n"
+            "  -e CODE         run CODE (before SCRIPT, if one is given)\n"
+            "  --store PATH    the artifact store (default $KHLUA_STORE, else .khlua/store)\n"
+            "  -v, --version   print the versions of khlua and its libraries\n"
+            "  -h, --help      this help\n"
+            "  -               read the script from standard input\n"
+            "\n"
+            "commands:\n");
+    for (size_t i = 0; i < KH_ARRAY_LEN(commands); i++)
+        fprintf(f, "  %-14s  %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nexit codes: 0 ok, 1 error, 2 usage, 130 interrupted\n");
+}
+
+static void print_version(kh_engine *e)
+{
+    const kh_nvrtc_api *nv = kh_engine_nvrtc(e, NULL);
+    char nvs[64];
+    if (nv)
+        snprintf(nvs, sizeof nvs, "%d.%d", nv->major, nv->minor);
+    else
+        snprintf(nvs, sizeof nvs, "not found");
+    printf(PROG " %s (%s)\n", KH_VERSION, KH_GIT_REV);
+    printf("  %s\n", LUA_RELEASE);
+    printf("  %s\n", mdb_version(NULL, NULL, NULL));
+    printf("  libcurl %s\n", curl_version_info(CURLVERSION_NOW)->version);
+    printf("  jansson %s\n", jansson_version_str());
+    printf("  NVRTC %s\n", nvs);
+}
+
+int kh_cli_wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- running a script ------------------------------------------------------- */
+static int open_kh(lua_State *L)
+{
+    /* package.preload.kh, closed over the engine */
+    return kh_luaopen_kh(L);
+}
+
+/* The global `arg` as lua.c builds it: arg[0] = script, arg[1..] its
+ * arguments, negative indices for what came before. */
+static void create_arg_table(lua_State *L, char **argv, int argc, int script)
+{
+    lua_createtable(L, argc - script - 1, script + 1);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i - script);
+    }
+    lua_setglobal(L, "arg");
+}
+
+struct run_args {
+    int argc;
+    char **argv;
+    int script; /* index of the script in argv, or argc if none */
+    const char *code;
+};
+
+static int pmain(lua_State *L)
+{
+    struct run_args *ra = lua_touserdata(L, 1);
+    luaL_checkversion(L);
+    luaL_openlibs(L);
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "preload");
+    lua_pushlightuserdata(L, g_engine);
+    lua_pushcclosure(L, open_kh, 1);
+    lua_setfield(L, -2, "kh");
+    lua_pop(L, 2);
+    create_arg_table(L, ra->argv, ra->argc, ra->script < ra->argc ? ra->script : 0);
+
+    if (ra->code) {
+        if (luaL_loadbuffer(L, ra->code, strlen(ra->code), "=(command line)") != LUA_OK ||
+            docall(L, 0, 0) != LUA_OK) {
+            report(L, LUA_ERRRUN);
+            lua_pushboolean(L, 0);
+            return 1;
+        }
+    }
+    if (ra->script < ra->argc) {
+        const char *fname = ra->argv[ra->script];
+        if (!strcmp(fname, "-"))
+            fname = NULL; /* stdin */
+        int st = luaL_loadfile(L, fname);
+        if (st == LUA_OK) {
+            int n = 0;
+            for (int i = ra->script + 1; i < ra->argc; i++, n++)
+                lua_pushstring(L, ra->argv[i]);
+            st = docall(L, n, 0);
+        }
+        if (st != LUA_OK) {
+            report(L, st);
+            lua_pushboolean(L, 0);
+            return 1;
+        }
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int run_lua(kh_engine *e, int argc, char **argv, int script, const char *code)
+{
+    lua_State *L = luaL_newstate();
+    if (!L) {
+        fprintf(stderr, PROG ": cannot create the Lua state: out of memory\n");
+        return 1;
+    }
+    g_L = L;
+    signal(SIGINT, on_sigint);
+    struct run_args ra = {argc, argv, script, code};
+    lua_pushcfunction(L, pmain);
+    lua_pushlightuserdata(L, &ra);
+    int status = lua_pcall(L, 1, 1, 0);
+    int ok = status == LUA_OK && lua_toboolean(L, -1);
+    if (status != LUA_OK)
+        report(L, status);
+    /* Shutdown: no more interruptions, then every __gc runs. */
+    signal(SIGINT, SIG_DFL);
+    lua_sethook(L, NULL, 0, 0);
+    g_L = NULL;
+    lua_close(L);
+    if (kh_engine_stop_requested(e))
+        return EXIT_INTERRUPTED;
+    return ok ? 0 : 1;
+}
+
+static int on_sigint_cmd_installed;
+static void on_sigint_cmd(int sig)
+{
+    signal(sig, SIG_DFL);
+    if (g_engine)
+        kh_engine_request_stop(g_engine);
+}
+
+int main(int argc, char **argv)
+{
+    const char *store = NULL, *code = NULL;
+    int i = 1;
+    /* Global options come before the script or command. */
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            print_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-e")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, PROG ": -e needs an argument\n");
+                return 2;
+            }
+            code = argv[++i];
+        } else if (!strcmp(a, "--store") || !strncmp(a, "--store=", 8)) {
+            if (a[7] == '=') {
+                store = a + 8;
+            } else if (i + 1 < argc) {
+                store = argv[++i];
+            } else {
+                fprintf(stderr, PROG ": --store needs a path\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--")) {
+            i++;
+            break;
+        } else if (a[0] == '-' && a[1] && strcmp(a, "-v") && strcmp(a, "--version")) {
+            fprintf(stderr, PROG ": unknown option '%s' (see " PROG " --help)\n", a);
+            return 2;
+        } else {
+            break;
+        }
+    }
+
+    kh_err err;
+    kh_engine_config cfg = {.store_path = store, .cuda_home = NULL};
+    kh_engine *e = kh_engine_new(&cfg, &err);
+    if (!e) {
+        fprintf(stderr, PROG ": %s\n", err.msg);
+        return 1;
+    }
+    g_engine = e;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    int rc;
+    if (i < argc && (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--version"))) {
+        print_version(e);
+        rc = 0;
+    } else if (i >= argc && !code) {
+        print_usage(stderr);
+        rc = 2;
+    } else {
+        const kh_command *cmd = NULL;
+        if (i < argc && !code)
+            for (size_t k = 0; k < KH_ARRAY_LEN(commands); k++)
+                if (!strcmp(argv[i], commands[k].name))
+                    cmd = &commands[k];
+        if (cmd) {
+            if (!on_sigint_cmd_installed) {
+                signal(SIGINT, on_sigint_cmd);
+                on_sigint_cmd_installed = 1;
+            }
+            rc = cmd->run(e, argc - i, argv + i);
+            if (kh_engine_stop_requested(e))
+                rc = EXIT_INTERRUPTED;
+        } else if (i < argc && !code && strcmp(argv[i], "-") &&
+                   !strstr(argv[i], ".lua") && !strchr(argv[i], '/')) {
+            fprintf(stderr, PROG ": '%s' is neither a command nor a Lua script "
+                            "(see " PROG " --help)\n", argv[i]);
+            rc = 2;
+        } else {
+            rc = run_lua(e, argc, argv, i, code);
+        }
+    }
+    g_engine = NULL;
+    curl_global_cleanup();
+    kh_engine_free(e);
+    return rc;
+}

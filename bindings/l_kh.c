@@ -1,0 +1,112 @@
+/* l_kh.c: the `kh` module: assembles the per-module tables (kh.json,
+ * kh.time, ...) and the few engine-wide functions (kh.version, kh.doctor,
+ * kh.stats, kh.config).  Also the small helpers declared in kh_lua.h that
+ * every binding uses. */
+#include "kh_lua.h"
+
+#include "doctor.h"
+
+#include <curl/curl.h>
+#include <lmdb.h>
+#include <stdio.h>
+
+kh_engine *kh_lua_engine(lua_State *L)
+{
+    kh_engine *e = lua_touserdata(L, lua_upvalueindex(1));
+    if (!e)
+        luaL_error(L, "khlua: binding called without its engine (internal error)");
+    return e;
+}
+
+void kh_lua_newlib(lua_State *L, kh_engine *e, const luaL_Reg *fns)
+{
+    lua_newtable(L);
+    lua_pushlightuserdata(L, e);
+    luaL_setfuncs(L, fns, 1);
+}
+
+int kh_lua_fail(lua_State *L, const kh_err *err)
+{
+    lua_pushnil(L);
+    lua_pushstring(L, err->msg);
+    lua_pushstring(L, kh_status_name(err->code));
+    return 3;
+}
+
+/* kh.doctor() -> the machine report (see doctor.h) as a table. */
+static int l_doctor(lua_State *L)
+{
+    kh_err err;
+    json_t *r = kh_doctor_report(kh_lua_engine(L), &err);
+    if (!r)
+        return kh_lua_fail(L, &err);
+    kh_lua_push_json(L, r);
+    json_decref(r);
+    return 1;
+}
+
+/* kh.stats() -> {live_objects = n}: engine objects still open. */
+static int l_stats(lua_State *L)
+{
+    kh_engine *e = kh_lua_engine(L);
+    lua_createtable(L, 0, 1);
+    lua_pushinteger(L, kh_engine_live_objects(e));
+    lua_setfield(L, -2, "live_objects");
+    return 1;
+}
+
+static void push_versions(lua_State *L, kh_engine *e)
+{
+    /* [kh] -> [kh, versions] */
+    lua_createtable(L, 0, 8);
+    lua_pushstring(L, KH_VERSION);
+    lua_setfield(L, -2, "khlua");
+    lua_pushstring(L, KH_GIT_REV);
+    lua_setfield(L, -2, "git");
+    lua_pushstring(L, LUA_RELEASE);
+    lua_setfield(L, -2, "lua");
+    lua_pushstring(L, mdb_version(NULL, NULL, NULL));
+    lua_setfield(L, -2, "lmdb");
+    lua_pushstring(L, curl_version_info(CURLVERSION_NOW)->version);
+    lua_setfield(L, -2, "curl");
+    lua_pushstring(L, jansson_version_str());
+    lua_setfield(L, -2, "jansson");
+    const kh_nvrtc_api *nv = kh_engine_nvrtc(e, NULL);
+    if (nv)
+        lua_pushfstring(L, "%d.%d", nv->major, nv->minor);
+    else
+        lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "nvrtc");
+}
+
+int kh_luaopen_kh(lua_State *L)
+{
+    kh_engine *e = kh_lua_engine(L);
+    static const luaL_Reg fns[] = {
+        {"doctor", l_doctor}, {"stats", l_stats}, {NULL, NULL},
+    };
+    kh_lua_newlib(L, e, fns);
+
+    static const struct {
+        const char *name;
+        void (*open)(lua_State *, kh_engine *);
+    } modules[] = {
+        {"json", kh_open_json},
+        {"time", kh_open_time},
+    };
+    for (size_t i = 0; i < KH_ARRAY_LEN(modules); i++) {
+        modules[i].open(L, e);
+        lua_setfield(L, -2, modules[i].name);
+    }
+
+    push_versions(L, e);
+    lua_setfield(L, -2, "version");
+
+    lua_createtable(L, 0, 2);
+    lua_pushstring(L, kh_engine_store_path(e));
+    lua_setfield(L, -2, "store");
+    lua_pushstring(L, kh_engine_cuda_home(e));
+    lua_setfield(L, -2, "cuda_home");
+    lua_setfield(L, -2, "config");
+    return 1;
+}

@@ -1,0 +1,69 @@
+/* kh.h: what every engine module shares: the status codes, the error record
+ * that carries a message beside a code, and small helpers that several
+ * modules need (UTF-8 sanitizing, monotonic time).  No Lua here, ever. */
+#ifndef KH_H
+#define KH_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Why an engine call could not run.  A domain verdict (a kernel is wrong or
+ * slow) is never a status: it is data in the call's result.  Append new codes
+ * at the end: the numbers are stored in records. */
+typedef enum kh_status {
+    KH_OK = 0,
+    KH_EINVAL,       /* bad argument or malformed input */
+    KH_ENOMEM,       /* allocation failed */
+    KH_EIO,          /* file system or pipe error */
+    KH_ENOTFOUND,    /* a named thing does not exist */
+    KH_ENODEV,       /* no GPU, or a CUDA library is missing */
+    KH_ECUDA,        /* a CUDA driver call failed */
+    KH_ECOMPILE,     /* compilation failed */
+    KH_ESTORE,       /* the artifact store failed */
+    KH_ETIMEOUT,     /* a deadline passed */
+    KH_EINTR,        /* interrupted (Ctrl-C) */
+    KH_ENET,         /* network or HTTP failure */
+    KH_EPARSE,       /* text could not be parsed */
+    KH_ECORRUPT,     /* stored data does not match its hash or schema */
+    KH_EUNSUPPORTED, /* valid request this build or machine cannot serve */
+    KH_ESTATE,       /* call made in the wrong state (closed handle, ...) */
+    KH_ECHILD,       /* a child process crashed or misbehaved */
+    KH_STATUS_COUNT
+} kh_status;
+
+/* "EINVAL", "ENODEV", ...; "OK" for KH_OK; never NULL. */
+const char *kh_status_name(kh_status s);
+
+/* An error: a code and a message naming the problem.  Callers own it (usually
+ * on the stack); callees fill it only when they return a non-OK status. */
+typedef struct kh_err {
+    kh_status code;
+    char msg[1024];
+} kh_err;
+
+/* Set *e (if non-NULL) and return code, so `return kh_err_set(e, ...)` reads
+ * naturally.  The message is printf-formatted and truncated to fit. */
+kh_status kh_err_set(kh_err *e, kh_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+kh_status kh_err_setv(kh_err *e, kh_status code, const char *fmt, va_list ap);
+/* Prefix an existing message: "opening store: <old message>". */
+kh_status kh_err_prefix(kh_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kh_err_clear(kh_err *e);
+
+/* Copy src (len bytes) into a new NUL-terminated buffer of valid UTF-8:
+ * invalid sequences become U+FFFD and NUL bytes are dropped.  Caller frees.
+ * Compiler logs, kernel sources and model output pass through this before they
+ * go into JSON.  Returns NULL only when out of memory. */
+char *kh_utf8_sanitize(const char *src, size_t len, size_t *out_len);
+
+/* Monotonic clock in seconds, and wall clock in seconds since the epoch. */
+double kh_now(void);
+double kh_wall_now(void);
+
+/* Duplicate a string; NULL in, NULL out.  Caller frees. */
+char *kh_strdup(const char *s);
+
+#define KH_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

@@ -1,0 +1,47 @@
+/* proc.h: running work in a child process with a deadline and capturing what
+ * it writes.  Used wherever the coordinator must survive what it runs: the
+ * GPU probe of `khlua doctor` (the coordinator never initialises CUDA), and
+ * external tools (nvcc, ncu, agent command lines).  The supervised worker
+ * protocol builds on the same primitives. */
+#ifndef KH_PROC_H
+#define KH_PROC_H
+
+#include "kh.h"
+
+typedef struct kh_child_result {
+    int exited;      /* 1 if the child called exit */
+    int exit_code;   /* valid when exited */
+    int signaled;    /* 1 if a signal ended it */
+    int signal;      /* valid when signaled */
+    int timed_out;   /* 1 if we killed it at the deadline */
+    char *out;       /* what it wrote (NUL-terminated; caller frees via _free) */
+    size_t out_len;
+    int truncated;   /* output exceeded max_out and was cut */
+    double seconds;  /* wall time */
+} kh_child_result;
+
+/* fn runs in a forked child and writes its answer to out_fd; its return value
+ * becomes the exit code.  The parent reads up to max_out bytes, kills the
+ * child with SIGKILL at timeout_s, and reaps it.  KH_OK means the child ran
+ * and was reaped, whatever its fate: inspect res.  Only fork/pipe failures
+ * return an error. */
+typedef int (*kh_child_fn)(void *arg, int out_fd);
+kh_status kh_proc_fork_call(kh_child_fn fn, void *arg, double timeout_s, size_t max_out,
+                            kh_child_result *res, kh_err *err);
+
+/* Run argv[0] (searched on PATH) with stdin from /dev/null, stdout and
+ * stderr captured together, under the same deadline rules. */
+kh_status kh_proc_run(char *const argv[], double timeout_s, size_t max_out,
+                      kh_child_result *res, kh_err *err);
+
+void kh_child_result_free(kh_child_result *res);
+
+/* One line describing how a child ended: "exit 0", "killed by SIGSEGV",
+ * "timed out after 5.0 s". */
+void kh_child_describe(const kh_child_result *res, char *buf, size_t n);
+
+/* Search PATH (or a colon-separated list of extra dirs first) for an
+ * executable; returns a malloc'ed absolute path or NULL. */
+char *kh_which(const char *name, const char *extra_dirs);
+
+#endif

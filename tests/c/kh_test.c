@@ -1,0 +1,75 @@
+/* kh_test.c: the helpers of kh_test.h. */
+#include "kh_test.h"
+
+#include "doctor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *kh_test_khlua(void)
+{
+    const char *b = getenv("KHLUA_BIN");
+    return b && b[0] ? b : "./khlua";
+}
+
+const char *kh_test_source_dir(void)
+{
+    const char *s = getenv("KH_SOURCE_DIR");
+    return s && s[0] ? s : KH_SOURCE_DIR;
+}
+
+void kh_test_run_khlua(kh_child_result *res, double timeout_s, ...)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)kh_test_khlua();
+    va_list ap;
+    va_start(ap, timeout_s);
+    char *a;
+    while ((a = va_arg(ap, char *)) && n < 63)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    kh_err err;
+    if (kh_proc_run(argv, timeout_s, 1 << 22, res, &err) != KH_OK)
+        fail_msg("cannot run %s: %s", argv[0], err.msg);
+}
+
+char *kh_test_tmpdir(void)
+{
+    const char *base = getenv("TMPDIR");
+    char tmpl[512];
+    snprintf(tmpl, sizeof tmpl, "%s/khlua-test-XXXXXX", base && base[0] ? base : "/tmp");
+    char *d = mkdtemp(tmpl);
+    if (!d)
+        fail_msg("mkdtemp failed");
+    return kh_strdup(d);
+}
+
+void kh_test_rmtree(const char *path)
+{
+    char *argv[] = {"rm", "-rf", (char *)path, NULL};
+    kh_child_result r;
+    if (kh_proc_run(argv, 60, 4096, &r, NULL) == KH_OK)
+        kh_child_result_free(&r);
+}
+
+int kh_test_have_gpu(void)
+{
+    json_t *j = NULL;
+    if (kh_doctor_probe_gpus(60, &j, NULL) != KH_OK)
+        return 0;
+    int have = json_array_size(json_object_get(j, "gpus")) > 0;
+    json_decref(j);
+    return have;
+}
+
+void kh_test_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        fail_msg("cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
