@@ -25,12 +25,15 @@ static lua_State *g_L;
 static kh_engine *g_engine;
 
 /* ---- Ctrl-C ----------------------------------------------------------------
- * The hook stays installed once set: a script that catches the "interrupted"
- * error with pcall hits it again on its next instruction, so the stop always
- * reaches the top level. */
+ * SIGINT sets the engine's stop flag (blocking engine calls return EINTR) and
+ * a one-shot hook that raises "interrupted" at the next Lua instruction, as
+ * lua.c does.  One-shot, so __close and __gc handlers run normally on the way
+ * out.  A script's own pcall/xpcall/coroutine.resume cannot swallow the stop:
+ * their wrappers (guard_catch) re-raise any failure once a stop is requested. */
 static void stop_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
+    lua_sethook(L, NULL, 0, 0);
     luaL_error(L, "interrupted");
 }
 
@@ -41,6 +44,41 @@ static void on_sigint(int sig)
         kh_engine_request_stop(g_engine);
     if (g_L)
         lua_sethook(g_L, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* Upvalue 1: the original catcher (pcall, xpcall or coroutine.resume).  Its
+ * results pass through unchanged unless a stop was requested and it reports
+ * a failure: then the error is raised again. */
+static int guard_catch(lua_State *L)
+{
+    int n = lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, n, LUA_MULTRET);
+    if (g_engine && kh_engine_stop_requested(g_engine) && lua_gettop(L) >= 1 &&
+        !lua_toboolean(L, 1)) {
+        if (lua_gettop(L) >= 2)
+            lua_pushvalue(L, 2);
+        else
+            lua_pushliteral(L, "interrupted");
+        return lua_error(L);
+    }
+    return lua_gettop(L);
+}
+
+static void guard_catchers(lua_State *L)
+{
+    static const char *const globals[] = {"pcall", "xpcall"};
+    for (size_t i = 0; i < KH_ARRAY_LEN(globals); i++) {
+        lua_getglobal(L, globals[i]);
+        lua_pushcclosure(L, guard_catch, 1);
+        lua_setglobal(L, globals[i]);
+    }
+    lua_getglobal(L, "coroutine");
+    lua_getfield(L, -1, "resume");
+    lua_pushcclosure(L, guard_catch, 1);
+    lua_setfield(L, -2, "resume");
+    lua_pop(L, 1);
 }
 
 /* ---- protected calls -------------------------------------------------------- */
@@ -169,6 +207,7 @@ static int pmain(lua_State *L)
     struct run_args *ra = lua_touserdata(L, 1);
     luaL_checkversion(L);
     luaL_openlibs(L);
+    guard_catchers(L);
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "preload");
     lua_pushlightuserdata(L, g_engine);
