@@ -51,6 +51,7 @@ typedef struct kh_command {
 } kh_command;
 
 int kh_cmd_doctor(kh_engine *e, int argc, char **argv);
+int kh_cmd_worker(kh_engine *e, int argc, char **argv);
 
 /* True if argv holds -h or --help (commands print their usage and exit 0). */
 int kh_cli_wants_help(int argc, char **argv);

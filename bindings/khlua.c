@@ -19,6 +19,7 @@
 
 static const kh_command commands[] = {
     {"doctor", "what this machine offers and what is missing", kh_cmd_doctor},
+    {"worker", "a worker process (started by khlua itself)", kh_cmd_worker},
 };
 
 static lua_State *g_L;

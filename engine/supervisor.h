@@ -1,0 +1,96 @@
+/* supervisor.h: the coordinator's side of the worker protocol.  Starts worker
+ * processes from a launch template, gives every request a deadline, kills a
+ * worker that overruns it (its whole process group), notices one that dies,
+ * and turns each fate into a status the caller can record: the worker's own
+ * error, KH_ETIMEOUT, or KH_ECHILD ("killed by SIGSEGV; last stderr: ...").
+ * The coordinator itself never runs candidate code or touches CUDA.
+ *
+ * kh_wproc is one worker process; kh_pool keeps N of one role alive,
+ * respawning with backoff and giving up (KH_ENODEV) on a role that keeps
+ * dying. */
+#ifndef KH_SUPERVISOR_H
+#define KH_SUPERVISOR_H
+
+#include "wire.h"
+
+#define KH_LAUNCH_LOCAL "{exe} worker --role {role}"
+
+typedef struct kh_wproc_opts {
+    const char *role;
+    /* Whitespace-separated argv template, no shell; placeholders {exe},
+     * {role}, {index}.  NULL: KH_LAUNCH_LOCAL.  Example for Slurm:
+     * "srun --ntasks=1 --gres=gpu:1 {exe} worker --role {role}". */
+    const char *launch;
+    const char *exe;         /* NULL: this executable (/proc/self/exe) */
+    double hello_timeout_s;  /* 0: 30 s */
+    const char *const *env;  /* extra "NAME=value" entries, NULL-terminated, or NULL */
+    int index;
+} kh_wproc_opts;
+
+typedef struct kh_wproc kh_wproc;
+
+/* Start a worker and wait for its hello.  NULL with err on failure (cannot
+ * exec, no hello in time, wrong role, the role's init failed). */
+kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err);
+
+/* Send one request (one outstanding request per worker: KH_ESTATE if busy,
+ * if dead).  params is borrowed.  The deadline starts now. */
+kh_status kh_wproc_submit(kh_wproc *w, const char *method, const json_t *params,
+                          const void *payload, size_t payload_len, double timeout_s,
+                          kh_err *err);
+
+typedef struct kh_wdone {
+    kh_wproc *w;
+    kh_status status;  /* KH_OK: the worker answered ok; else why not */
+    kh_err err;
+    kh_msg reply;      /* the reply when the worker answered (free with kh_msg_free) */
+    int worker_died;   /* the process is gone (crash, exit, or killed at the deadline) */
+    double seconds;    /* from submit to completion */
+} kh_wdone;
+
+/* Wait up to wait_s for busy workers among ws[0..n) to complete; fill up to
+ * max_done entries of done[] and return how many.  Deadlines are enforced
+ * here: an overrunning worker is killed and reported as KH_ETIMEOUT. */
+size_t kh_wproc_wait(kh_wproc *const *ws, size_t n, double wait_s, kh_wdone *done,
+                     size_t max_done);
+
+/* submit + wait: *reply owned by the caller on KH_OK and on worker-reported
+ * errors (reply->head non-NULL); zeroed otherwise. */
+kh_status kh_wproc_call(kh_wproc *w, const char *method, const json_t *params,
+                        const void *payload, size_t payload_len, double timeout_s,
+                        kh_msg *reply, kh_err *err);
+
+int kh_wproc_busy(const kh_wproc *w);
+int kh_wproc_alive(const kh_wproc *w);
+int kh_wproc_pid(const kh_wproc *w);
+const char *kh_wproc_role(const kh_wproc *w);
+/* The last few KB the worker wrote on stderr (valid until the next call). */
+const char *kh_wproc_stderr_tail(kh_wproc *w);
+
+/* Ask for a clean exit, wait up to grace_s, then SIGKILL; frees w. */
+void kh_wproc_stop(kh_wproc *w, double grace_s);
+
+/* ---- pools ---------------------------------------------------------------- */
+typedef struct kh_pool kh_pool;
+
+typedef struct kh_pool_stats {
+    long started, deaths, timeouts, calls;
+    double last_restart_s; /* seconds the last respawn took */
+} kh_pool_stats;
+
+/* A pool of n workers of one role, started lazily.  o is copied. */
+kh_pool *kh_pool_new(const kh_wproc_opts *o, size_t n, kh_err *err);
+void kh_pool_free(kh_pool *p);
+
+/* Run one request on an idle worker, starting or respawning one as needed.
+ * A worker that dies or overruns is replaced before the next call (with
+ * backoff after repeated deaths); after max_deaths consecutive deaths with no
+ * success the pool refuses with KH_ENODEV until kh_pool_reset. */
+kh_status kh_pool_call(kh_pool *p, const char *method, const json_t *params,
+                       const void *payload, size_t payload_len, double timeout_s,
+                       kh_msg *reply, kh_err *err);
+void kh_pool_stats_get(const kh_pool *p, kh_pool_stats *s);
+void kh_pool_set_max_deaths(kh_pool *p, int max_deaths);
+void kh_pool_reset(kh_pool *p);
+
+#endif

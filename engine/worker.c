@@ -1,0 +1,153 @@
+/* worker.c: the serving loop behind `khlua worker --role R` (see worker.h).
+ * Owns the request/reply cycle, the built-in methods (ping, shutdown) and the
+ * hello; the work itself belongs to each role's module. */
+#include "worker.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct kh_worker {
+    kh_engine *engine;
+    const kh_worker_role *role;
+    void *state;
+    int exit_after;  /* -1: keep serving */
+    double started;
+    long served;
+};
+
+kh_engine *kh_worker_engine(kh_worker *w) { return w->engine; }
+void *kh_worker_state(kh_worker *w) { return w->state; }
+void kh_worker_set_state(kh_worker *w, void *state) { w->state = state; }
+void kh_worker_exit_after_reply(kh_worker *w, int code) { w->exit_after = code; }
+
+const kh_worker_role *kh_worker_role_find(const char *name)
+{
+    for (size_t i = 0; name && kh_worker_roles[i]; i++)
+        if (!strcmp(kh_worker_roles[i]->name, name))
+            return kh_worker_roles[i];
+    return NULL;
+}
+
+static kh_worker_method find_method(const kh_worker_role *role, const char *name)
+{
+    for (const kh_worker_method_entry *m = role->methods; m && m->name; m++)
+        if (!strcmp(m->name, name))
+            return m->fn;
+    return NULL;
+}
+
+static int send_reply(int out, json_t *id, kh_status st, const kh_err *err, json_t *result,
+                      const unsigned char *payload, size_t n)
+{
+    json_t *head = json_object();
+    json_object_set(head, "id", id ? id : json_null());
+    json_object_set_new(head, "ok", json_boolean(st == KH_OK));
+    if (st == KH_OK) {
+        json_object_set_new(head, "result", result ? result : json_object());
+    } else {
+        json_decref(result);
+        size_t ml;
+        char *msg = kh_utf8_sanitize(err->msg, strlen(err->msg), &ml);
+        json_object_set_new(head, "error",
+                            json_pack("{s:s, s:s}", "code", kh_status_name(st), "message",
+                                      msg ? msg : "?"));
+        free(msg);
+    }
+    kh_err werr;
+    kh_status ws = kh_wire_write(out, head, payload, n, 0, &werr);
+    json_decref(head);
+    if (ws)
+        fprintf(stderr, "khlua worker: cannot reply: %s\n", werr.msg);
+    return ws == KH_OK;
+}
+
+int kh_worker_main(kh_engine *e, const kh_worker_role *role, int in_fd, int out_fd)
+{
+    /* Frames get a private copy of stdout; fd 1 becomes stderr. */
+    int out = dup(out_fd);
+    if (out < 0) {
+        perror("khlua worker: dup");
+        return 1;
+    }
+    if (out_fd == STDOUT_FILENO)
+        dup2(STDERR_FILENO, STDOUT_FILENO);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, SIG_IGN); /* the coordinator decides when a worker stops */
+
+    kh_worker w = {.engine = e, .role = role, .exit_after = -1, .started = kh_now()};
+    kh_err err;
+    kh_err_clear(&err);
+    kh_status ist = role->init ? role->init(&w, &err) : KH_OK;
+    json_t *hello = json_pack("{s:{s:s, s:i, s:i, s:s}}", "hello", "role", role->name, "pid",
+                              (int)getpid(), "protocol", KH_WIRE_VERSION, "khlua", KH_VERSION);
+    if (ist)
+        json_object_set_new(hello, "error",
+                            json_pack("{s:s, s:s}", "code", kh_status_name(ist), "message",
+                                      err.msg));
+    kh_status hs = kh_wire_write(out, hello, NULL, 0, 0, &err);
+    json_decref(hello);
+    if (hs || ist) {
+        if (role->fini)
+            role->fini(&w);
+        return 1;
+    }
+
+    int code = 0;
+    for (;;) {
+        kh_msg req;
+        kh_status st = kh_wire_read(in_fd, &req, 0, &err);
+        if (st == KH_EIO)
+            break; /* the coordinator went away: nothing left to do */
+        if (st) {
+            fprintf(stderr, "khlua worker (%s): %s\n", role->name, err.msg);
+            code = 1;
+            break;
+        }
+        json_t *id = json_object_get(req.head, "id");
+        const char *method = json_string_value(json_object_get(req.head, "method"));
+        json_t *params = json_object_get(req.head, "params");
+        json_t *result = NULL;
+        unsigned char *rp = NULL;
+        size_t rn = 0;
+        kh_err_clear(&err);
+        int shutdown = 0;
+        if (!method) {
+            st = kh_err_set(&err, KH_EINVAL, "request without a method");
+        } else if (!strcmp(method, "ping")) {
+            result = json_pack("{s:s, s:i, s:f, s:I}", "role", role->name, "pid", (int)getpid(),
+                               "uptime_s", kh_now() - w.started, "served", (json_int_t)w.served);
+            st = KH_OK;
+        } else if (!strcmp(method, "shutdown")) {
+            shutdown = 1;
+            st = KH_OK;
+        } else {
+            kh_worker_method fn = find_method(role, method);
+            if (!fn)
+                st = kh_err_set(&err, KH_EINVAL, "role %s has no method '%s'", role->name,
+                                method);
+            else
+                st = fn(&w, params, req.payload, req.payload_len, &result, &rp, &rn, &err);
+        }
+        w.served++;
+        int sent = send_reply(out, id, st, &err, result, rp, rn);
+        free(rp);
+        kh_msg_free(&req);
+        if (!sent) {
+            code = 1;
+            break;
+        }
+        if (shutdown)
+            break;
+        if (w.exit_after >= 0) {
+            code = w.exit_after;
+            break;
+        }
+    }
+    if (role->fini)
+        role->fini(&w);
+    close(out);
+    return code;
+}

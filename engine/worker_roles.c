@@ -1,0 +1,10 @@
+/* worker_roles.c: the table of worker roles `khlua worker --role` knows.
+ * Each role is defined in the module that owns its work. */
+#include "worker.h"
+
+extern const kh_worker_role kh_role_echo;
+
+const kh_worker_role *const kh_worker_roles[] = {
+    &kh_role_echo,
+    NULL,
+};

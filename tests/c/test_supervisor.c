@@ -1,0 +1,247 @@
+/* test_supervisor.c: workers under supervision, as the coordinator relies on
+ * them: replies and payloads arrive intact; every way a worker can fail
+ * (segfault, abort, exit, stack overflow, hang, sticky error, not a worker at
+ * all) becomes a precise status; a dead worker is replaced and the next call
+ * succeeds; a role that keeps dying is given up on; two workers run at once. */
+#include "kh_test.h"
+
+#include "supervisor.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Let crashes reach the kernel as signals even in the sanitizer build. */
+static const char *const crash_env[] = {
+    "ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_abort=0:detect_leaks=0:"
+    "detect_stack_use_after_return=0",
+    NULL};
+
+static kh_wproc_opts echo_opts(void)
+{
+    kh_wproc_opts o = {.role = "echo", .exe = kh_test_khlua(), .hello_timeout_s = 30,
+                       .env = crash_env};
+    return o;
+}
+
+static kh_wproc *start_echo(void)
+{
+    kh_wproc_opts o = echo_opts();
+    kh_err err;
+    kh_wproc *w = kh_wproc_start(&o, &err);
+    if (!w)
+        fail_msg("cannot start the echo worker: %s", err.msg);
+    return w;
+}
+
+static void test_ping_and_payload_round_trip(void **state)
+{
+    (void)state;
+    kh_wproc *w = start_echo();
+    kh_msg reply;
+    kh_err err;
+    assert_int_equal(kh_wproc_call(w, "ping", NULL, NULL, 0, 10, &reply, &err), KH_OK);
+    json_t *res = json_object_get(reply.head, "result");
+    assert_string_equal(json_string_value(json_object_get(res, "role")), "echo");
+    assert_int_equal(json_integer_value(json_object_get(res, "pid")), kh_wproc_pid(w));
+    kh_msg_free(&reply);
+
+    /* 3 MB of random bytes, larger than any pipe buffer, both ways. */
+    size_t n = 3u << 20;
+    unsigned char *buf = malloc(n);
+    srand((unsigned)time(NULL));
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (unsigned char)rand();
+    json_t *params = json_pack("{s:s, s:i}", "text", "h\xc3\xa9llo", "k", 42);
+    assert_int_equal(kh_wproc_call(w, "echo", params, buf, n, 30, &reply, &err), KH_OK);
+    assert_int_equal(reply.payload_len, n);
+    assert_memory_equal(reply.payload, buf, n);
+    res = json_object_get(reply.head, "result");
+    assert_true(json_equal(json_object_get(res, "params"), params));
+    kh_msg_free(&reply);
+    json_decref(params);
+    free(buf);
+
+    /* An unknown method is the worker's error, and it lives on. */
+    assert_int_equal(kh_wproc_call(w, "frobnicate", NULL, NULL, 0, 10, &reply, &err), KH_EINVAL);
+    assert_non_null(strstr(err.msg, "no method 'frobnicate'"));
+    kh_msg_free(&reply);
+    assert_true(kh_wproc_alive(w));
+    kh_wproc_stop(w, 2);
+}
+
+static void expect_death(const char *how, kh_status want, const char *needle, double timeout)
+{
+    kh_wproc *w = start_echo();
+    json_t *params = json_pack("{s:s}", "how", how);
+    kh_msg reply;
+    kh_err err;
+    double t0 = kh_now();
+    kh_status st = kh_wproc_call(w, "fail", params, NULL, 0, timeout, &reply, &err);
+    double dt = kh_now() - t0;
+    json_decref(params);
+    kh_msg_free(&reply);
+    if (st != want || !strstr(err.msg, needle))
+        fail_msg("fail(%s): got %s '%s', want %s containing '%s'", how, kh_status_name(st),
+                 err.msg, kh_status_name(want), needle);
+    assert_false(kh_wproc_alive(w));
+    if (want == KH_ETIMEOUT)
+        assert_true(dt < timeout + 1.0);
+    kh_wproc_stop(w, 0);
+}
+
+static void test_every_failure_is_classified(void **state)
+{
+    (void)state;
+    expect_death("segv", KH_ECHILD, "killed by SIGSEGV", 20);
+    expect_death("abort", KH_ECHILD, "killed by SIGABRT", 20);
+    expect_death("exit", KH_ECHILD, "exited with code 3", 20);
+    expect_death("stack", KH_ECHILD, "killed by SIGSEGV", 20);
+    expect_death("hang", KH_ETIMEOUT, "within 0.5 s and was killed", 0.5);
+    /* The worker's last stderr line is part of the story. */
+    expect_death("abort", KH_ECHILD, "last stderr: echo worker: failing by abort", 20);
+}
+
+static void test_reported_and_sticky_errors(void **state)
+{
+    (void)state;
+    kh_wproc *w = start_echo();
+    json_t *params = json_pack("{s:s}", "how", "error");
+    kh_msg reply;
+    kh_err err;
+    assert_int_equal(kh_wproc_call(w, "fail", params, NULL, 0, 10, &reply, &err), KH_ECUDA);
+    assert_non_null(strstr(err.msg, "non-fatal"));
+    kh_msg_free(&reply);
+    json_decref(params);
+    assert_true(kh_wproc_alive(w));
+    assert_int_equal(kh_wproc_call(w, "ping", NULL, NULL, 0, 10, &reply, &err), KH_OK);
+    kh_msg_free(&reply);
+
+    /* Sticky: the error is reported, then the worker exits by itself. */
+    params = json_pack("{s:s}", "how", "sticky");
+    assert_int_equal(kh_wproc_call(w, "fail", params, NULL, 0, 10, &reply, &err), KH_ECUDA);
+    assert_non_null(strstr(err.msg, "sticky"));
+    kh_msg_free(&reply);
+    json_decref(params);
+    kh_wproc_stop(w, 2);
+}
+
+static void test_bad_launches(void **state)
+{
+    (void)state;
+    kh_err err;
+    kh_wproc_opts o = echo_opts();
+    o.launch = "/nonexistent/khlua worker --role {role}";
+    assert_null(kh_wproc_start(&o, &err));
+    assert_int_equal(err.code, KH_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "/nonexistent/khlua"));
+
+    o = echo_opts();
+    o.launch = "/bin/echo this is not a worker";
+    assert_null(kh_wproc_start(&o, &err));
+    assert_non_null(strstr(err.msg, "not a khlua worker"));
+
+    o = echo_opts();
+    o.role = "no-such-role";
+    assert_null(kh_wproc_start(&o, &err));
+    assert_non_null(strstr(err.msg, "unknown role 'no-such-role'"));
+
+    o = echo_opts();
+    o.launch = "/bin/sleep 30";
+    o.hello_timeout_s = 0.3;
+    double t0 = kh_now();
+    assert_null(kh_wproc_start(&o, &err));
+    assert_int_equal(err.code, KH_ETIMEOUT);
+    assert_true(kh_now() - t0 < 3);
+}
+
+static void test_pool_replaces_dead_workers(void **state)
+{
+    (void)state;
+    kh_wproc_opts o = echo_opts();
+    kh_err err;
+    kh_pool *p = kh_pool_new(&o, 1, &err);
+    assert_non_null(p);
+    json_t *segv = json_pack("{s:s}", "how", "segv");
+    kh_msg reply;
+    double worst = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kh_pool_call(p, "fail", segv, NULL, 0, 20, &reply, &err), KH_ECHILD);
+        kh_msg_free(&reply);
+        /* The next honest call succeeds on a fresh worker. */
+        assert_int_equal(kh_pool_call(p, "ping", NULL, NULL, 0, 20, &reply, &err), KH_OK);
+        kh_msg_free(&reply);
+        kh_pool_stats s;
+        kh_pool_stats_get(p, &s);
+        if (s.last_restart_s > worst)
+            worst = s.last_restart_s;
+    }
+    kh_pool_stats s;
+    kh_pool_stats_get(p, &s);
+    assert_int_equal(s.deaths, 3);
+    assert_int_equal(s.started, 4);
+    printf("# worker respawn time (start to hello), worst of 3: %.3f s\n", worst);
+    json_decref(segv);
+    kh_pool_free(p);
+}
+
+static void test_pool_gives_up_on_a_failing_role(void **state)
+{
+    (void)state;
+    kh_wproc_opts o = echo_opts();
+    o.launch = "/bin/false";
+    kh_err err;
+    kh_pool *p = kh_pool_new(&o, 1, &err);
+    kh_pool_set_max_deaths(p, 3);
+    kh_msg reply;
+    for (int i = 0; i < 3; i++)
+        assert_int_not_equal(kh_pool_call(p, "ping", NULL, NULL, 0, 5, &reply, &err), KH_OK);
+    assert_int_equal(kh_pool_call(p, "ping", NULL, NULL, 0, 5, &reply, &err), KH_ENODEV);
+    assert_non_null(strstr(err.msg, "keeps failing"));
+    kh_pool_free(p);
+}
+
+static void test_two_workers_run_concurrently(void **state)
+{
+    (void)state;
+    kh_wproc *w[2] = {start_echo(), start_echo()};
+    json_t *params = json_pack("{s:f}", "seconds", 0.4);
+    kh_err err;
+    double t0 = kh_now();
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(kh_wproc_submit(w[i], "sleep", params, NULL, 0, 10, &err), KH_OK);
+    /* One outstanding request per worker. */
+    assert_int_equal(kh_wproc_submit(w[0], "ping", NULL, NULL, 0, 10, &err), KH_ESTATE);
+    int finished = 0;
+    while (finished < 2) {
+        kh_wdone d[2];
+        size_t n = kh_wproc_wait(w, 2, 5, d, 2);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(d[i].status, KH_OK);
+            kh_msg_free(&d[i].reply);
+        }
+        finished += (int)n;
+    }
+    double dt = kh_now() - t0;
+    assert_true(dt >= 0.39 && dt < 0.75);
+    json_decref(params);
+    kh_wproc_stop(w[0], 2);
+    kh_wproc_stop(w[1], 2);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ping_and_payload_round_trip),
+        cmocka_unit_test(test_every_failure_is_classified),
+        cmocka_unit_test(test_reported_and_sticky_errors),
+        cmocka_unit_test(test_bad_launches),
+        cmocka_unit_test(test_pool_replaces_dead_workers),
+        cmocka_unit_test(test_pool_gives_up_on_a_failing_role),
+        cmocka_unit_test(test_two_workers_run_concurrently),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
