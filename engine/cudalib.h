@@ -17,7 +17,17 @@
 #define KH_CUDA_FUNCS(X)                                                                  \
     X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                 \
     X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)         \
-    X(cuDeviceTotalMem) X(cuDeviceGetUuid)
+    X(cuDeviceTotalMem) X(cuDeviceGetUuid)                                                \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)           \
+    X(cuCtxSynchronize) X(cuCtxGetLimit) X(cuCtxResetPersistingL2Cache)                   \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)          \
+    X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal)     \
+    X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName)                          \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                        \
+    X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH)            \
+    X(cuMemcpyDtoD) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemsetD8)                  \
+    X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                 \
+    X(cuEventSynchronize) X(cuEventElapsedTime)
 
 typedef struct kh_cuda_api {
 #define KH_X(fn) __typeof__(fn) *fn;

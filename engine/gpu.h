@@ -1,0 +1,55 @@
+/* gpu.h: one GPU as the gpu worker process sees it: the CUDA driver loaded
+ * with dlopen, the primary context, one stream, modules loaded from cubins,
+ * buffers with guard bands, and the classification of CUDA errors into
+ * sticky (the process must exit) and recoverable.  Only worker processes use
+ * this; the coordinator never initialises CUDA. */
+#ifndef KH_GPU_H
+#define KH_GPU_H
+
+#include "cudalib.h"
+
+#include <jansson.h>
+
+typedef struct kh_gpu kh_gpu;
+
+/* cuInit, retain the primary context of `ordinal`, make it current, create a
+ * non-blocking stream.  KH_ENODEV when there is no driver or no such GPU. */
+kh_gpu *kh_gpu_open(int ordinal, kh_err *err);
+void kh_gpu_close(kh_gpu *g);
+
+const kh_cuda_api *kh_gpu_api(const kh_gpu *g);
+CUstream kh_gpu_stream(const kh_gpu *g);
+/* {name, uuid, compute_capability, sms, l2_bytes, memory_bytes, ...}; new ref. */
+json_t *kh_gpu_info(const kh_gpu *g);
+size_t kh_gpu_l2_bytes(const kh_gpu *g);
+
+/* Turn a CUresult into a status and message ("cuLaunchKernel: CUDA_ERROR_...:
+ * ...").  Sets *sticky when the context is unusable from now on (illegal
+ * address, launch failure, ...: the worker must exit after reporting). */
+kh_status kh_gpu_check(kh_gpu *g, CUresult r, const char *what, kh_err *err);
+int kh_gpu_is_sticky(CUresult r);
+/* Has any call so far hit a sticky error? */
+int kh_gpu_poisoned(const kh_gpu *g);
+
+/* ---- buffers with guard bands ----------------------------------------------
+ * Each allocation is [guard | bytes | guard]; the guards hold a pattern that
+ * kh_gpu_buf_guards_ok checks after a launch, catching writes just outside an
+ * output.  The data pointer is 256-byte aligned. */
+typedef struct kh_gpu_buf {
+    CUdeviceptr base, ptr;
+    size_t bytes, guard;
+} kh_gpu_buf;
+
+kh_status kh_gpu_buf_alloc(kh_gpu *g, size_t bytes, size_t guard, kh_gpu_buf *b, kh_err *err);
+void kh_gpu_buf_free(kh_gpu *g, kh_gpu_buf *b);
+/* 1 if both guards still hold their pattern; on 0, *where says which. */
+int kh_gpu_buf_guards_ok(kh_gpu *g, const kh_gpu_buf *b, const char **where, kh_err *err);
+
+/* ---- L2 flush (FlashInfer-Bench's: a write of 2 x L2, rounded down to MiB) */
+kh_status kh_gpu_flush_l2(kh_gpu *g, kh_err *err);
+
+/* Set every byte of the first n bytes at ptr (async on the stream). */
+kh_status kh_gpu_memset8(kh_gpu *g, CUdeviceptr ptr, unsigned char v, size_t n, kh_err *err);
+kh_status kh_gpu_sync(kh_gpu *g, kh_err *err);
+
+#endif
