@@ -3,8 +3,10 @@
 #include "worker.h"
 
 extern const kh_worker_role kh_role_echo;
+extern const kh_worker_role kh_role_gpu;
 
 const kh_worker_role *const kh_worker_roles[] = {
     &kh_role_echo,
+    &kh_role_gpu,
     NULL,
 };

@@ -73,3 +73,31 @@ void kh_test_write_file(const char *path, const char *text)
     fputs(text, f);
     fclose(f);
 }
+
+unsigned char *kh_test_nvrtc_cubin(const char *src, const char *arch, size_t *len)
+{
+    kh_err err;
+    kh_nvrtc_api nv;
+    if (kh_nvrtc_load(&nv, getenv("CUDA_HOME") ? getenv("CUDA_HOME") : KH_DEFAULT_CUDA_HOME,
+                      &err) != KH_OK)
+        fail_msg("%s", err.msg);
+    nvrtcProgram p;
+    if (nv.nvrtcCreateProgram(&p, src, "test.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
+        fail_msg("nvrtcCreateProgram failed");
+    char archopt[64];
+    snprintf(archopt, sizeof archopt, "-arch=%s", arch);
+    const char *opts[] = {archopt, "-std=c++17", "-lineinfo"};
+    nvrtcResult r = nv.nvrtcCompileProgram(p, 3, opts);
+    if (r != NVRTC_SUCCESS) {
+        size_t ln = 0;
+        nv.nvrtcGetProgramLogSize(p, &ln);
+        char *log = malloc(ln + 1);
+        nv.nvrtcGetProgramLog(p, log);
+        fail_msg("NVRTC failed: %s", log);
+    }
+    nv.nvrtcGetCUBINSize(p, len);
+    unsigned char *cubin = malloc(*len);
+    nv.nvrtcGetCUBIN(p, (char *)cubin);
+    nv.nvrtcDestroyProgram(&p);
+    return cubin;
+}

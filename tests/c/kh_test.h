@@ -33,4 +33,9 @@ int kh_test_have_gpu(void);
 /* Write a file; fails the test on error. */
 void kh_test_write_file(const char *path, const char *text);
 
+
+
+/* Compile CUDA source to a cubin with NVRTC for arch (e.g. "sm_90a");
+ * returns malloc'ed bytes or fails the test with the log. */
+unsigned char *kh_test_nvrtc_cubin(const char *src, const char *arch, size_t *len);
 #endif
