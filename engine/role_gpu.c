@@ -298,7 +298,8 @@ static kh_status ct_call(void *ctx, kh_err *err)
 {
     copy_target *c = ctx;
     const kh_cuda_api *cu = kh_gpu_api(c->g);
-    return kh_gpu_check(c->g, cu->cuMemcpyDtoD(c->b, c->a, c->n), "cuMemcpyDtoD", err);
+    return kh_gpu_check(c->g, cu->cuMemcpyDtoDAsync(c->b, c->a, c->n, kh_gpu_stream(c->g)),
+                        "cuMemcpyDtoDAsync", err);
 }
 
 static kh_status m_peaks(kh_worker *w, const json_t *params, const unsigned char *payload,

@@ -190,6 +190,11 @@ static void free_argv(char **argv)
 
 kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
 {
+    /* A worker that dies mid-request must not take the coordinator with it
+     * through SIGPIPE; write errors are handled where they happen. */
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
     char exe[4096];
     if (o->exe) {
         snprintf(exe, sizeof exe, "%s", o->exe);

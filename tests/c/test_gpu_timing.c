@@ -40,6 +40,8 @@ static void row(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(table + l, sizeof table - l, fmt, ap);
     va_end(ap);
+    fputs(table + l, stdout); /* as it comes, in case a later test crashes */
+    fflush(stdout);
 }
 
 static kh_status load_module(kh_err *err)
@@ -103,7 +105,7 @@ static int teardown(void **state)
 {
     (void)state;
     kh_pool_free(pool);
-    printf("\n%s", table);
+    printf("\n== summary\n%s", table);
     return 0;
 }
 
@@ -171,6 +173,9 @@ static void test_copy_bandwidth_against_the_ceiling(void **state)
     if (st)
         fail_msg("%s", err.msg);
     double ceiling = num(peaks, "copy_bytes_per_s");
+    char *pj = json_dumps(peaks, JSON_COMPACT);
+    row("peaks: %s\n", pj);
+    free(pj);
     json_decref(peaks);
     size_t bytes = 1u << 30;
     json_t *spec = json_pack(
@@ -205,8 +210,10 @@ static void test_screen_and_precise_stop_early(void **state)
     r = time_spec(spin_spec(20000), "precise", &st, &err);
     assert_int_equal(st, KH_OK);
     n = json_integer_value(json_object_get(r, "n"));
-    row("precise, spin 20 us: %lld samples, rel stdev %.3f%%\n", (long long)n,
-        100 * num(r, "stdev_ns") / num(r, "mean_ns"));
+    row("precise, spin 20 us: %lld samples, rel stdev %.3f%%, status %s %s\n", (long long)n,
+        100 * num(r, "stdev_ns") / num(r, "mean_ns"),
+        json_string_value(json_object_get(r, "status")),
+        json_string_value(json_object_get(r, "why")));
     /* >= 0.5 s of GPU time at 20 us each */
     assert_true(n >= 25000 / 1);
     json_decref(r);
@@ -280,7 +287,7 @@ static void test_limits_and_guards(void **state)
 
     json_t *over = json_pack("{s:[{s:s, s:I}], s:[{s:s, s:[i], s:[i], s:[{s:s}, {s:i}]}]}",
                              "buffers", "name", "out", "bytes", (json_int_t)4096,
-                             "launches", "kernel", "overrun", "grid", 4, "block", 256, "args",
+                             "launches", "kernel", "overrun", "grid", 5, "block", 256, "args",
                              "buf", "out", "i32", 1024);
     r = time_spec(over, "screen", &st, &err);
     assert_int_equal(st, KH_OK);
