@@ -423,6 +423,11 @@ size_t kh_wproc_wait(kh_wproc *const *ws, size_t n, double wait_s, kh_wdone *don
                 d->reply = m;
                 d->seconds = kh_now() - w->submitted;
                 w->busy = 0;
+                if (json_is_true(json_object_get(m.head, "exiting"))) {
+                    /* It leaves by itself (a sticky error): reap it now. */
+                    kill_and_reap(w, 5.0);
+                    d->worker_died = 1;
+                }
                 if (json_is_true(json_object_get(m.head, "ok"))) {
                     d->status = KH_OK;
                 } else {

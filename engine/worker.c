@@ -40,10 +40,14 @@ static kh_worker_method find_method(const kh_worker_role *role, const char *name
 }
 
 static int send_reply(int out, json_t *id, kh_status st, const kh_err *err, json_t *result,
-                      const unsigned char *payload, size_t n)
+                      const unsigned char *payload, size_t n, int exiting)
 {
     json_t *head = json_object();
     json_object_set(head, "id", id ? id : json_null());
+    /* Tell the supervisor this process is about to leave, so it does not
+     * hand the next request to a dying worker. */
+    if (exiting)
+        json_object_set_new(head, "exiting", json_true());
     json_object_set_new(head, "ok", json_boolean(st == KH_OK));
     if (st == KH_OK) {
         json_object_set_new(head, "result", result ? result : json_object());
@@ -132,7 +136,7 @@ int kh_worker_main(kh_engine *e, const kh_worker_role *role, int in_fd, int out_
                 st = fn(&w, params, req.payload, req.payload_len, &result, &rp, &rn, &err);
         }
         w.served++;
-        int sent = send_reply(out, id, st, &err, result, rp, rn);
+        int sent = send_reply(out, id, st, &err, result, rp, rn, shutdown || w.exit_after >= 0);
         free(rp);
         kh_msg_free(&req);
         if (!sent) {

@@ -214,8 +214,8 @@ static void test_screen_and_precise_stop_early(void **state)
         100 * num(r, "stdev_ns") / num(r, "mean_ns"),
         json_string_value(json_object_get(r, "status")),
         json_string_value(json_object_get(r, "why")));
-    /* >= 0.5 s of GPU time at 20 us each */
-    assert_true(n >= 25000 / 1);
+    /* nvbench's rule: at least 0.5 s of measured GPU time */
+    assert_true((double)n * num(r, "median_ns") >= 0.5e9);
     json_decref(r);
 }
 
@@ -313,7 +313,8 @@ static void test_faults_cost_one_worker(void **state)
     double t0 = kh_now();
     json_t *r = time_spec(bad, "screen", &st, &err);
     assert_null(r);
-    assert_int_equal(st, KH_ECUDA);
+    if (st != KH_ECUDA)
+        fail_msg("illegal address: got %s: %s", kh_status_name(st), err.msg);
     assert_non_null(strstr(err.msg, "ILLEGAL_ADDRESS"));
     /* The next honest call runs on a fresh worker. */
     assert_int_equal(load_module(&err), KH_OK);

@@ -125,7 +125,21 @@ static void test_reported_and_sticky_errors(void **state)
     assert_non_null(strstr(err.msg, "sticky"));
     kh_msg_free(&reply);
     json_decref(params);
+    /* The supervisor knows at once: no request goes to the dying worker. */
+    assert_false(kh_wproc_alive(w));
+    assert_int_equal(kh_wproc_submit(w, "ping", NULL, NULL, 0, 10, &err), KH_ESTATE);
     kh_wproc_stop(w, 2);
+
+    /* A pool moves on to a fresh worker after a sticky error. */
+    kh_wproc_opts o = echo_opts();
+    kh_pool *p = kh_pool_new(&o, 1, &err);
+    params = json_pack("{s:s}", "how", "sticky");
+    assert_int_equal(kh_pool_call(p, "fail", params, NULL, 0, 10, &reply, &err), KH_ECUDA);
+    kh_msg_free(&reply);
+    assert_int_equal(kh_pool_call(p, "ping", NULL, NULL, 0, 10, &reply, &err), KH_OK);
+    kh_msg_free(&reply);
+    json_decref(params);
+    kh_pool_free(p);
 }
 
 static void test_bad_launches(void **state)
