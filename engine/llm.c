@@ -963,6 +963,15 @@ kh_status kh_llm_poll(kh_llm *c, double timeout_s, kh_llm_result **out, size_t *
     }
 }
 
+kh_status kh_llm_take(kh_llm *c, kh_llm_result **out, size_t *n, kh_err *err)
+{
+    (void)err;
+    *out = NULL;
+    *n = 0;
+    take_finished(c, out, n);
+    return KH_OK;
+}
+
 kh_status kh_llm_cancel(kh_llm *c, int64_t id, kh_err *err)
 {
     for (llm_job *j = c->jobs; j; j = j->next) {
@@ -975,8 +984,11 @@ kh_status kh_llm_cancel(kh_llm *c, int64_t id, kh_err *err)
             attempt_cleanup(j);
             http_finish(j, llm_error_json("cancelled", KH_EINTR, "cancelled", 0, NULL), 0);
         } else {
-            j->wake_at = 0;
-            j->queued = 1;
+            json_t *r = llm_record_base(j);
+            json_object_set_new(r, "ok", json_false());
+            json_object_set_new(r, "error",
+                                llm_error_json("cancelled", KH_EINTR, "cancelled", 0, NULL));
+            llm_job_finish(j, r);
         }
         return KH_OK;
     }

@@ -101,6 +101,10 @@ kh_status kh_llm_submit(kh_llm *c, const json_t *req, int64_t *id, kh_err *err);
  * failure of the multi handle itself. */
 kh_status kh_llm_poll(kh_llm *c, double timeout_s, kh_llm_result **out, size_t *n, kh_err *err);
 
+/* Hand out results that already finished (after a cancel, say) without
+ * driving transfers or looking at the stop request.  Same ownership as poll. */
+kh_status kh_llm_take(kh_llm *c, kh_llm_result **out, size_t *n, kh_err *err);
+
 /* Finish a call now with error kind "cancelled" (it comes out of the next
  * poll).  KH_ENOTFOUND if id is not in flight. */
 kh_status kh_llm_cancel(kh_llm *c, int64_t id, kh_err *err);
