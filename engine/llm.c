@@ -751,7 +751,7 @@ static void end_attempt(kh_llm *c, llm_job *j, CURLcode cc)
         const json_t *e = j->st.error;
         const char *m = json_string_value(json_object_get(e, "message"));
         etype = json_string_value(json_object_get(e, "type"));
-        if (!etype)
+        if (!etype || !strcmp(etype, "error")) /* Responses: {"type":"error","code":...} */
             etype = json_string_value(json_object_get(e, "code"));
         kind = "stream";
         snprintf(msg, sizeof msg, "error event after HTTP %ld from %s: %s%s%s", status,
@@ -829,7 +829,7 @@ static void end_attempt(kh_llm *c, llm_job *j, CURLcode cc)
         free(p->quota_msg);
         p->quota_msg = kh_strdup(qm);
         snprintf(msg, sizeof msg, "%.1000s", qm);
-    } else if (retry && !j->cancelled) {
+    } else if (retry && !j->cancelled && j->attempt > 1) {
         kind = "retries";
         char m2[1100];
         snprintf(m2, sizeof m2, "gave up after %d attempts: %s", j->attempt, msg);
