@@ -82,7 +82,7 @@ def sse(event, obj):
 
 def stream_events(dialect, text, n_in, fault):
     """The list of SSE event strings for a normal reply (faults edit it)."""
-    pieces = chunks_of(text)
+    pieces = chunks_of(text, 64 if fault == "big" else 7)
     n_out = len(text)
     finish = "length" if fault == "length" else None
     ev = []
