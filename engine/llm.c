@@ -519,6 +519,10 @@ static void http_finish(llm_job *j, json_t *err_obj, long http_status)
         json_array_append_new(j->warnings,
                               json_string("the server counted far fewer prompt tokens than the "
                                           "prompt holds: it may have truncated the prompt"));
+    if (j->st.repaired_utf8)
+        json_array_append_new(j->warnings,
+                              json_string("the stream held invalid UTF-8; the bad bytes became "
+                                          "U+FFFD"));
     json_object_set_new(r, "usage", usage);
     json_object_set_new(r, "first_token_s",
                         j->st.t_first ? json_real(j->st.t_first - j->t_attempt) : json_null());

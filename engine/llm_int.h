@@ -40,6 +40,7 @@ typedef struct llm_stream {
     int terminal;      /* the dialect's end-of-stream event was seen */
     int malformed;     /* a data event was not valid JSON */
     char malformed_msg[200];
+    int repaired_utf8; /* events whose invalid UTF-8 was replaced */
     double t_first;    /* monotonic time of the first text/reasoning byte, 0 if none */
 } llm_stream;
 

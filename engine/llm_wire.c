@@ -562,6 +562,18 @@ int llm_wire_dispatch(void *ud, const char *event, const char *data, size_t n, c
         return 0;
     json_error_t je;
     json_t *j = json_loadb(data, n, JSON_ALLOW_NUL, &je);
+    if (!j) {
+        /* Invalid UTF-8 inside an otherwise good event: keep the event, with
+         * U+FFFD for the bad bytes, rather than fail the whole call. */
+        size_t sl;
+        char *clean = kh_utf8_sanitize(data, n, &sl);
+        if (clean && (sl != n || memcmp(clean, data, n))) {
+            j = json_loadb(clean, sl, 0, NULL);
+            if (j)
+                st->repaired_utf8++;
+        }
+        free(clean);
+    }
     if (!j || !json_is_object(j)) {
         if (!st->malformed) {
             st->malformed = 1;

@@ -34,6 +34,7 @@ FAULTS = {
     "ok", "429ra", "429ms", "500", "502", "503load", "529", "quota", "midstream",
     "midstream_fatal", "truncate", "slowfirst", "drip", "malformed", "bytewise", "echokey",
     "noretry500", "retry400", "400", "whole", "vllm", "vllm_old", "length", "code", "big",
+    "badutf8",
 }
 
 
@@ -310,6 +311,9 @@ class Handler(BaseHTTPRequestHandler):
                 err = sse("error", {"type": "error", "error": {"type": etype,
                                                                 "message": "mid-stream failure"}})
             events = events[:3] + [err]
+        if fault == "badutf8" and dialect == "chat":
+            events = events[:2] + [b'data: {"choices":[{"index":0,"delta":{"content":"bad \xff '
+                                   b'byte "}}]}\n\n'] + events[2:]
         if fault == "malformed":
             events = events[:2] + ["data: {not json at all\n\n"] + events[2:]
         if fault == "slowfirst":

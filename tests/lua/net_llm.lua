@@ -269,6 +269,13 @@ T.test("server quirks: whole JSON reply, vLLM reasoning names, token-limit cut",
   T.eq(res.request.options.num_ctx, 32768, "extra is merged at the top level")
 end)
 
+T.test("invalid UTF-8 in a stream is replaced, not fatal", function()
+  local res = chat_ok(req(dialects[1], srv.base("badutf8", 0, tag()), "u"))
+  T.eq(res.retries, 0)
+  T.match(res.text, "^bad \u{FFFD} byte Hello from chat: u$")
+  T.match(res.warnings[1], "invalid UTF%-8")
+end)
+
 T.test("a reply with code extracts to a candidate", function()
   local res = chat_ok(req(dialects[3], srv.base("code", 0, tag()), "write a kernel"))
   local c = kh.llm.extract(res.text, { finish_reason = res.finish_reason })
