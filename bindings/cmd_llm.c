@@ -300,6 +300,10 @@ static int ask(kh_engine *e, int argc, char **argv)
         const char *t = json_string_value(json_object_get(rec, "text"));
         if (t && *t && t[strlen(t) - 1] != '\n')
             putchar('\n');
+        const char *ws = json_string_value(
+            json_object_get(json_object_get(rec, "command"), "workspace"));
+        if (ws)
+            fprintf(stderr, "[khlua llm: the agent's workspace is %s]\n", ws);
         if (json_is_true(json_object_get(rec, "replay")))
             fprintf(stderr, "[khlua llm: replayed from %s, not a live model]\n",
                     json_string_value(json_object_get(rec, "replay_file")));

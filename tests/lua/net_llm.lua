@@ -379,6 +379,26 @@ T.test("khlua llm ask streams to stdout and --json reports usage and retries", f
   T.match(out, "HTTP 400")
   out, code = T.khlua("llm", "ask", "--provider", "openai", "--model", "m", "x")
   T.eq(code, 2, "no key is a usage error")
+  -- a recorded transcript replays to the same reply, marked as a replay
+  local dir = T.tmpdir()
+  local p = random_prompt()
+  out, code = T.khlua("llm", "ask", "--provider", "anthropic", "--base-url", srv.base(),
+    "--model", "m", "--transcript-dir", dir, p)
+  T.eq(code, 2, "anthropic without ANTHROPIC_API_KEY")
+  out, code = T.khlua("llm", "ask", "--provider", "compat", "--base-url", srv.base(),
+    "--model", "m", "--transcript-dir", dir, p)
+  T.eq(code, 0, out)
+  out, code = T.khlua("llm", "ask", "--replay-dir", dir, "--json", p)
+  T.eq(code, 0, out)
+  j = kh.json.decode(out:match("^(.-\n})"))
+  T.eq(j.text, "Hello from chat: " .. p)
+  T.eq(j.replay, true)
+  T.eq(j.usage.input, #p + 10, "usage from the recorded stream")
+  T.match(j.replay_file, "%.json$")
+  out, code = T.khlua("llm", "ask", "--replay-dir", dir, p)
+  T.eq(code, 0, out)
+  T.match(out, "replayed from .*%.json, not a live model")
+  os.execute("rm -rf " .. mock.quote(dir))
 end)
 
 T.test("Ctrl-C stops a blocking chat promptly", function()
