@@ -284,9 +284,15 @@ static void attempt_cleanup(llm_job *j)
     j->sse = NULL;
 }
 
+llm_job *llm_jobs(kh_llm *c)
+{
+    return c->jobs;
+}
+
 static void job_free(llm_job *j)
 {
     attempt_cleanup(j);
+    llm_command_kill(j);
     json_decref(j->req);
     json_decref(j->body);
     free(j->body_str);
@@ -387,6 +393,7 @@ kh_status kh_llm_submit(kh_llm *c, const json_t *req, int64_t *id, kh_err *err)
     if (!j)
         return kh_err_set(err, KH_ENOMEM, "out of memory");
     j->client = c;
+    j->cmd_fd = -1;
     j->req = json_deep_copy(req);
     j->attempts = json_array();
     j->warnings = json_array();
@@ -961,9 +968,14 @@ kh_status kh_llm_poll(kh_llm *c, double timeout_s, kh_llm_result **out, size_t *
             wait = wake < 0 ? 0 : wake;
         if (wait > 0.05)
             wait = 0.05; /* look at the stop request and the idle clocks often */
-        mc = curl_multi_poll(c->multi, NULL, 0, (int)(wait * 1000) + 1, NULL);
+        struct curl_waitfd fds[64];
+        int nfds = llm_command_fds(c, fds, (int)KH_ARRAY_LEN(fds));
+        mc = curl_multi_poll(c->multi, fds, (unsigned)nfds, (int)(wait * 1000) + 1, NULL);
         if (mc != CURLM_OK)
             return kh_err_set(err, KH_ENET, "curl_multi_poll: %s", curl_multi_strerror(mc));
+        for (llm_job *j = c->jobs; j; j = j->next)
+            if (j->cmd_pid > 0)
+                llm_command_pump(j);
     }
 }
 
@@ -984,7 +996,14 @@ kh_status kh_llm_cancel(kh_llm *c, int64_t id, kh_err *err)
         if (j->result)
             return KH_OK; /* already finished: poll hands it out */
         j->cancelled = 1;
-        if (j->in_multi) {
+        if (j->cmd_pid > 0) {
+            llm_command_kill(j);
+            json_t *r = llm_record_base(j);
+            json_object_set_new(r, "ok", json_false());
+            json_object_set_new(r, "error",
+                                llm_error_json("cancelled", KH_EINTR, "cancelled", 0, NULL));
+            llm_job_finish(j, r);
+        } else if (j->in_multi) {
             attempt_cleanup(j);
             http_finish(j, llm_error_json("cancelled", KH_EINTR, "cancelled", 0, NULL), 0);
         } else {

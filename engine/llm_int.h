@@ -78,6 +78,14 @@ struct llm_job {
     int queued;         /* waiting for wake_at / the breaker */
     int cancelled;
     int breaker_waits;
+    /* command provider: the agent runs as a child watched by the poll loop */
+    int cmd_pid, cmd_fd;
+    double cmd_deadline, cmd_timeout;
+    json_t *cmd_before;     /* workspace files before the run */
+    char *cmd_ws, *cmd_prompt;
+    size_t cmd_max;
+    int cmd_truncated, cmd_timed_out;
+    int cmd_own_ws;         /* we made the workspace: remove it if left empty */
     kh_llm_result *result; /* set when finished, until poll hands it out */
     llm_job *next;
 };
@@ -102,9 +110,16 @@ int llm_wire_dispatch(void *ud, const char *event, const char *data, size_t n, c
 void llm_job_delta(llm_job *j, const char *kind, const char *s, size_t n);
 
 /* llm_offline.c ---------------------------------------------------------- */
-/* Run a command or replay job to completion; fill j->result.  Never fails:
- * problems become an error in the record. */
+/* Start a command job or run a replay job to completion (j->result).  Never
+ * fails: problems become an error in the record. */
 void llm_offline_run(kh_llm *c, llm_job *j);
+/* Running agent commands: the fds to wait on (at most max; returns how many),
+ * then pump reads their output, enforces deadlines and finishes those that
+ * ended.  kill ends a running command now (cancel, free). */
+int llm_command_fds(kh_llm *c, struct curl_waitfd *fds, int max);
+void llm_command_pump(llm_job *j);
+void llm_command_kill(llm_job *j);
+llm_job *llm_jobs(kh_llm *c);
 /* Client-side replay counters (deterministic order per directory). */
 int llm_replay_next(kh_llm *c, const char *dir);
 /* Finish a job with a record built by the caller (takes the reference). */

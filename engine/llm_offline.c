@@ -2,7 +2,8 @@
  * from recorded replies in a directory (deterministically: by the request's
  * fingerprint when a file carries it, else in file-name order per client);
  * "command" runs an agent command line with the prompt on stdin in a scratch
- * workspace under a time limit and records its output and the files it
+ * workspace under a time limit, watched by the client's poll loop (so several
+ * run at once beside HTTP calls), and records its output and the files it
  * wrote.  Both produce the same record shape as the HTTP providers. */
 #include "llm_int.h"
 
@@ -11,10 +12,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define FILE_CONTENT_MAX ((size_t)1 << 20)
@@ -242,30 +245,11 @@ static void replay_run(kh_llm *c, llm_job *j)
     llm_job_finish(j, r);
 }
 
-/* ---- command --------------------------------------------------------------- */
-
-typedef struct cmd_args {
-    char **argv;
-    const char *workspace;
-    const char *prompt_path;
-} cmd_args;
-
-static int cmd_child(void *ud, int out_fd)
-{
-    cmd_args *a = ud;
-    int in = open(a->prompt_path, O_RDONLY);
-    if (in < 0 || dup2(in, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0) {
-        dprintf(out_fd, "khlua: cannot set up the agent's stdin/stdout: %s\n", strerror(errno));
-        return 126;
-    }
-    if (chdir(a->workspace) < 0) {
-        dprintf(out_fd, "khlua: cannot enter workspace %s: %s\n", a->workspace, strerror(errno));
-        return 126;
-    }
-    execvp(a->argv[0], a->argv);
-    dprintf(out_fd, "khlua: cannot run %s: %s\n", a->argv[0], strerror(errno));
-    return 127;
-}
+/* ---- command ---------------------------------------------------------------
+ * The agent runs as a child in its own process group (so a deadline or a
+ * cancel kills whatever it started), stdin from a prompt file, stdout and
+ * stderr into one non-blocking pipe that the poll loop watches beside the
+ * HTTP transfers: several agents can run at once. */
 
 /* Files under root (relative paths) with their size and mtime. */
 static void walk(const char *root, const char *rel, json_t *out, int depth)
@@ -298,7 +282,7 @@ static void walk(const char *root, const char *rel, json_t *out, int depth)
     closedir(d);
 }
 
-static void command_run(llm_job *j)
+static void command_start(llm_job *j)
 {
     const json_t *cmd = json_object_get(j->req, "command");
     const json_t *av = json_object_get(cmd, "argv");
@@ -308,33 +292,25 @@ static void command_run(llm_job *j)
                     "provider command needs request.command.argv, a non-empty array of strings");
         return;
     }
-    double timeout = 600;
+    j->cmd_timeout = 600;
     json_t *tv = json_object_get(cmd, "timeout");
     if (tv) {
         if (!json_is_number(tv) || json_number_value(tv) <= 0) {
             finish_fail(j, "config", KH_EINVAL, "request.command.timeout must be a positive number");
             return;
         }
-        timeout = json_number_value(tv);
+        j->cmd_timeout = json_number_value(tv);
     }
-    size_t max_out = (size_t)16 << 20;
+    j->cmd_max = (size_t)16 << 20;
     json_t *mo = json_object_get(cmd, "max_output");
     if (json_is_integer(mo) && json_integer_value(mo) > 0)
-        max_out = (size_t)json_integer_value(mo);
+        j->cmd_max = (size_t)json_integer_value(mo);
     size_t argc = json_array_size(av);
-    char **argv = calloc(argc + 1, sizeof *argv);
-    if (!argv) {
-        finish_fail(j, "command", KH_ENOMEM, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < argc; i++) {
-        argv[i] = (char *)json_string_value(json_array_get(av, i));
-        if (!argv[i]) {
-            free(argv);
+    for (size_t i = 0; i < argc; i++)
+        if (!json_is_string(json_array_get(av, i))) {
             finish_fail(j, "config", KH_EINVAL, "request.command.argv must hold only strings");
             return;
         }
-    }
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !*tmp)
         tmp = "/tmp";
@@ -344,7 +320,6 @@ static void command_run(llm_job *j)
         struct stat st;
         if (stat(given, &st) < 0 || !S_ISDIR(st.st_mode)) {
             snprintf(msg, sizeof msg, "request.command.workspace %s is not a directory", given);
-            free(argv);
             finish_fail(j, "config", KH_EINVAL, msg);
             return;
         }
@@ -353,53 +328,148 @@ static void command_run(llm_job *j)
         snprintf(ws, sizeof ws, "%s/khlua-agent-XXXXXX", tmp);
         if (!mkdtemp(ws)) {
             snprintf(msg, sizeof msg, "cannot make a workspace under %s: %s", tmp, strerror(errno));
-            free(argv);
             finish_fail(j, "command", KH_EIO, msg);
             return;
         }
     }
+    j->cmd_ws = kh_strdup(ws);
+    j->cmd_own_ws = !given;
     char pp[4096];
     snprintf(pp, sizeof pp, "%s/khlua-prompt-XXXXXX", tmp);
     int fd = mkstemp(pp);
     char *prompt = prompt_text(j->req);
     size_t plen = prompt ? strlen(prompt) : 0;
-    if (fd < 0 || !prompt || write(fd, prompt, plen) != (ssize_t)plen) {
+    if (fd < 0 || !prompt || !j->cmd_ws || write(fd, prompt, plen) != (ssize_t)plen) {
         snprintf(msg, sizeof msg, "cannot write the prompt file %s: %s", pp, strerror(errno));
         if (fd >= 0) {
             close(fd);
             unlink(pp);
         }
         free(prompt);
-        free(argv);
         finish_fail(j, "command", KH_EIO, msg);
         return;
     }
     close(fd);
     free(prompt);
-    json_t *before = json_object();
-    walk(ws, "", before, 0);
-    cmd_args a = {argv, ws, pp};
-    kh_child_result res;
-    kh_err err;
-    j->attempt = 1;
-    j->t_attempt = kh_now();
-    kh_status st = kh_proc_fork_call(cmd_child, &a, timeout, max_out, &res, &err);
-    unlink(pp);
-    free(argv);
-    if (st != KH_OK) {
-        json_decref(before);
-        finish_fail(j, "command", st, err.msg);
+    j->cmd_prompt = kh_strdup(pp);
+    j->cmd_before = json_object();
+    walk(ws, "", j->cmd_before, 0);
+
+    char **argv = calloc(argc + 1, sizeof *argv);
+    int fds[2] = {-1, -1}, efd[2] = {-1, -1};
+    if (!argv || pipe2(fds, O_CLOEXEC) < 0 || pipe2(efd, O_CLOEXEC) < 0) {
+        snprintf(msg, sizeof msg, "cannot start the agent: %s", strerror(errno));
+        free(argv);
+        for (int k = 0; k < 2; k++) {
+            if (fds[k] >= 0)
+                close(fds[k]);
+            if (efd[k] >= 0)
+                close(efd[k]);
+        }
+        finish_fail(j, "command", KH_EIO, msg);
         return;
     }
+    for (size_t i = 0; i < argc; i++)
+        argv[i] = (char *)json_string_value(json_array_get(av, i));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        int in = open(pp, O_RDONLY);
+        if (in < 0 || dup2(in, 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[1], 2) < 0 ||
+            chdir(ws) < 0) {
+            int e = errno;
+            if (write(efd[1], &e, sizeof e) < 0) {
+            }
+            _exit(126);
+        }
+        signal(SIGPIPE, SIG_DFL);
+        execvp(argv[0], argv);
+        int e = errno;
+        if (write(efd[1], &e, sizeof e) < 0) {
+        }
+        _exit(127);
+    }
+    free(argv);
+    close(fds[1]);
+    close(efd[1]);
+    if (pid < 0) {
+        snprintf(msg, sizeof msg, "fork: %s", strerror(errno));
+        close(fds[0]);
+        close(efd[0]);
+        finish_fail(j, "command", KH_EIO, msg);
+        return;
+    }
+    setpgid(pid, pid); /* also here: no race with the child's own call */
+    int child_errno = 0;
+    ssize_t n = read(efd[0], &child_errno, sizeof child_errno); /* EOF once exec succeeded */
+    close(efd[0]);
+    if (n == (ssize_t)sizeof child_errno) {
+        close(fds[0]);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        snprintf(msg, sizeof msg, "cannot run agent %s: %s",
+                 json_string_value(json_array_get(av, 0)), strerror(child_errno));
+        finish_fail(j, "command", KH_ENOTFOUND, msg);
+        return;
+    }
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    j->cmd_pid = pid;
+    j->cmd_fd = fds[0];
+    j->cmd_deadline = kh_now() + j->cmd_timeout;
+    j->queued = 0;
+}
+
+int llm_command_fds(kh_llm *c, struct curl_waitfd *fds, int max)
+{
+    int n = 0;
+    for (llm_job *j = llm_jobs(c); j && n < max; j = j->next)
+        if (j->cmd_pid > 0 && j->cmd_fd >= 0) {
+            fds[n].fd = j->cmd_fd;
+            fds[n].events = CURL_WAIT_POLLIN;
+            fds[n].revents = 0;
+            n++;
+        }
+    return n;
+}
+
+void llm_command_kill(llm_job *j)
+{
+    if (j->cmd_pid > 0) {
+        kill(-j->cmd_pid, SIGKILL);
+        kill(j->cmd_pid, SIGKILL);
+        while (waitpid(j->cmd_pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        j->cmd_pid = 0;
+    }
+    if (j->cmd_fd >= 0) {
+        close(j->cmd_fd);
+        j->cmd_fd = -1;
+    }
+    if (j->cmd_prompt) {
+        unlink(j->cmd_prompt);
+        free(j->cmd_prompt);
+        j->cmd_prompt = NULL;
+    }
+    if (j->cmd_ws && j->cmd_own_ws)
+        rmdir(j->cmd_ws); /* only succeeds when the agent never wrote anything */
+    free(j->cmd_ws);
+    j->cmd_ws = NULL;
+    json_decref(j->cmd_before);
+    j->cmd_before = NULL;
+}
+
+static void command_finish(llm_job *j, int status)
+{
     json_t *after = json_object(), *files = json_array();
-    walk(ws, "", after, 0);
+    walk(j->cmd_ws, "", after, 0);
     const char *k;
     json_t *v;
     json_object_foreach(after, k, v) {
-        if (json_equal(v, json_object_get(before, k)))
+        if (json_equal(v, json_object_get(j->cmd_before, k)))
             continue; /* there before and untouched */
         char p[8192];
-        snprintf(p, sizeof p, "%s/%s", ws, k);
+        snprintf(p, sizeof p, "%s/%s", j->cmd_ws, k);
         json_t *f = json_pack("{s:s, s:O}", "path", k, "size", json_object_get(v, "size"));
         size_t len = 0;
         char *data = json_integer_value(json_object_get(v, "size")) <= (json_int_t)FILE_CONTENT_MAX
@@ -412,29 +482,39 @@ static void command_run(llm_job *j)
         }
         json_array_append_new(files, f);
     }
-    json_decref(before);
     json_decref(after);
-
+    kh_child_result res;
+    memset(&res, 0, sizeof res);
+    res.timed_out = j->cmd_timed_out;
+    res.seconds = kh_now() - j->t_attempt;
+    if (WIFEXITED(status)) {
+        res.exited = 1;
+        res.exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+        res.signaled = 1;
+        res.signal = WTERMSIG(status);
+    }
     char how[128];
     kh_child_describe(&res, how, sizeof how);
     int ok = res.exited && res.exit_code == 0 && !res.timed_out;
-    char *text = kh_utf8_sanitize(res.out ? res.out : "", res.out_len, NULL);
-    if (text)
-        llm_job_delta(j, "text", text, strlen(text));
+    char *text = kh_utf8_sanitize(j->raw.p ? j->raw.p : "", j->raw.len, NULL);
+    const json_t *av = json_object_get(json_object_get(j->req, "command"), "argv");
     json_t *r = llm_record_base(j);
     json_object_set_new(r, "ok", json_boolean(ok));
     json_object_set_new(r, "text", json_string(text ? text : ""));
     json_object_set_new(r, "reasoning", json_string(""));
     json_object_set_new(r, "finish_reason", json_string(ok ? "stop" : "error"));
-    json_object_set_new(r, "truncated", json_boolean(res.truncated));
+    json_object_set_new(r, "truncated", json_boolean(j->cmd_truncated));
     json_object_set_new(r, "usage", llm_wire_usage(D_NONE, NULL));
-    json_object_set_new(r, "first_token_s", json_null());
+    json_object_set_new(r, "first_token_s", j->st.t_first ? json_real(j->st.t_first - j->t_attempt)
+                                                          : json_null());
     json_object_set_new(r, "command", json_pack("{s:O, s:s, s:s, s:f, s:b, s:b}", "argv", av,
-                                                "workspace", ws, "ended", how, "seconds",
+                                                "workspace", j->cmd_ws, "ended", how, "seconds",
                                                 res.seconds, "timed_out", res.timed_out,
-                                                "output_truncated", res.truncated));
+                                                "output_truncated", j->cmd_truncated));
     json_object_set_new(r, "files", files);
     if (!ok) {
+        char msg[512];
         snprintf(msg, sizeof msg, "agent command %s: %s", json_string_value(json_array_get(av, 0)),
                  how);
         json_object_set_new(r, "error", llm_error_json(res.timed_out ? "timeout" : "command",
@@ -442,12 +522,56 @@ static void command_run(llm_job *j)
                                                        msg, 0, NULL));
     }
     free(text);
-    llm_buf_free(&j->raw);
-    j->raw.p = res.out;
-    j->raw.len = res.out_len;
-    res.out = NULL;
-    kh_child_result_free(&res);
+    j->cmd_own_ws = 0;   /* the record names the workspace: keep it */
+    llm_command_kill(j); /* the child is reaped already: this frees the rest */
     llm_job_finish(j, r);
+}
+
+void llm_command_pump(llm_job *j)
+{
+    char buf[65536];
+    int eof = 0;
+    for (;;) {
+        ssize_t n = read(j->cmd_fd, buf, sizeof buf);
+        if (n > 0) {
+            if (!j->st.t_first)
+                j->st.t_first = kh_now();
+            size_t keep = (size_t)n;
+            if (j->raw.len + keep > j->cmd_max) {
+                keep = j->cmd_max > j->raw.len ? j->cmd_max - j->raw.len : 0;
+                j->cmd_truncated = 1;
+            }
+            if (keep && llm_buf_add(&j->raw, buf, keep) == 0)
+                llm_job_delta(j, "text", buf, keep);
+            continue;
+        }
+        if (n == 0)
+            eof = 1;
+        else if (errno == EINTR)
+            continue;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            eof = 1;
+        break;
+    }
+    int status = 0;
+    if (eof) {
+        /* stdout closed: the agent (and anything it left behind) is done */
+        kill(-j->cmd_pid, SIGKILL); /* stragglers in its group */
+        while (waitpid(j->cmd_pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        j->cmd_pid = 0;
+        command_finish(j, status);
+        return;
+    }
+    if (kh_now() > j->cmd_deadline) {
+        j->cmd_timed_out = 1;
+        kill(-j->cmd_pid, SIGKILL);
+        kill(j->cmd_pid, SIGKILL);
+        while (waitpid(j->cmd_pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        j->cmd_pid = 0;
+        command_finish(j, status);
+    }
 }
 
 void llm_offline_run(kh_llm *c, llm_job *j)
@@ -457,5 +581,5 @@ void llm_offline_run(kh_llm *c, llm_job *j)
     if (j->kind == 'r')
         replay_run(c, j);
     else
-        command_run(j);
+        command_start(j);
 }

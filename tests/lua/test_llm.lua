@@ -186,10 +186,43 @@ T.test("the command provider runs an agent CLI in a scratch workspace", function
   T.match(msg, "timed out")
   T.ok(kh.time.now() - t0 < 2)
   os.execute("rm -rf '" .. rec.command.workspace .. "'")
-  local r3, msg3 = kh.llm.chat({ provider = "command", messages = { { role = "user", content = "x" } },
+  local r3, msg3, _, rec3 = kh.llm.chat({ provider = "command", messages = { { role = "user", content = "x" } },
     command = { argv = { "false" } } })
   T.eq(r3, nil)
   T.match(msg3, "exit 1")
+  os.execute("rm -rf '" .. rec3.command.workspace .. "'")
+end)
+
+T.test("agent commands run side by side and can be cancelled", function()
+  local function cmd(argv, timeout)
+    return { provider = "command", messages = { { role = "user", content = "x" } },
+      command = { argv = argv, timeout = timeout or 10 } }
+  end
+  local t0 = kh.time.now()
+  local want = {}
+  for i = 1, 3 do
+    local n = math.random(1, 1e6)
+    want[assert(kh.llm.submit(cmd({ "sh", "-c", "sleep 0.4; echo " .. n })))] = n .. "\n"
+  end
+  local slow = assert(kh.llm.submit(cmd({ "sleep", "30" })))
+  local got, ws = 0, {}
+  while got < 3 do
+    for _, r in ipairs(assert(kh.llm.poll(2))) do
+      T.eq(r.text, want[r.ticket])
+      ws[#ws + 1] = r.command.workspace
+      got = got + 1
+    end
+  end
+  T.ok(kh.time.now() - t0 < 1.1, "three 0.4 s agents took " .. (kh.time.now() - t0) .. " s")
+  T.eq(kh.llm.cancel(slow), true)
+  local rs = assert(kh.llm.poll(1))
+  T.eq(#rs, 1)
+  T.eq(rs[1].error.kind, "cancelled")
+  T.ok(kh.time.now() - t0 < 1.5)
+  local r, msg = kh.llm.chat(cmd({ "khlua-no-such-agent-" .. math.random(1, 1e6) }))
+  T.eq(r, nil)
+  T.match(msg, "cannot run agent")
+  for _, w in ipairs(ws) do os.execute("rm -rf '" .. w .. "'") end
 end)
 
 T.test("lib/llm runs requests as coroutines, in flight together", function()
