@@ -497,7 +497,8 @@ static void http_finish(llm_job *j, json_t *err_obj, long http_status)
     json_object_set_new(r, "url", json_string(j->url));
     json_object_set(r, "request", j->body);
     push_headers_redacted(j, r);
-    json_object_set(r, "response_headers", j->resp_headers ? j->resp_headers : json_object());
+    json_object_set_new(r, "response_headers",
+                        j->resp_headers ? json_incref(j->resp_headers) : json_object());
     const char *rid = json_string_value(json_object_get(j->resp_headers, "x-request-id"));
     if (!rid)
         rid = json_string_value(json_object_get(j->resp_headers, "request-id"));
@@ -687,7 +688,10 @@ static kh_status start_attempt(kh_llm *c, llm_job *j, kh_err *err)
     SETOPT(CURLOPT_XFERINFODATA, j);
     SETOPT(CURLOPT_NOSIGNAL, 1L);
     SETOPT(CURLOPT_CONNECTTIMEOUT_MS, (long)(j->o.connect_timeout * 1000));
-    SETOPT(CURLOPT_TIMEOUT_MS, (long)(j->o.total_timeout * 1000));
+    double limit = j->o.total_timeout;
+    if (j->o.deadline > 0 && j->t_submit + j->o.deadline - kh_now() < limit)
+        limit = j->t_submit + j->o.deadline - kh_now();
+    SETOPT(CURLOPT_TIMEOUT_MS, limit > 0.001 ? (long)(limit * 1000) : 1L);
     SETOPT(CURLOPT_ACCEPT_ENCODING, ""); /* whatever this libcurl can decode */
     SETOPT(CURLOPT_USERAGENT, "khlua/" KH_VERSION);
     SETOPT(CURLOPT_PRIVATE, j);
@@ -817,6 +821,11 @@ static void end_attempt(kh_llm *c, llm_job *j, CURLcode cc)
             delay = kh_llm_backoff(j->attempt - 1, j->o.backoff_base, j->o.backoff_cap,
                                    rand01(c));
     }
+    int past_deadline = 0;
+    if (delay >= 0 && j->o.deadline > 0 && kh_now() + delay > j->t_submit + j->o.deadline) {
+        delay = -1; /* the retry could not start before the deadline */
+        past_deadline = 1;
+    }
     json_t *a = json_pack("{s:I, s:s, s:s, s:f}", "http_status", (json_int_t)status, "kind", kind,
                           "error", msg, "latency_s", latency);
     if (delay >= 0)
@@ -840,6 +849,13 @@ static void end_attempt(kh_llm *c, llm_job *j, CURLcode cc)
         free(p->quota_msg);
         p->quota_msg = kh_strdup(qm);
         snprintf(msg, sizeof msg, "%.1000s", qm);
+    } else if (past_deadline) {
+        kind = "timeout";
+        code = KH_ETIMEOUT;
+        char m2[1100];
+        snprintf(m2, sizeof m2, "the call's deadline of %.1f s would pass before the next "
+                                "attempt: %s", j->o.deadline, msg);
+        snprintf(msg, sizeof msg, "%.1000s", m2);
     } else if (retry && !j->cancelled && j->attempt > 1) {
         kind = "retries";
         char m2[1100];
@@ -872,6 +888,13 @@ static void start_ready(kh_llm *c)
             continue;
         }
         llm_provider *p = j->prov;
+        if (j->o.deadline > 0 && now > j->t_submit + j->o.deadline) {
+            char m[200];
+            snprintf(m, sizeof m, "the call's deadline of %.1f s passed while it waited for the "
+                                  "provider's circuit breaker", j->o.deadline);
+            http_finish(j, llm_error_json("timeout", KH_ETIMEOUT, m, 0, NULL), 0);
+            continue;
+        }
         if (p->open_until > now || (p->consecutive >= j->o.breaker_threshold && p->inflight > 0)) {
             /* breaker open, or half open with its one probe in flight */
             if (!j->breaker_waits++)

@@ -33,7 +33,8 @@
  *   options    {max_retries = 6, backoff_base = 0.5, backoff_cap = 60,
  *               retry_after_cap = 120, connect_timeout = 10, idle_timeout = 300,
  *               total_timeout = 1800 (one attempt), breaker_threshold = 5,
- *               breaker_cooldown = 30,
+ *               breaker_cooldown = 30, deadline = 0 (seconds for the whole call,
+ *               retries and waits included; 0: none),
  *               api_key_env = NAME, anthropic_version = "2023-06-01",
  *               anthropic_beta = s}
  *   command    {argv = {...}, timeout = 600, workspace = DIR (default: a fresh

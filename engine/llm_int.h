@@ -24,6 +24,7 @@ typedef struct llm_opts {
     int max_retries;
     double backoff_base, backoff_cap, retry_after_cap;
     double connect_timeout, idle_timeout, total_timeout;
+    double deadline; /* whole call incl. retries and waits, from submit; 0 none */
     int breaker_threshold;
     double breaker_cooldown;
     char api_key_env[64];

@@ -712,6 +712,7 @@ static kh_status parse_opts(const json_t *req, llm_opts *o, kh_err *err)
         "max_retries",     "backoff_base",  "backoff_cap",       "retry_after_cap",
         "connect_timeout", "idle_timeout",  "total_timeout",     "breaker_threshold",
         "breaker_cooldown", "api_key_env",  "anthropic_version", "anthropic_beta",
+        "deadline",
     };
     const char *k;
     json_t *v;
@@ -733,6 +734,7 @@ static kh_status parse_opts(const json_t *req, llm_opts *o, kh_err *err)
         opt_num(opts, "total_timeout", 0.001, 86400 * 7, &o->total_timeout, err) ||
         opt_num(opts, "breaker_threshold", 1, 1000, &bt, err) ||
         opt_num(opts, "breaker_cooldown", 0, 86400, &o->breaker_cooldown, err) ||
+        opt_num(opts, "deadline", 0, 86400 * 7, &o->deadline, err) ||
         opt_str(opts, "api_key_env", o->api_key_env, sizeof o->api_key_env, err) ||
         opt_str(opts, "anthropic_version", o->anthropic_version, sizeof o->anthropic_version,
                 err) ||

@@ -231,6 +231,21 @@ T.test("first-token latency is measured; an idle stream times out", function()
   T.ok(kh.time.now() - t0 < 2, "idle timeout fired late")
 end)
 
+T.test("a deadline bounds the whole call, retries included", function()
+  local t0 = kh.time.now()
+  local r, msg, code, rec = kh.llm.chat(req(dialects[1], srv.base("429ra", 0, tag()), "d",
+    { options = { deadline = 0.5 } }))
+  T.eq(r, nil)
+  T.eq(code, "ETIMEOUT")
+  T.match(msg, "deadline of 0.5 s")
+  T.eq(rec.error.kind, "timeout")
+  T.ok(kh.time.now() - t0 < 0.5, "gave up at once, not after the 1 s retry-after")
+  r, msg, code = kh.llm.chat(req(dialects[1], srv.base("drip", 0, tag()), "d",
+    { options = { deadline = 0.6, idle_timeout = 10, max_retries = 0 } }))
+  T.eq(code, "ETIMEOUT")
+  T.ok(kh.time.now() - t0 < 1.6)
+end)
+
 T.test("x-should-retry overrides the status classification", function()
   local r, _, _, rec = kh.llm.chat(req(dialects[1], srv.base("noretry500", 0, tag()), "x"))
   T.eq(r, nil)
