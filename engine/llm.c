@@ -113,9 +113,9 @@ int kh_llm_retryable(long status, int should_retry, const json_t *body, int *quo
             "project_spend_limit_exceeded", "organization_usage_limit_exceeded",
             "enforced_spend_limit_reached", "billing_hard_limit_reached",
         };
-        const char *vals[4] = {err_str(e, "code"), err_str(e, "type"),
-                               err_str(json_object_get(e, "details"), "error_code"), NULL};
-        for (int k = 0; vals[k] || k < 3; k++)
+        const char *vals[3] = {err_str(e, "code"), err_str(e, "type"),
+                               err_str(json_object_get(e, "details"), "error_code")};
+        for (int k = 0; k < 3; k++)
             for (size_t i = 0; vals[k] && i < KH_ARRAY_LEN(stop_codes); i++)
                 if (!strcmp(vals[k], stop_codes[i])) {
                     *quota = 1;
