@@ -1,0 +1,339 @@
+/* cmd_llm.c: `khlua llm ask`, one model call from the command line.  Streams
+ * the reply to stdout as it arrives (or prints one JSON object with --json),
+ * optionally writes the transcript (record + raw stream) to a directory that
+ * the replay provider can answer from later.  Keys come from the environment
+ * only and never reach stdout, stderr or the transcript. */
+#include "kh_lua.h"
+
+#include "llm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: khlua llm ask [options] PROMPT [-- AGENT ARGV...]\n"
+        "\n"
+        "Sends PROMPT (\"-\": read it from stdin) to a model and streams the reply to\n"
+        "stdout.  Calls are streamed, retried as the official SDKs do (429, 5xx, 529,\n"
+        "never a quota 429), and time-limited.\n"
+        "\n"
+        "  --provider P        openai | openai-responses | anthropic | compat | command |\n"
+        "                      replay (default: replay, the offline one)\n"
+        "  --base-url URL      server base URL, e.g. http://127.0.0.1:8000/v1 (compat needs it)\n"
+        "  --model M           model name (required for the HTTP providers)\n"
+        "  --max-tokens N      output token limit\n"
+        "  --system TEXT       a system message before the prompt\n"
+        "  --temperature X     sampling temperature (omitted unless given)\n"
+        "  --reasoning-effort E  minimal | low | medium | high\n"
+        "  --max-retries N     retries after the first attempt (default 6)\n"
+        "  --timeout S         limit for one attempt, in seconds (default 1800)\n"
+        "  --replay-dir DIR    recorded replies for --provider replay (default\n"
+        "                      $KHLUA_REPLAY_DIR, else the source tree's tests/fixtures/replay)\n"
+        "  --transcript-dir DIR  write the call's record (.json) and raw stream (.sse)\n"
+        "                      there, named by the prompt's fingerprint (replayable)\n"
+        "  --json              print one JSON object: text, usage, retries, latency, ...\n"
+        "  -- ARGV...          with --provider command: the agent command line, which\n"
+        "                      gets the prompt on stdin in a fresh workspace\n"
+        "\n"
+        "Keys: OPENAI_API_KEY (openai, openai-responses), ANTHROPIC_API_KEY (anthropic),\n"
+        "KHLUA_API_KEY (compat, optional).  Never on the command line.\n"
+        "\n"
+        "Exit 0 when the model answered, 1 when the call failed, 2 usage, 130 Ctrl-C.\n");
+}
+
+static void on_delta(void *ud, int64_t id, const char *kind, const char *s, size_t n)
+{
+    (void)id;
+    int json = *(int *)ud;
+    if (json)
+        return;
+    if (!strcmp(kind, "text")) {
+        fwrite(s, 1, n, stdout);
+        fflush(stdout);
+    } else if (!strcmp(kind, "retry")) {
+        fprintf(stderr, "\n[khlua llm: the stream failed part-way; retrying from the start]\n");
+    }
+}
+
+static char *slurp_stdin(void)
+{
+    size_t cap = 65536, len = 0;
+    char *b = malloc(cap);
+    if (!b)
+        return NULL;
+    size_t n;
+    while ((n = fread(b + len, 1, cap - len - 1, stdin)) > 0) {
+        len += n;
+        if (cap - len < 2) {
+            char *nb = realloc(b, cap * 2);
+            if (!nb) {
+                free(b);
+                return NULL;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    b[len] = '\0';
+    return b;
+}
+
+static int write_file(const char *path, const char *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(data, 1, n, f);
+    int rc = fclose(f);
+    return (w == n && rc == 0) ? 0 : -1;
+}
+
+static int save_transcript(const char *dir, const json_t *rec, const char *raw, size_t raw_len)
+{
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+        return -1;
+    const char *fp = json_string_value(json_object_get(rec, "fingerprint"));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.json", dir, fp ? fp : "call");
+    char *s = json_dumps(rec, JSON_INDENT(2) | JSON_SORT_KEYS);
+    int rc = s ? write_file(path, s, strlen(s)) : -1;
+    free(s);
+    const char *d = json_string_value(json_object_get(rec, "dialect"));
+    if (rc == 0 && d && strcmp(d, "none")) {
+        snprintf(path, sizeof path, "%s/%s.sse", dir, fp ? fp : "call");
+        rc = write_file(path, raw, raw_len);
+    }
+    return rc;
+}
+
+static int ask(kh_engine *e, int argc, char **argv)
+{
+    const char *provider = "replay", *base = NULL, *model = NULL, *system = NULL, *prompt = NULL;
+    const char *replay_dir = NULL, *tdir = NULL, *effort = NULL;
+    long max_tokens = 0, max_retries = -1;
+    double temperature = -1, timeout = 0;
+    int json = 0, cmd_at = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define TAKE(name)                                                                           \
+    if (!v) {                                                                                \
+        fprintf(stderr, "khlua llm ask: %s needs a value\n", name);                          \
+        return 2;                                                                            \
+    }                                                                                        \
+    i++
+        if (!strcmp(a, "--")) {
+            cmd_at = i + 1;
+            break;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--provider")) {
+            TAKE(a);
+            provider = v;
+        } else if (!strcmp(a, "--base-url")) {
+            TAKE(a);
+            base = v;
+        } else if (!strcmp(a, "--model")) {
+            TAKE(a);
+            model = v;
+        } else if (!strcmp(a, "--system")) {
+            TAKE(a);
+            system = v;
+        } else if (!strcmp(a, "--replay-dir")) {
+            TAKE(a);
+            replay_dir = v;
+        } else if (!strcmp(a, "--transcript-dir")) {
+            TAKE(a);
+            tdir = v;
+        } else if (!strcmp(a, "--reasoning-effort")) {
+            TAKE(a);
+            effort = v;
+        } else if (!strcmp(a, "--max-tokens") || !strcmp(a, "--max-retries") ||
+                   !strcmp(a, "--temperature") || !strcmp(a, "--timeout")) {
+            TAKE(a);
+            char *end;
+            double d = strtod(v, &end);
+            if (end == v || *end || d < 0) {
+                fprintf(stderr, "khlua llm ask: %s wants a non-negative number, got '%s'\n", a, v);
+                return 2;
+            }
+            if (!strcmp(a, "--max-tokens"))
+                max_tokens = (long)d;
+            else if (!strcmp(a, "--max-retries"))
+                max_retries = (long)d;
+            else if (!strcmp(a, "--temperature"))
+                temperature = d;
+            else
+                timeout = d;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "khlua llm ask: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else if (!prompt) {
+            prompt = a;
+        } else {
+            fprintf(stderr, "khlua llm ask: one PROMPT only (quote it); extra '%s'\n", a);
+            return 2;
+        }
+#undef TAKE
+    }
+    if (!prompt) {
+        fprintf(stderr, "khlua llm ask: PROMPT is missing\n");
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(provider, "command") && (cmd_at < 0 || cmd_at >= argc)) {
+        fprintf(stderr, "khlua llm ask: --provider command needs the agent command line after "
+                        "-- (e.g. -- claude -p)\n");
+        return 2;
+    }
+    char *stdin_prompt = NULL;
+    if (!strcmp(prompt, "-")) {
+        stdin_prompt = slurp_stdin();
+        if (!stdin_prompt) {
+            fprintf(stderr, "khlua llm ask: cannot read the prompt from stdin\n");
+            return 1;
+        }
+        prompt = stdin_prompt;
+    }
+    json_t *req = json_pack("{s:s, s:[]}", "provider", provider, "messages");
+    json_t *msgs = json_object_get(req, "messages");
+    if (system)
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system));
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", prompt));
+    if (model)
+        json_object_set_new(req, "model", json_string(model));
+    if (base)
+        json_object_set_new(req, "base_url", json_string(base));
+    if (max_tokens)
+        json_object_set_new(req, "max_tokens", json_integer(max_tokens));
+    if (temperature >= 0)
+        json_object_set_new(req, "temperature", json_real(temperature));
+    if (effort)
+        json_object_set_new(req, "reasoning_effort", json_string(effort));
+    json_t *opts = json_object();
+    if (max_retries >= 0)
+        json_object_set_new(opts, "max_retries", json_integer(max_retries));
+    if (timeout > 0)
+        json_object_set_new(opts, "total_timeout", json_real(timeout));
+    json_object_set_new(req, "options", opts);
+    if (!strcmp(provider, "replay")) {
+        const char *d = replay_dir ? replay_dir : getenv("KHLUA_REPLAY_DIR");
+        char def[4096];
+        if (!d || !*d) {
+            snprintf(def, sizeof def, "%s/tests/fixtures/replay", KH_SOURCE_DIR);
+            d = def;
+        }
+        json_object_set_new(req, "replay", json_pack("{s:s}", "dir", d));
+    }
+    if (!strcmp(provider, "command")) {
+        json_t *av = json_array();
+        for (int i = cmd_at; i < argc; i++)
+            json_array_append_new(av, json_string(argv[i]));
+        json_object_set_new(req, "command", json_pack("{s:o}", "argv", av));
+    }
+
+    kh_err err;
+    kh_llm *c = kh_llm_new(e, &err);
+    if (!c) {
+        json_decref(req);
+        free(stdin_prompt);
+        fprintf(stderr, "khlua llm: %s\n", err.msg);
+        return 1;
+    }
+    kh_llm_set_delta(c, on_delta, &json);
+    int64_t id;
+    kh_status st = kh_llm_submit(c, req, &id, &err);
+    json_decref(req);
+    free(stdin_prompt);
+    if (st != KH_OK) {
+        fprintf(stderr, "khlua llm ask: %s\n", err.msg);
+        kh_llm_free(c);
+        return st == KH_EINVAL ? 2 : 1;
+    }
+    kh_llm_result *rs = NULL;
+    size_t n = 0;
+    while (n == 0) {
+        st = kh_llm_poll(c, 0.25, &rs, &n, &err);
+        if (st == KH_EINTR) {
+            fprintf(stderr, "\nkhlua llm: interrupted\n");
+            kh_llm_free(c);
+            return 130;
+        }
+        if (st != KH_OK) {
+            fprintf(stderr, "khlua llm: %s\n", err.msg);
+            kh_llm_free(c);
+            return 1;
+        }
+    }
+    json_t *rec = rs[0].record;
+    int ok = json_is_true(json_object_get(rec, "ok"));
+    int rc = ok ? 0 : 1;
+    if (tdir && save_transcript(tdir, rec, rs[0].raw, rs[0].raw_len) != 0) {
+        fprintf(stderr, "khlua llm: cannot write the transcript to %s: %s\n", tdir,
+                strerror(errno));
+        rc = 1;
+    }
+    if (json) {
+        static const char *const keep[] = {
+            "ok",  "provider", "model", "replay", "text", "reasoning", "finish_reason",
+            "truncated", "usage", "retries", "attempts", "latency_s", "first_token_s",
+            "request_id", "warnings", "error", "http_status", "replay_file", "command", "files",
+        };
+        json_t *o = json_object();
+        for (size_t i = 0; i < KH_ARRAY_LEN(keep); i++) {
+            json_t *v = json_object_get(rec, keep[i]);
+            if (v)
+                json_object_set(o, keep[i], v);
+        }
+        char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+        if (s)
+            puts(s);
+        free(s);
+        json_decref(o);
+    } else {
+        const char *t = json_string_value(json_object_get(rec, "text"));
+        if (t && *t && t[strlen(t) - 1] != '\n')
+            putchar('\n');
+        const char *ws = json_string_value(
+            json_object_get(json_object_get(rec, "command"), "workspace"));
+        if (ws)
+            fprintf(stderr, "[khlua llm: the agent's workspace is %s]\n", ws);
+        if (json_is_true(json_object_get(rec, "replay")))
+            fprintf(stderr, "[khlua llm: replayed from %s, not a live model]\n",
+                    json_string_value(json_object_get(rec, "replay_file")));
+        if (!ok)
+            fprintf(stderr, "khlua llm: %s\n",
+                    json_string_value(json_object_get(json_object_get(rec, "error"), "message")));
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_decref(rs[i].record);
+        free(rs[i].raw);
+    }
+    free(rs);
+    kh_llm_free(c);
+    return rc;
+}
+
+int kh_cmd_llm(kh_engine *e, int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "ask")) {
+        fprintf(stderr, "khlua llm: unknown subcommand '%s' (only: ask)\n", argv[1]);
+        return 2;
+    }
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+    return ask(e, argc - 1, argv + 1);
+}
