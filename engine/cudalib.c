@@ -147,6 +147,14 @@ kh_status kh_nvml_load(kh_nvml_api *api, kh_err *err)
         api->handle = NULL;
         return KH_ENODEV;
     }
+    *(void **)&api->nvmlDeviceGetHandleByUUID = dlsym(api->handle, "nvmlDeviceGetHandleByUUID");
+    *(void **)&api->nvmlDeviceGetClockInfo = dlsym(api->handle, "nvmlDeviceGetClockInfo");
+    *(void **)&api->nvmlDeviceGetTemperature = dlsym(api->handle, "nvmlDeviceGetTemperature");
+    *(void **)&api->nvmlDeviceGetCurrentClocksEventReasons =
+        dlsym(api->handle, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!api->nvmlDeviceGetCurrentClocksEventReasons) /* its name before R535 */
+        *(void **)&api->nvmlDeviceGetCurrentClocksEventReasons =
+            dlsym(api->handle, "nvmlDeviceGetCurrentClocksThrottleReasons");
     return KH_OK;
 }
 

@@ -82,9 +82,19 @@ typedef struct kh_nvml_api {
     int (*nvmlInit_v2)(void);
     int (*nvmlShutdown)(void);
     int (*nvmlSystemGetDriverVersion)(char *version, unsigned int length);
+    /* For the noise guards; NULL when this NVML lacks them. */
+    int (*nvmlDeviceGetHandleByUUID)(const char *uuid, void **device);
+    int (*nvmlDeviceGetClockInfo)(void *device, int type, unsigned int *mhz);
+    int (*nvmlDeviceGetTemperature)(void *device, int sensor, unsigned int *celsius);
+    int (*nvmlDeviceGetCurrentClocksEventReasons)(void *device, unsigned long long *reasons);
     void *handle;
     char path[256];
 } kh_nvml_api;
+
+/* Clock-event reasons that mean the GPU slowed itself down (NVML's
+ * SwPowerCap, HwSlowdown, SwThermalSlowdown, HwThermalSlowdown,
+ * HwPowerBrakeSlowdown). */
+#define KH_NVML_THROTTLE_MASK 0xECull
 
 kh_status kh_nvml_load(kh_nvml_api *api, kh_err *err);
 

@@ -22,6 +22,8 @@ struct kh_gpu {
     size_t mem;
     CUdeviceptr flush;
     size_t flush_bytes;
+    kh_nvml_api nvml;
+    void *nvml_dev;
 };
 
 int kh_gpu_is_sticky(CUresult r)
@@ -116,6 +118,11 @@ kh_gpu *kh_gpu_open(int ordinal, kh_err *err)
                  b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
                  b[14], b[15]);
     }
+    /* NVML is optional: without it clocks are simply not recorded. */
+    if (kh_nvml_load(&g->nvml, NULL) == KH_OK && g->nvml.nvmlInit_v2() == 0 &&
+        g->nvml.nvmlDeviceGetHandleByUUID &&
+        g->nvml.nvmlDeviceGetHandleByUUID(g->uuid, &g->nvml_dev) != 0)
+        g->nvml_dev = NULL;
     return g;
 }
 
@@ -136,15 +143,17 @@ void kh_gpu_close(kh_gpu *g)
 
 json_t *kh_gpu_info(const kh_gpu *g)
 {
-    char cc[16];
+    char cc[16], driver[96] = "";
     snprintf(cc, sizeof cc, "%d.%d", g->cc_major, g->cc_minor);
     int ver = 0;
     g->cu.cuDriverGetVersion(&ver);
-    return json_pack("{s:i, s:s, s:s, s:s, s:i, s:i, s:I, s:i, s:i, s:i}", "ordinal", g->ordinal,
-                     "name", g->name, "uuid", g->uuid, "compute_capability", cc, "sms", g->sms,
-                     "l2_bytes", g->l2, "memory_bytes", (json_int_t)g->mem,
+    if (g->nvml_dev)
+        g->nvml.nvmlSystemGetDriverVersion(driver, sizeof driver);
+    return json_pack("{s:i, s:s, s:s, s:s, s:i, s:i, s:I, s:i, s:i, s:i, s:s}", "ordinal",
+                     g->ordinal, "name", g->name, "uuid", g->uuid, "compute_capability", cc,
+                     "sms", g->sms, "l2_bytes", g->l2, "memory_bytes", (json_int_t)g->mem,
                      "max_shared_per_block_optin", g->max_smem_optin, "sm_clock_khz",
-                     g->clock_khz, "cuda_driver_api", ver);
+                     g->clock_khz, "cuda_driver_api", ver, "driver_version", driver);
 }
 
 kh_status kh_gpu_buf_alloc(kh_gpu *g, size_t bytes, size_t guard, kh_gpu_buf *b, kh_err *err)
@@ -227,6 +236,35 @@ kh_status kh_gpu_flush_l2(kh_gpu *g, kh_err *err)
     }
     return kh_gpu_check(g, g->cu.cuMemsetD32Async(g->flush, 0, g->flush_bytes / 4, g->stream),
                         "L2 flush (cuMemsetD32Async)", err);
+}
+
+void kh_gpu_read_clocks(kh_gpu *g, kh_gpu_clocks *c)
+{
+    memset(c, 0, sizeof *c);
+    if (!g->nvml_dev || !g->nvml.nvmlDeviceGetClockInfo)
+        return;
+    c->valid = g->nvml.nvmlDeviceGetClockInfo(g->nvml_dev, 1 /* SM */, &c->sm_mhz) == 0;
+    g->nvml.nvmlDeviceGetClockInfo(g->nvml_dev, 2 /* MEM */, &c->mem_mhz);
+    if (g->nvml.nvmlDeviceGetTemperature)
+        g->nvml.nvmlDeviceGetTemperature(g->nvml_dev, 0 /* GPU */, &c->temp_c);
+    if (g->nvml.nvmlDeviceGetCurrentClocksEventReasons)
+        g->nvml.nvmlDeviceGetCurrentClocksEventReasons(g->nvml_dev, &c->reasons);
+    c->throttled = (c->reasons & KH_NVML_THROTTLE_MASK) != 0;
+}
+
+json_t *kh_gpu_clocks_json(const kh_gpu_clocks *c)
+{
+    if (!c->valid)
+        return json_null();
+    return json_pack("{s:i, s:i, s:i, s:I, s:b}", "sm_mhz", c->sm_mhz, "mem_mhz", c->mem_mhz,
+                     "temp_c", c->temp_c, "reasons", (json_int_t)c->reasons, "throttled",
+                     c->throttled);
+}
+
+kh_status kh_gpu_reset_l2_persisting(kh_gpu *g, kh_err *err)
+{
+    return kh_gpu_check(g, g->cu.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache",
+                        err);
 }
 
 kh_status kh_gpu_memset8(kh_gpu *g, CUdeviceptr ptr, unsigned char v, size_t n, kh_err *err)

@@ -48,6 +48,20 @@ int kh_gpu_buf_guards_ok(kh_gpu *g, const kh_gpu_buf *b, const char **where, kh_
 /* ---- L2 flush (FlashInfer-Bench's: a write of 2 x L2, rounded down to MiB) */
 kh_status kh_gpu_flush_l2(kh_gpu *g, kh_err *err);
 
+/* ---- clocks (NVML), for the noise guards ------------------------------------ */
+typedef struct kh_gpu_clocks {
+    int valid;                 /* 0: NVML unavailable */
+    unsigned sm_mhz, mem_mhz, temp_c;
+    unsigned long long reasons; /* NVML clock-event reasons */
+    int throttled;             /* reasons & KH_NVML_THROTTLE_MASK */
+} kh_gpu_clocks;
+
+void kh_gpu_read_clocks(kh_gpu *g, kh_gpu_clocks *c);
+json_t *kh_gpu_clocks_json(const kh_gpu_clocks *c);
+/* Reset persisting L2 lines before a timing set (a candidate could leave
+ * data pinned in L2 for the next one). */
+kh_status kh_gpu_reset_l2_persisting(kh_gpu *g, kh_err *err);
+
 /* Set every byte of the first n bytes at ptr (async on the stream). */
 kh_status kh_gpu_memset8(kh_gpu *g, CUdeviceptr ptr, unsigned char v, size_t n, kh_err *err);
 kh_status kh_gpu_sync(kh_gpu *g, kh_err *err);
