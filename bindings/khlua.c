@@ -19,6 +19,7 @@
 
 static const kh_command commands[] = {
     {"doctor", "what this machine offers and what is missing", kh_cmd_doctor},
+    {"task", "check task files, packages and FlashInfer-Bench datasets", kh_cmd_task},
 };
 
 static lua_State *g_L;
