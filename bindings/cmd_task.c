@@ -35,9 +35,10 @@ static json_t *report_json(const kh_task_set *s, const char *path)
     for (size_t i = 0; i < kh_task_ndeferred(s); i++)
         json_array_append_new(deferred, json_string(kh_task_deferred_at(s, i)));
     json_t *sum = json_pack(
-        "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+        "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
         "path", path, "kind", m->kind ? m->kind : "?", "files", (json_int_t)m->files,
-        "definitions", (json_int_t)m->definitions, "workload_files", (json_int_t)m->workload_files,
+        "definitions", (json_int_t)m->definitions, "context_definitions",
+        (json_int_t)m->context_definitions, "workload_files", (json_int_t)m->workload_files,
         "workloads", (json_int_t)m->workloads, "traces", (json_int_t)m->traces, "solutions",
         (json_int_t)m->solutions, "candidates", (json_int_t)m->candidates, "constraints",
         (json_int_t)m->constraints, "constraint_checks", (json_int_t)m->constraint_checks,
@@ -64,6 +65,9 @@ static void print_text(const kh_task_set *s, const char *path)
            m->workloads == 1 ? "" : "s", m->workload_files, m->workload_files == 1 ? "" : "s",
            m->traces, m->traces == 1 ? "" : "s", m->solutions, m->solutions == 1 ? "" : "s",
            m->candidates, m->candidates == 1 ? "" : "s");
+    if (m->context_definitions)
+        printf("  (%zu definition%s loaded from the dataset or package around it, not checked)\n",
+               m->context_definitions, m->context_definitions == 1 ? "" : "s");
     printf("  constraints: %zu; %zu from axes and shapes, evaluated %zu times over workloads; "
            "%zu read tensor data (checked when inputs exist, not here)\n",
            m->constraints, m->constraints - m->deferred, m->constraint_checks, m->deferred);

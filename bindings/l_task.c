@@ -194,6 +194,7 @@ static void push_summary(lua_State *L, const kh_task_set *s)
     lua_setfield(L, -2, "kind");
     setint(L, "files", m->files);
     setint(L, "definitions", m->definitions);
+    setint(L, "context_definitions", m->context_definitions);
     setint(L, "workload_files", m->workload_files);
     setint(L, "workloads", m->workloads);
     setint(L, "traces", m->traces);

@@ -594,6 +594,8 @@ static int check_expr_names(vctx *v, const kh_task_def *d, const kh_expr *e, int
             VERR(v, leaf, "'%s': column %d: '%s' is not an input or output; expected a tensor name",
                  kh_expr_text(e), x->column, x->name);
             bad = 1;
+        } else if (!t->valid) {
+            bad = 1; /* its own problem is already reported */
         } else if (x->kind == KH_EXPR_SHAPE &&
                    (t->is_scalar || x->index >= (int64_t)t->rank || x->index < -(int64_t)t->rank)) {
             VERR(v, leaf, "'%s': column %d: %s has rank %zu; expected an index in [-%zu, %zu)",
@@ -706,15 +708,18 @@ static int parse_tensors(vctx *v, kh_task_def *d, json_t *root, const char *key,
             }
             vpop(v);
         }
-        if (ok) {
-            ts->name = kh_strdup(name);
-            ts->dtype = kh_strdup(dtype);
-            ts->dtype_bits = kh_task_dtype_bits(dtype);
-            (*nout)++;
-        } else {
+        /* a broken tensor is kept (invalid) so that workloads and manifests
+         * naming it do not cascade into "unknown input" errors */
+        ts->name = kh_strdup(name);
+        ts->dtype = kh_strdup(dtype ? dtype : "?");
+        ts->dtype_bits = dtype ? kh_task_dtype_bits(dtype) : 0;
+        ts->valid = ok && ts->name && ts->dtype;
+        if (!ts->valid) {
             free(ts->dims);
-            memset(ts, 0, sizeof *ts);
+            ts->dims = NULL;
+            ts->rank = 0;
         }
+        (*nout)++;
         vpop(v);
     }
     vpop(v);
@@ -971,7 +976,7 @@ static int def_lookup(void *vctx_, const kh_expr_var *x, int64_t *val)
     if (x->kind == KH_EXPR_DATA)
         return c->data_lookup ? c->data_lookup(c->data_ctx, x, val) : -1;
     const kh_task_tensor *t = find_tensor(c->d, x->name, NULL);
-    if (!t || t->is_scalar)
+    if (!t || t->is_scalar || !t->valid)
         return -1;
     int64_t idx = x->index < 0 ? x->index + (int64_t)t->rank : x->index;
     if (idx < 0 || idx >= (int64_t)t->rank)
@@ -1017,6 +1022,8 @@ kh_status kh_task_speed_of_light(const kh_task_def *d, const int64_t *axes, int6
         int64_t sum = 0, b;
         for (size_t i = 0; i < d->ninputs + d->noutputs; i++) {
             const kh_task_tensor *t = i < d->ninputs ? &d->inputs[i] : &d->outputs[i - d->ninputs];
+            if (!t->valid)
+                return kh_err_set(err, KH_EINVAL, "tensor %s of %s is malformed", t->name, d->name);
             if ((st = tensor_bytes(d, t, axes, &b, err)))
                 return st;
             if (__builtin_add_overflow(sum, b, &sum))
@@ -1911,7 +1918,7 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces
                 else if (p && (p[0] == '/' || strstr(p, "..")))
                     VERR(v, "path", "expected a path relative to the dataset root without '..', "
                                     "got \"%s\"", p);
-                else if (p && key && t && bind)
+                else if (p && key && t && t->valid && bind)
                     check_blob(v, d, t, p, key, bind, fs);
             } else {
                 VERR(v, "type", "expected \"random\", \"scalar\" or \"safetensors\", got \"%s\"",
@@ -1954,7 +1961,7 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces
         }
         int64_t b, f;
         kh_err err;
-        if (kh_task_speed_of_light(d, w->axes, &b, &f, &err))
+        if (!d->errors && kh_task_speed_of_light(d, w->axes, &b, &f, &err))
             VERR(v, "axes", "speed of light: %s", err.msg);
     }
     vpop(v);
@@ -1983,10 +1990,13 @@ static int load_def_file(kh_task_set *s, const char *file)
         return -1;
     }
     s->sum.files++;
+    size_t errors0 = s->sum.errors;
     json_t *j = load_json_text(s, file, text, len, 1);
     if (j) {
         vctx v = {.s = s, .file = file, .text = text, .len = len, .base_line = 1};
         kh_task_def *d = parse_definition(&v, j);
+        if (d)
+            d->errors = s->sum.errors - errors0;
         if (d && d->name) {
             const kh_task_def *other = kh_task_find_def(s, d->name);
             if (other) {
@@ -1995,7 +2005,9 @@ static int load_def_file(kh_task_set *s, const char *file)
                 def_free(d);
             } else if (PUSH(s->defs, s->ndefs, s->capdefs, d)) {
                 def_free(d);
-            } else if (!s->quiet) {
+            } else if (s->quiet) {
+                s->sum.context_definitions++;
+            } else {
                 s->sum.definitions++;
                 s->sum.constraints += d->nconstraints;
             }
@@ -2242,7 +2254,7 @@ static char *find_root(const char *file, int *pkg)
             free(dir);
             dir = kh_strdup(".");
             if (dir && (is_dataset(dir) || is_package(dir))) {
-                *pkg = !is_dataset(dir);
+                *pkg = is_package(dir);
                 return dir;
             }
             free(dir);
@@ -2253,12 +2265,12 @@ static char *find_root(const char *file, int *pkg)
             return NULL;
         }
         *slash = '\0';
-        if (is_dataset(dir)) {
-            *pkg = 0;
-            return dir;
-        }
         if (is_package(dir)) {
             *pkg = 1;
+            return dir;
+        }
+        if (is_dataset(dir)) {
+            *pkg = 0;
             return dir;
         }
     }
@@ -2282,7 +2294,9 @@ static void cross_check(kh_task_set *s)
         }
     }
     /* khlua.reference / baseline name a solution of the definition */
-    for (size_t i = 0; i < s->ndefs && s->sum.kind && strcmp(s->sum.kind, "definition"); i++) {
+    int have_solutions = s->sum.kind && (!strcmp(s->sum.kind, "dataset") ||
+                                         !strcmp(s->sum.kind, "package"));
+    for (size_t i = 0; i < s->ndefs && have_solutions; i++) {
         kh_task_def *d = s->defs[i];
         const char *names[] = {d->reference, d->baseline};
         const char *keys[] = {"reference", "baseline"};
@@ -2360,12 +2374,12 @@ kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set *
         s->opts = *opts;
     if (S_ISDIR(st.st_mode)) {
         s->root = kh_strdup(path);
-        if (is_dataset(path)) {
-            s->sum.kind = "dataset";
-            load_dataset(s, path);
-        } else if (is_package(path)) {
+        if (is_package(path)) {
             s->sum.kind = "package";
             load_package(s, path);
+        } else if (is_dataset(path)) {
+            s->sum.kind = "dataset";
+            load_dataset(s, path);
         } else {
             kh_task_set_free(s);
             return kh_err_set(err, KH_ENOTFOUND,

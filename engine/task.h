@@ -32,6 +32,7 @@ typedef struct kh_task_tensor {
     int is_scalar;  /* shape: null (a Python scalar) */
     size_t rank;
     size_t *dims;   /* rank axis indices into the definition's axes */
+    int valid;      /* 0: its dtype or shape was wrong (kept so names resolve) */
 } kh_task_tensor;
 
 typedef struct kh_task_constraint {
@@ -54,6 +55,7 @@ typedef struct kh_task_def {
     kh_expr *sol_bytes;   /* NULL: the sum of all input and output sizes */
     kh_expr *sol_flops;   /* NULL: unknown */
     json_t *json;         /* the whole definition object */
+    size_t errors;        /* errors found in this definition's file */
 } kh_task_def;
 
 typedef struct kh_task_workload {
@@ -126,6 +128,7 @@ typedef struct kh_task_problem {
 
 typedef struct kh_task_summary {
     const char *kind;            /* "dataset", "package", "definition", "solution", "workloads" */
+    size_t context_definitions;  /* loaded, unchecked, from the dataset around a checked file */
     size_t files, definitions, workload_files, workloads, traces, solutions, candidates;
     size_t constraints;          /* constraints over all definitions */
     size_t constraint_checks;    /* (workload, constraint) pairs evaluated */
