@@ -1651,8 +1651,13 @@ static void check_blob(vctx *v, const kh_task_def *d, const kh_task_tensor *t, c
             snprintf(b->who, sizeof b->who, "input '%s'", t->name);
         } else if (b->value != dim) {
             VERR(v, "tensor_key", "dimension %zu of \"%s\" in %s binds var axis %s = %lld, but %s "
-                                  "binds it to %lld; expected one value across inputs",
-                 k, key, full, d->axes[ax].name, (long long)dim, b->who, (long long)b->value);
+                                  "bind%s it to %lld; expected one value across inputs",
+                 k, key, full, d->axes[ax].name, (long long)dim, b->who,
+                 strchr(b->who, '&') ? "" : "s", (long long)b->value);
+        } else if (!strchr(b->who, '&')) {
+            /* a confirmation: name it too, so a later mismatch shows both */
+            size_t used = strlen(b->who);
+            snprintf(b->who + used, sizeof b->who - used, " & input '%s'", t->name);
         }
     }
     json_t *off = json_object_get(ent, "data_offsets");
