@@ -35,14 +35,14 @@ static json_t *report_json(const kh_task_set *s, const char *path)
     for (size_t i = 0; i < kh_task_ndeferred(s); i++)
         json_array_append_new(deferred, json_string(kh_task_deferred_at(s, i)));
     json_t *sum = json_pack(
-        "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+        "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
         "path", path, "kind", m->kind ? m->kind : "?", "files", (json_int_t)m->files,
         "definitions", (json_int_t)m->definitions, "context_definitions",
         (json_int_t)m->context_definitions, "workload_files", (json_int_t)m->workload_files,
         "workloads", (json_int_t)m->workloads, "traces", (json_int_t)m->traces, "solutions",
         (json_int_t)m->solutions, "candidates", (json_int_t)m->candidates, "constraints",
         (json_int_t)m->constraints, "constraint_checks", (json_int_t)m->constraint_checks,
-        "deferred", (json_int_t)m->deferred, "blobs_missing", (json_int_t)m->blobs_missing,
+        "deferred", (json_int_t)m->deferred, "data_checks", (json_int_t)m->data_checks, "blobs_missing", (json_int_t)m->blobs_missing,
         "blobs_checked", (json_int_t)m->blobs_checked, "errors", (json_int_t)m->errors, "warnings",
         (json_int_t)m->warnings, "deferred_constraints", deferred);
     json_t *probs = json_array();
@@ -69,8 +69,10 @@ static void print_text(const kh_task_set *s, const char *path)
         printf("  (%zu definition%s loaded from the dataset or package around it, not checked)\n",
                m->context_definitions, m->context_definitions == 1 ? "" : "s");
     printf("  constraints: %zu; %zu from axes and shapes, evaluated %zu times over workloads; "
-           "%zu read tensor data (checked when inputs exist, not here)\n",
-           m->constraints, m->constraints - m->deferred, m->constraint_checks, m->deferred);
+           "%zu read tensor data, evaluated %zu times where the blobs are here, deferred "
+           "elsewhere\n",
+           m->constraints, m->constraints - m->deferred, m->constraint_checks, m->deferred,
+           m->data_checks);
     for (size_t i = 0; i < kh_task_ndeferred(s); i++)
         printf("    deferred: %s\n", kh_task_deferred_at(s, i));
     printf("  safetensors blobs: %zu checked, %zu absent\n", m->blobs_checked, m->blobs_missing);

@@ -203,6 +203,7 @@ static void push_summary(lua_State *L, const kh_task_set *s)
     setint(L, "constraints", m->constraints);
     setint(L, "constraint_checks", m->constraint_checks);
     setint(L, "deferred", m->deferred);
+    setint(L, "data_checks", m->data_checks);
     setint(L, "blobs_missing", m->blobs_missing);
     setint(L, "blobs_checked", m->blobs_checked);
     setint(L, "errors", m->errors);

@@ -36,20 +36,23 @@ struct kh_task_set {
     kh_task_summary sum;
 };
 
-static int push_ptr(void ***arr, size_t *n, size_t *cap, void *item)
+/* Grow the array whose pointer lives at arrp (any T *) to hold one more
+ * element.  memcpy moves the pointer in and out, so no T ** is read through
+ * a void ** (all object pointers share one representation on our targets). */
+static int grow(void *arrp, size_t *cap, size_t elem)
 {
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 16;
-        void **a = realloc(*arr, c * sizeof *a);
-        if (!a)
-            return -1;
-        *arr = a;
-        *cap = c;
-    }
-    (*arr)[(*n)++] = item;
+    void *old, *nw;
+    size_t c = *cap ? *cap * 2 : 16;
+    memcpy(&old, arrp, sizeof old);
+    if (!(nw = realloc(old, c * elem)))
+        return -1;
+    memcpy(arrp, &nw, sizeof nw);
+    *cap = c;
     return 0;
 }
-#define PUSH(arr, n, cap, item) push_ptr((void ***)&(arr), &(n), &(cap), (item))
+/* Append item to arr (n used of cap); 0, or -1 when out of memory. */
+#define PUSH(arr, n, cap, item)                                                                    \
+    (((n) < (cap) || !grow(&(arr), &(cap), sizeof *(arr))) ? ((arr)[(n)++] = (item), 0) : -1)
 
 /* ---- dtypes ----------------------------------------------------------------- */
 static const struct {
@@ -1679,6 +1682,97 @@ out:
     free(full);
 }
 
+/* Element index (negative from the end) of the rank-1 integer tensor key in
+ * the safetensors file at full.  0 and *val on success; -1 when the file,
+ * the tensor or its data is unavailable or not a rank-1 integer tensor (the
+ * constraint reading it then stays deferred; check_blob reports why). */
+static int blob_element(const char *full, const char *key, int64_t index, int64_t *val)
+{
+    FILE *f = fopen(full, "rb");
+    if (!f)
+        return -1;
+    int rc = -1;
+    char *buf = NULL;
+    json_t *hdr = NULL;
+    unsigned char head[8], el[8];
+    if (fread(head, 1, 8, f) != 8)
+        goto out;
+    int64_t n = le64(head);
+    if (n <= 0 || n > (int64_t)MAX_HEADER || !(buf = malloc((size_t)n)) ||
+        fread(buf, 1, (size_t)n, f) != (size_t)n)
+        goto out;
+    hdr = json_loadb(buf, (size_t)n, 0, NULL);
+    json_t *ent = json_object_get(hdr, key);
+    const char *dt = json_string_value(json_object_get(ent, "dtype"));
+    json_t *shape = json_object_get(ent, "shape");
+    json_t *off = json_object_get(ent, "data_offsets");
+    if (!dt || json_array_size(shape) != 1 || json_array_size(off) != 2)
+        goto out;
+    int size = !strcmp(dt, "I64") ? 8 : !strcmp(dt, "I32") ? 4 : !strcmp(dt, "I16") ? 2
+             : !strcmp(dt, "I8") ? 1 : 0;
+    int64_t numel = json_integer_value(json_array_get(shape, 0));
+    int64_t start = json_integer_value(json_array_get(off, 0));
+    if (!size || index >= numel || index < -numel)
+        goto out;
+    if (index < 0)
+        index += numel;
+    if (fseeko(f, (off_t)(8 + n + start + index * size), SEEK_SET) || fread(el, 1, (size_t)size, f) != (size_t)size)
+        goto out;
+    uint64_t u = 0;
+    for (int i = size - 1; i >= 0; i--)
+        u = (u << 8) | el[i];
+    if (size < 8 && (u >> (size * 8 - 1)) & 1) /* sign-extend */
+        u |= ~(uint64_t)0 << (size * 8);
+    *val = (int64_t)u;
+    rc = 0;
+out:
+    json_decref(hdr);
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+/* Values of a data-reading constraint's t[i].item() vars, from blobs. */
+typedef struct data_vals {
+    const kh_expr *e;
+    int64_t *vals;
+} data_vals;
+
+static int data_vals_lookup(void *ctx, const kh_expr_var *x, int64_t *val)
+{
+    data_vals *dv = ctx;
+    for (size_t i = 0; i < kh_expr_nvars(dv->e); i++)
+        if (kh_expr_var_at(dv->e, i) == x) {
+            *val = dv->vals[i];
+            return 0;
+        }
+    return -1;
+}
+
+/* Fetch every data var of e from the workload's safetensors inputs; 0 when
+ * all are available. */
+static int fetch_data_vars(kh_task_set *s, const kh_expr *e, json_t *inputs, int64_t *vals)
+{
+    for (size_t i = 0; i < kh_expr_nvars(e); i++) {
+        const kh_expr_var *x = kh_expr_var_at(e, i);
+        if (x->kind != KH_EXPR_DATA)
+            continue;
+        json_t *in = json_object_get(inputs, x->name);
+        const char *type = json_string_value(json_object_get(in, "type"));
+        const char *path = json_string_value(json_object_get(in, "path"));
+        const char *key = json_string_value(json_object_get(in, "tensor_key"));
+        if (!type || strcmp(type, "safetensors") || !path || !key || path[0] == '/' ||
+            strstr(path, ".."))
+            return -1;
+        char *full = s->root ? path_join(s->root, path) : kh_strdup(path);
+        int rc = full ? blob_element(full, key, x->index, &vals[i]) : -1;
+        free(full);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
 static void check_evaluation(vctx *v, json_t *ev)
 {
     if (!json_is_object(ev)) {
@@ -1942,12 +2036,21 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces
     if (axes_ok) {
         for (size_t i = 0; i < d->nconstraints; i++) {
             const kh_task_constraint *c = &d->constraints[i];
-            if (!c->expr || kh_expr_needs_data(c->expr))
+            if (!c->expr)
                 continue;
-            int64_t r;
+            int64_t r, dvals[64] = {0};
+            data_vals dv = {c->expr, dvals};
             kh_err err;
-            s->sum.constraint_checks++;
-            if (kh_task_eval(d, w->axes, c->expr, NULL, NULL, &r, &err)) {
+            if (kh_expr_needs_data(c->expr)) {
+                /* only when every tensor it reads is in a present blob */
+                if (kh_expr_nvars(c->expr) > KH_ARRAY_LEN(dvals) ||
+                    fetch_data_vars(s, c->expr, inputs, dvals))
+                    continue;
+                s->sum.data_checks++;
+            } else {
+                s->sum.constraint_checks++;
+            }
+            if (kh_task_eval(d, w->axes, c->expr, data_vals_lookup, &dv, &r, &err)) {
                 VERR(v, "axes", "constraint '%s' of %s cannot be evaluated: %s", c->text, d->name,
                      err.msg);
             } else if (!r) {
@@ -1956,7 +2059,7 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces
                 for (size_t k = 0; k < kh_expr_nvars(c->expr) && used < sizeof vals; k++) {
                     const kh_expr_var *x = kh_expr_var_at(c->expr, k);
                     int64_t xv = 0;
-                    eval_ctx ec = {d, w->axes, NULL, NULL};
+                    eval_ctx ec = {d, w->axes, data_vals_lookup, &dv};
                     def_lookup(&ec, x, &xv);
                     used += (size_t)snprintf(vals + used, sizeof vals - used, "%s%s = %lld",
                                              used ? ", " : "", x->text, (long long)xv);
@@ -2118,8 +2221,10 @@ static void load_jsonl_file(kh_task_set *s, const char *file, int in_traces)
 }
 
 /* Files under dir (recursively) ending in ext, sorted. */
-static int collect(const char *dir, const char *ext, char ***out, size_t *n, size_t *cap)
+static int collect(const char *dir, const char *ext, char ***out, size_t *n, size_t *cap, int depth)
 {
+    if (depth > 16) /* a symlink cycle, or absurd nesting */
+        return -1;
     DIR *dp = opendir(dir);
     if (!dp)
         return errno == ENOENT ? 0 : -1;
@@ -2132,7 +2237,7 @@ static int collect(const char *dir, const char *ext, char ***out, size_t *n, siz
         if (!p)
             break;
         if (is_dir(p)) {
-            collect(p, ext, out, n, cap);
+            collect(p, ext, out, n, cap, depth + 1);
             free(p);
         } else {
             size_t l = strlen(de->d_name);
@@ -2156,7 +2261,7 @@ static void load_tree(kh_task_set *s, const char *dir, const char *ext, fkind ki
 {
     char **files = NULL;
     size_t n = 0, cap = 0;
-    collect(dir, ext, &files, &n, &cap);
+    collect(dir, ext, &files, &n, &cap, 0);
     if (n)
         qsort(files, n, sizeof *files, cmp_str);
     for (size_t i = 0; i < n; i++) {

@@ -133,6 +133,7 @@ typedef struct kh_task_summary {
     size_t constraints;          /* constraints over all definitions */
     size_t constraint_checks;    /* (workload, constraint) pairs evaluated */
     size_t deferred;             /* constraints that need tensor data */
+    size_t data_checks;          /* (workload, data constraint) pairs evaluated from blobs */
     size_t blobs_missing, blobs_checked;
     size_t errors, warnings;
 } kh_task_summary;

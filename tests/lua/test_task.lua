@@ -81,7 +81,14 @@ local function write_safetensors(path, tensors)
   end
   local h = kh.json.encode(hdr)
   local bytes = {}
-  for i = 1, off do bytes[i] = string.char(math.random(0, 255)) end
+  for _, t in ipairs(tensors) do
+    if t[4] then -- explicit int32 values
+      for _, x in ipairs(t[4]) do bytes[#bytes + 1] = string.pack("<i4", x) end
+    else
+      local n = hdr[t[1]].data_offsets[2] - hdr[t[1]].data_offsets[1]
+      for _ = 1, n do bytes[#bytes + 1] = string.char(math.random(0, 255)) end
+    end
+  end
   T.write(path, string.pack("<I8", #h) .. h .. table.concat(bytes))
 end
 
@@ -94,7 +101,7 @@ T.test("the real FlashInfer-Bench copy passes, fast, with its summary", function
   T.eq(code, 0, out)
   has_line(out, DATA .. ": dataset: 130 definitions, 627 workloads in 24 files, 0 traces, 0 solutions")
   has_line(out, "  constraints: 192; 105 from axes and shapes, evaluated 143 times over workloads; "
-    .. "87 read tensor data")
+    .. "87 read tensor data, evaluated 0 times where the blobs are here, deferred elsewhere")
   has_line(out, "    deferred: total_seq_len == cu_seqlens[-1].item()")
   has_line(out, "  safetensors blobs: 0 checked, 651 absent")
   has_line(out, "  0 errors, 7 warnings")
@@ -286,6 +293,44 @@ T.test("safetensors inputs: var axis bound inconsistently across inputs, dtype, 
   has_line(out, string.format('error: %s:2: workload.inputs.c.tensor_key: tensor "c" in %s/./blob/bad.safetensors has dtype F32; expected I32 (int32)', w, root))
   has_line(out, string.format("warning: %s:3: workload.inputs.a.path: %s/./blob/lfs.safetensors is a Git LFS pointer", w, root))
   T.eq(out:find(w .. ":1:", 1, true), nil, "line 1 is clean")
+  rm(root)
+end)
+
+T.test("constraints that read tensor data are evaluated when the blob is here", function()
+  local root = T.tmpdir()
+  mkdirs(root .. "/definitions/x")
+  mkdirs(root .. "/workloads/x")
+  mkdirs(root .. "/blob")
+  T.write(root .. "/definitions/x/ragged.json", [[
+{"name": "ragged", "op_type": "x",
+ "axes": {"total": {"type": "var"}, "len_indptr": {"type": "var"}, "batch": {"type": "var"}, "D": {"type": "const", "value": 8}},
+ "constraints": ["len_indptr == batch + 1", "total == indptr[-1].item()"],
+ "inputs": {"x": {"shape": ["total", "D"], "dtype": "bfloat16"},
+            "indptr": {"shape": ["len_indptr"], "dtype": "int32"}},
+ "outputs": {"y": {"shape": ["total", "D"], "dtype": "bfloat16"}},
+ "reference": "def run(x, indptr):\n    return x\n"}
+]])
+  -- random ragged lengths; the last offset is the total
+  local batch = math.random(2, 9)
+  local ptr, acc = { 0 }, 0
+  for i = 1, batch do acc = acc + math.random(1, 50); ptr[i + 1] = acc end
+  write_safetensors(root .. "/blob/p.safetensors", { { "indptr", "I32", { batch + 1 }, ptr } })
+  local function wl(uuid, total, path)
+    return string.format('{"definition": "ragged", "solution": null, "evaluation": null, "workload": {"uuid": "%s", '
+      .. '"axes": {"total": %d, "len_indptr": %d, "batch": %d}, "inputs": {"x": {"type": "random"}, '
+      .. '"indptr": {"type": "safetensors", "path": "./blob/%s", "tensor_key": "indptr"}}}}', uuid, total, batch + 1, batch, path)
+  end
+  local w = root .. "/workloads/x/ragged.jsonl"
+  T.write(w, wl("u1", acc, "p.safetensors") .. "\n" .. wl("u2", acc + 3, "p.safetensors") .. "\n"
+    .. wl("u3", acc + 5, "absent.safetensors") .. "\n")
+  local out, code = T.khlua("task", "check", root)
+  T.eq(code, 1, out)
+  has_line(out, "  constraints: 2; 1 from axes and shapes, evaluated 3 times over workloads; "
+    .. "1 read tensor data, evaluated 2 times where the blobs are here, deferred elsewhere")
+  has_line(out, string.format("error: %s:2: workload.axes: violates constraint 'total == indptr[-1].item()' of ragged "
+    .. "(total = %d, indptr[-1].item() = %d)", w, acc + 3, acc))
+  T.eq(out:find(w .. ":1:", 1, true), nil, "line 1 holds")
+  has_line(out, "  1 error, 1 warning")
   rm(root)
 end)
 
