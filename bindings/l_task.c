@@ -45,7 +45,9 @@ static int lua_env_lookup(void *ctx, const kh_expr_var *var, int64_t *val)
     int idx = (int)(intptr_t)pL[1];
     if (idx == 0)
         return -1;
-    lua_getfield(L, idx, var->text);
+    /* raw: no metamethod may raise while C holds allocations */
+    lua_pushstring(L, var->text);
+    lua_rawget(L, idx);
     int ok = lua_isinteger(L, -1);
     if (ok)
         *val = (int64_t)lua_tointeger(L, -1);

@@ -2201,6 +2201,8 @@ static void load_jsonl_file(kh_task_set *s, const char *file, int in_traces)
             if (j) {
                 vctx v = {.s = s, .file = file, .text = p, .len = n, .base_line = line};
                 kh_task_workload *w = parse_workload_line(&v, j, in_traces, &fs);
+                if (w)
+                    w->seq = s->nwls;
                 if (w && PUSH(s->wls, s->nwls, s->capwls, w))
                     wl_free(w);
                 else if (w && w->is_trace)
@@ -2386,23 +2388,44 @@ static char *find_root(const char *file, int *pkg)
     }
 }
 
+static int cmp_wl(const void *pa, const void *pb)
+{
+    const kh_task_workload *a = *(const kh_task_workload *const *)pa;
+    const kh_task_workload *b = *(const kh_task_workload *const *)pb;
+    int c = strcmp(a->definition, b->definition);
+    if (!c)
+        c = strcmp(a->uuid, b->uuid);
+    if (!c)
+        c = a->seq < b->seq ? -1 : a->seq > b->seq;
+    return c;
+}
+
 /* Cross-file checks once everything is loaded. */
 static void cross_check(kh_task_set *s)
 {
-    /* duplicate workload uuids within a definition (workload files only) */
-    for (size_t i = 0; i < s->nwls; i++) {
-        kh_task_workload *a = s->wls[i];
-        if (a->is_trace || !a->uuid || !a->definition)
-            continue;
-        for (size_t k = i + 1; k < s->nwls; k++) {
-            kh_task_workload *b = s->wls[k];
-            if (!b->is_trace && b->uuid && b->definition && !strcmp(a->uuid, b->uuid) &&
-                !strcmp(a->definition, b->definition))
-                add_problem(s, KH_TASK_ERROR, b->file, b->line, "workload.uuid",
-                            "duplicate uuid \"%s\" for %s (also %s:%d); expected unique uuids",
-                            b->uuid, b->definition, a->file, a->line);
+    /* duplicate workload uuids within a definition (workload files only):
+     * sort by (definition, uuid, file order) and compare neighbours */
+    kh_task_workload **sorted = s->nwls ? malloc(s->nwls * sizeof *sorted) : NULL;
+    size_t nw = 0;
+    for (size_t i = 0; sorted && i < s->nwls; i++)
+        if (!s->wls[i]->is_trace && s->wls[i]->uuid && s->wls[i]->definition)
+            sorted[nw++] = s->wls[i];
+    if (nw)
+        qsort(sorted, nw, sizeof *sorted, cmp_wl);
+    for (size_t i = 1; i < nw; i++) {
+        kh_task_workload *a = sorted[i - 1], *b = sorted[i];
+        if (!strcmp(a->uuid, b->uuid) && !strcmp(a->definition, b->definition)) {
+            /* report each repeat against the first occurrence */
+            size_t first = i - 1;
+            while (first > 0 && !strcmp(sorted[first - 1]->uuid, b->uuid) &&
+                   !strcmp(sorted[first - 1]->definition, b->definition))
+                first--;
+            add_problem(s, KH_TASK_ERROR, b->file, b->line, "workload.uuid",
+                        "duplicate uuid \"%s\" for %s (also %s:%d); expected unique uuids",
+                        b->uuid, b->definition, sorted[first]->file, sorted[first]->line);
         }
     }
+    free(sorted);
     /* khlua.reference / baseline name a solution of the definition */
     int have_solutions = s->sum.kind && (!strcmp(s->sum.kind, "dataset") ||
                                          !strcmp(s->sum.kind, "package"));

@@ -67,6 +67,7 @@ typedef struct kh_task_workload {
     int64_t *axes;  /* def->naxes values: const from the definition, var from here */
     json_t *json;   /* the "workload" object */
     json_t *record; /* the whole JSONL line */
+    size_t seq;     /* load order */
 } kh_task_workload;
 
 typedef enum kh_task_arg_kind {
