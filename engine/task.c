@@ -1937,8 +1937,11 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces
         vpush(v, "axes");
         json_object_foreach(axes, an, av) {
             int ai = d ? kh_task_axis_index(d, an) : -1;
-            if (!json_is_integer(av) || json_integer_value(av) < 0) {
+            if (!json_is_integer(av)) {
                 VERR(v, an, "expected an integer >= 0, got %s", jtype(av));
+                axes_ok = 0;
+            } else if (json_integer_value(av) < 0) {
+                VERR(v, an, "expected an integer >= 0, got %lld", (long long)json_integer_value(av));
                 axes_ok = 0;
             } else if (d && ai < 0) {
                 VERR(v, an, "expected a var axis of %s, got \"%s\"", d->name, an);
