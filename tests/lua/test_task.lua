@@ -369,6 +369,21 @@ T.test("solutions: entry point naming a missing source file, bad candidate manif
   end
 end)
 
+T.test("duplicate solution names and source paths", function()
+  local root = fixture_dataset()
+  local dir = root .. "/solutions/khlua/rmsnorm/rmsnorm_h512/"
+  local f = dir .. "rmsnorm_h512_cuda_v1.json"
+  T.write(dir .. "zz_copy.json", T.read(f))
+  local text = T.read(dir .. "rmsnorm_h512_ref_c.json")
+  text = sub1(text, '"sources": [\n', '"sources": [\n    {"path": "rmsnorm_ref.c", "content": ""},\n')
+  T.write(dir .. "rmsnorm_h512_ref_c.json", text)
+  local out, code = T.khlua("task", "check", root)
+  T.eq(code, 1, out)
+  has_line(out, "error: " .. dir .. 'zz_copy.json:2: name: duplicate solution name "rmsnorm_h512_cuda_v1" (also ' .. f .. ":1)")
+  has_line(out, "error: " .. dir .. 'rmsnorm_h512_ref_c.json:25: sources[1].path: duplicate source path "rmsnorm_ref.c" (also sources[0]); expected unique paths')
+  rm(root)
+end)
+
 T.test("candidate manifests are resolved on every workload", function()
   local root = fixture_dataset()
   local f = root .. "/solutions/khlua/rmsnorm/rmsnorm_h512/rmsnorm_h512_cuda_v1.json"
