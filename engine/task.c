@@ -1022,7 +1022,7 @@ kh_status kh_task_speed_of_light(const kh_task_def *d, const int64_t *axes, int6
         if ((st = kh_task_eval(d, axes, d->sol_bytes, NULL, NULL, bytes, err)))
             return kh_err_prefix(err, "khlua.speed_of_light.bytes: ");
     } else {
-        int64_t sum = 0, b;
+        int64_t sum = 0, b = 0;
         for (size_t i = 0; i < d->ninputs + d->noutputs; i++) {
             const kh_task_tensor *t = i < d->ninputs ? &d->inputs[i] : &d->outputs[i - d->ninputs];
             if (!t->valid)
