@@ -88,6 +88,9 @@ static int is_int_dtype(const char *dtype) { return dtype && !strncmp(dtype, "in
 /* ---- problems ------------------------------------------------------------------ */
 static void add_problemv(kh_task_set *s, kh_task_severity sev, const char *file, int line,
                          const char *field, const char *fmt, va_list ap)
+    __attribute__((format(printf, 6, 0)));
+static void add_problemv(kh_task_set *s, kh_task_severity sev, const char *file, int line,
+                         const char *field, const char *fmt, va_list ap)
 {
     if (s->quiet)
         return;
