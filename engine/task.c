@@ -485,6 +485,8 @@ static char *read_file(const char *path, size_t *len, kh_err *err)
 
 static char *path_join(const char *a, const char *b)
 {
+    while (b[0] == '.' && b[1] == '/') /* "./blob/x" as FlashInfer-Bench writes it */
+        b += 2;
     size_t la = strlen(a), lb = strlen(b);
     char *p = malloc(la + lb + 2);
     if (!p)
@@ -1429,6 +1431,8 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
     get_str(v, root, "description", 0, 0);
     if (s->definition)
         s->def = kh_task_find_def(v->s, s->definition);
+    if (s->def)
+        ((kh_task_def *)s->def)->used = 1; /* the set owns it; const only to users */
 
     /* sources first: the entry point must name one of them */
     json_t *src = json_object_get(root, "sources");
@@ -1891,6 +1895,8 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces
     if (dn) {
         w->definition = kh_strdup(dn);
         w->def = kh_task_find_def(s, dn);
+        if (w->def)
+            ((kh_task_def *)w->def)->used = 1; /* the set owns it; const only to users */
         if (!w->def)
             VERR(v, "definition", "expected the name of a known definition, got \"%s\" (%zu "
                                   "definitions loaded)", dn, s->ndefs);
@@ -2120,10 +2126,10 @@ static int load_def_file(kh_task_set *s, const char *file)
             } else if (PUSH(s->defs, s->ndefs, s->capdefs, d)) {
                 def_free(d);
             } else if (s->quiet) {
+                d->context = 1;
                 s->sum.context_definitions++;
             } else {
                 s->sum.definitions++;
-                s->sum.constraints += d->nconstraints;
             }
         } else {
             def_free(d);
@@ -2479,9 +2485,13 @@ static void cross_check(kh_task_set *s)
         free(dims);
         free(ws);
     }
-    /* constraints that read tensor data: deferred, listed once */
+    /* constraints of the checked definitions (or, checking one file, of the
+     * definitions it uses); those that read tensor data listed once */
     for (size_t i = 0; i < s->ndefs; i++) {
         kh_task_def *d = s->defs[i];
+        if (d->context && !d->used)
+            continue;
+        s->sum.constraints += d->nconstraints;
         for (size_t k = 0; k < d->nconstraints; k++) {
             kh_task_constraint *c = &d->constraints[k];
             if (!c->expr || !kh_expr_needs_data(c->expr))

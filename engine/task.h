@@ -56,6 +56,8 @@ typedef struct kh_task_def {
     kh_expr *sol_flops;   /* NULL: unknown */
     json_t *json;         /* the whole definition object */
     size_t errors;        /* errors found in this definition's file */
+    int context;          /* loaded unchecked, as context for a checked file */
+    int used;             /* named by a loaded workload or solution */
 } kh_task_def;
 
 typedef struct kh_task_workload {
@@ -131,7 +133,7 @@ typedef struct kh_task_summary {
     const char *kind;            /* "dataset", "package", "definition", "solution", "workloads" */
     size_t context_definitions;  /* loaded, unchecked, from the dataset around a checked file */
     size_t files, definitions, workload_files, workloads, traces, solutions, candidates;
-    size_t constraints;          /* constraints over all definitions */
+    size_t constraints;          /* constraints of the checked (or used) definitions */
     size_t constraint_checks;    /* (workload, constraint) pairs evaluated */
     size_t deferred;             /* constraints that need tensor data */
     size_t data_checks;          /* (workload, data constraint) pairs evaluated from blobs */

@@ -114,7 +114,7 @@ T.test("--strict makes every absent blob an error; --json is one object", functi
   T.eq(code, 1)
   has_line(out, "  651 errors, 0 warnings")
   has_line(out, "error: " .. DATA .. "/workloads/moe/moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048.jsonl:1: "
-    .. "workload.inputs.routing_logits.path: safetensors file " .. DATA .. "/./blob/workloads/moe/")
+    .. "workload.inputs.routing_logits.path: safetensors file " .. DATA .. "/blob/workloads/moe/")
   out, code = T.khlua("task", "check", "--json", DATA)
   T.eq(code, 0)
   local r = kh.json.decode(out)
@@ -124,6 +124,17 @@ T.test("--strict makes every absent blob an error; --json is one object", functi
   T.eq(#r.summary.deferred_constraints, 4)
   T.eq(#r.problems, 7)
   T.eq(r.problems[1].severity, "warning")
+end)
+
+T.test("one real workload file is checked against the dataset around it", function()
+  need_data()
+  local f = DATA .. "/workloads/gqa_paged/gqa_paged_prefill_causal_h32_kv4_d128_ps1.jsonl"
+  local out, code = T.khlua("task", "check", f)
+  T.eq(code, 0, out)
+  has_line(out, f .. ": workloads: 0 definitions, 33 workloads in 1 file")
+  has_line(out, "  (130 definitions loaded from the dataset or package around it, not checked)")
+  has_line(out, "  constraints: 2; 0 from axes and shapes, evaluated 0 times over workloads; 2 read tensor data")
+  has_line(out, "  0 errors, 1 warning")
 end)
 
 T.test("usage errors exit 2, unreadable paths 1", function()
@@ -288,10 +299,10 @@ T.test("safetensors inputs: var axis bound inconsistently across inputs, dtype, 
   local out, code = T.khlua("task", "check", root)
   T.eq(code, 1, out)
   has_line(out, "  safetensors blobs: 6 checked, 0 absent")
-  has_line(out, string.format('error: %s:2: workload.inputs.b.tensor_key: dimension 0 of "b" in %s/./blob/bad.safetensors '
+  has_line(out, string.format('error: %s:2: workload.inputs.b.tensor_key: dimension 0 of "b" in %s/blob/bad.safetensors '
     .. "binds var axis M = %d, but workload.axes & input 'a' bind it to %d; expected one value across inputs", w, root, m + 1, m))
-  has_line(out, string.format('error: %s:2: workload.inputs.c.tensor_key: tensor "c" in %s/./blob/bad.safetensors has dtype F32; expected I32 (int32)', w, root))
-  has_line(out, string.format("warning: %s:3: workload.inputs.a.path: %s/./blob/lfs.safetensors is a Git LFS pointer", w, root))
+  has_line(out, string.format('error: %s:2: workload.inputs.c.tensor_key: tensor "c" in %s/blob/bad.safetensors has dtype F32; expected I32 (int32)', w, root))
+  has_line(out, string.format("warning: %s:3: workload.inputs.a.path: %s/blob/lfs.safetensors is a Git LFS pointer", w, root))
   T.eq(out:find(w .. ":1:", 1, true), nil, "line 1 is clean")
   rm(root)
 end)
