@@ -3,9 +3,10 @@
  * solutions and candidate manifests, task packages and datasets.  Owns the
  * problem list with line numbers (jansson keeps no positions, so a small
  * scanner walks the already-valid JSON text to the field's key), constraint
- * evaluation per workload, safetensors header checks (shape and dtype only;
- * reading tensor data is engine/tensor's), speed-of-light bounds and
- * manifest resolution.  The expression language itself is expr.c's. */
+ * evaluation per workload, safetensors header checks (shape and dtype, and
+ * single index elements for constraints such as indptr[-1].item(); loading
+ * tensors is engine/tensor's), speed-of-light bounds and manifest
+ * resolution.  The expression language itself is expr.c's. */
 #include "task.h"
 
 #include <dirent.h>
@@ -1006,15 +1007,14 @@ kh_status kh_task_eval(const kh_task_def *d, const int64_t *axes, const kh_expr 
     return kh_expr_eval_lookup(e, def_lookup, &c, out, err);
 }
 
-static kh_status tensor_bytes(const kh_task_def *d, const kh_task_tensor *t, const int64_t *axes,
-                              int64_t *out, kh_err *err)
+static kh_status tensor_bytes(const kh_task_tensor *t, const int64_t *axes, int64_t *out,
+                              kh_err *err)
 {
     int64_t bits = t->dtype_bits;
     for (size_t k = 0; k < t->rank; k++)
         if (__builtin_mul_overflow(bits, axes[t->dims[k]], &bits))
             return kh_err_set(err, KH_EINVAL, "size of %s overflows 64 bits", t->name);
     *out = bits / 8 + (bits % 8 != 0);
-    (void)d;
     return KH_OK;
 }
 
@@ -1032,7 +1032,7 @@ kh_status kh_task_speed_of_light(const kh_task_def *d, const int64_t *axes, int6
             const kh_task_tensor *t = i < d->ninputs ? &d->inputs[i] : &d->outputs[i - d->ninputs];
             if (!t->valid)
                 return kh_err_set(err, KH_EINVAL, "tensor %s of %s is malformed", t->name, d->name);
-            if ((st = tensor_bytes(d, t, axes, &b, err)))
+            if ((st = tensor_bytes(t, axes, &b, err)))
                 return st;
             if (__builtin_add_overflow(sum, b, &sum))
                 return kh_err_set(err, KH_EINVAL, "total tensor size overflows 64 bits");
