@@ -21,6 +21,7 @@ static const kh_command commands[] = {
     {"doctor", "what this machine offers and what is missing", kh_cmd_doctor},
     {"llm", "ask a model (OpenAI, Anthropic, compatible servers, agent CLIs, replay)", kh_cmd_llm},
     {"worker", "a worker process (started by khlua itself)", kh_cmd_worker},
+    {"task", "check task files, packages and FlashInfer-Bench datasets", kh_cmd_task},
 };
 
 static lua_State *g_L;

@@ -94,6 +94,7 @@ int kh_luaopen_kh(lua_State *L)
         {"json", kh_open_json},
         {"time", kh_open_time},
         {"llm", kh_open_llm},
+        {"task", kh_open_task},
     };
     for (size_t i = 0; i < KH_ARRAY_LEN(modules); i++) {
         modules[i].open(L, e);
