@@ -46,7 +46,8 @@ typedef struct kh_err {
  * naturally.  The message is printf-formatted and truncated to fit. */
 kh_status kh_err_set(kh_err *e, kh_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-kh_status kh_err_setv(kh_err *e, kh_status code, const char *fmt, va_list ap);
+kh_status kh_err_setv(kh_err *e, kh_status code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 /* Prefix an existing message: "opening store: <old message>". */
 kh_status kh_err_prefix(kh_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void kh_err_clear(kh_err *e);
