@@ -17,7 +17,10 @@
 #define KH_CUDA_FUNCS(X)                                                                  \
     X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                 \
     X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)         \
-    X(cuDeviceTotalMem) X(cuDeviceGetUuid)
+    X(cuDeviceTotalMem) X(cuDeviceGetUuid)                                                \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)           \
+    X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)      \
+    X(cuMemAlloc) X(cuMemFree) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuLaunchKernel)
 
 typedef struct kh_cuda_api {
 #define KH_X(fn) __typeof__(fn) *fn;

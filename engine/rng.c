@@ -1,0 +1,188 @@
+/* rng.c: the input generator (rng.h): host filling of tensors and the device
+ * source handed to NVRTC.  Both sides run rng_core.h; this file only loops,
+ * packs and wraps.  Allocation and launch on the GPU belong to the gpu worker. */
+#include "rng.h"
+
+#include "rng_core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kh_rng_philox(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4])
+{
+    memcpy(out, counter, 4 * sizeof *out);
+    kh_philox4x32_10(out, key[0], key[1]);
+}
+
+double kh_rng_normal_at(uint64_t seed, uint32_t stream, uint64_t idx)
+{
+    uint32_t w[4];
+    kh_rng_words(seed, stream, idx, w);
+    return kh_rng_normal(w);
+}
+
+int kh_rng_kind(kh_dtype t)
+{
+    switch (t) {
+    case KH_DTYPE_F32: return KH_RK_F32;
+    case KH_DTYPE_F16: return KH_RK_F16;
+    case KH_DTYPE_BF16: return KH_RK_BF16;
+    case KH_DTYPE_F8E4M3: return KH_RK_F8E4M3;
+    case KH_DTYPE_F8E5M2: return KH_RK_F8E5M2;
+    case KH_DTYPE_F4E2M1: return KH_RK_F4E2M1;
+    case KH_DTYPE_I64: return KH_RK_I64;
+    case KH_DTYPE_I32: return KH_RK_I32;
+    case KH_DTYPE_I16: return KH_RK_I16;
+    case KH_DTYPE_I8: return KH_RK_I8;
+    case KH_DTYPE_BOOL: return KH_RK_BOOL;
+    default: return -1;
+    }
+}
+
+uint64_t kh_rng_code_at(kh_dtype t, uint64_t seed, uint32_t stream, uint64_t idx)
+{
+    uint64_t c = kh_rng_code(kh_rng_kind(t), seed, stream, idx);
+    int bits = kh_dtype_bits(t);
+    return bits == 64 ? c : c & ((1ull << bits) - 1u);
+}
+
+kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
+                      kh_err *err)
+{
+    if (kh_rng_kind(t->dtype) < 0)
+        return kh_err_set(err, KH_EINVAL, "cannot generate dtype %d", (int)t->dtype);
+    for (uint64_t i = 0; i < t->numel; i++) {
+        if (e && (i & 0x3FFFFF) == 0x3FFFFF && kh_engine_stop_requested(e))
+            return kh_err_set(err, KH_EINTR, "input generation interrupted at element %llu",
+                              (unsigned long long)i);
+        kh_dtype_set_code(t->dtype, t->data, i, kh_rng_code_at(t->dtype, seed, stream, i));
+    }
+    return KH_OK;
+}
+
+/* The device side of rng_core.h's contract: every double operation is an
+ * IEEE round-to-nearest intrinsic the compiler may not fuse or reorder. */
+static const char device_prelude[] =
+    "typedef unsigned int uint32_t;\n"
+    "typedef unsigned long long uint64_t;\n"
+    "typedef long long int64_t;\n"
+    "#define KH_FN static __device__ __forceinline__\n"
+    "KH_FN double kh_dadd(double a, double b) { return __dadd_rn(a, b); }\n"
+    "KH_FN double kh_dsub(double a, double b) { return __dsub_rn(a, b); }\n"
+    "KH_FN double kh_dmul(double a, double b) { return __dmul_rn(a, b); }\n"
+    "KH_FN double kh_ddiv(double a, double b) { return __ddiv_rn(a, b); }\n"
+    "KH_FN double kh_dsqrt(double a) { return __dsqrt_rn(a); }\n"
+    "KH_FN uint64_t kh_d2u(double d) { return (uint64_t)__double_as_longlong(d); }\n"
+    "KH_FN double kh_u2d(uint64_t u) { return __longlong_as_double((long long)u); }\n";
+
+static const char device_kernel[] =
+    "\nextern \"C\" __global__ void kh_rng_fill(unsigned char *out, unsigned long long n,\n"
+    "    unsigned long long seed, unsigned int stream, int kind)\n"
+    "{\n"
+    "    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;\n"
+    "    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (kind == KH_RK_F4E2M1) {\n"
+    "        for (; i < (n + 1) / 2; i += step) {\n"
+    "            uint64_t lo = kh_rng_code(kind, seed, stream, 2 * i);\n"
+    "            uint64_t hi = 2 * i + 1 < n ? kh_rng_code(kind, seed, stream, 2 * i + 1) : 0;\n"
+    "            out[i] = (unsigned char)((lo & 15u) | ((hi & 15u) << 4));\n"
+    "        }\n"
+    "        return;\n"
+    "    }\n"
+    "    for (; i < n; i += step) {\n"
+    "        uint64_t c = kh_rng_code(kind, seed, stream, i);\n"
+    "        if (kind == KH_RK_I64) ((uint64_t *)out)[i] = c;\n"
+    "        else if (kind == KH_RK_F32 || kind == KH_RK_I32) ((uint32_t *)out)[i] = (uint32_t)c;\n"
+    "        else if (kind == KH_RK_F16 || kind == KH_RK_BF16 || kind == KH_RK_I16)\n"
+    "            ((unsigned short *)out)[i] = (unsigned short)c;\n"
+    "        else out[i] = (unsigned char)c;\n"
+    "    }\n"
+    "}\n";
+
+char *kh_rng_device_source(void)
+{
+    const char *core = kh_core_source();
+    size_t n = sizeof device_prelude + strlen(core) + sizeof device_kernel + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s\n%s", device_prelude, core, device_kernel);
+    return s;
+}
+
+const char *const *kh_rng_device_options(void)
+{
+    static const char *const opts[] = {"--fmad=false", "-std=c++17", NULL};
+    return opts;
+}
+
+static kh_status nvrtc_fail(const kh_nvrtc_api *nv, nvrtcProgram prog, nvrtcResult r,
+                            const char *what, kh_err *err)
+{
+    size_t n = 0;
+    char *log = NULL;
+    if (prog && nv->nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1 &&
+        (log = malloc(n)) && nv->nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) {
+        free(log);
+        log = NULL;
+    }
+    kh_status st = kh_err_set(err, KH_ECOMPILE, "%s: %s%s%s", what, nv->nvrtcGetErrorString(r),
+                              log ? "\n" : "", log ? log : "");
+    free(log);
+    return st;
+}
+
+kh_status kh_rng_compile(kh_engine *e, const char *arch, void **cubin, size_t *size,
+                         kh_err *err)
+{
+    *cubin = NULL;
+    *size = 0;
+    const kh_nvrtc_api *nv = kh_engine_nvrtc(e, err);
+    if (!nv)
+        return err ? err->code : KH_ENODEV;
+    char *src = kh_rng_device_source();
+    if (!src)
+        return kh_err_set(err, KH_ENOMEM, "out of memory assembling the generator source");
+    nvrtcProgram prog = NULL;
+    nvrtcResult r = nv->nvrtcCreateProgram(&prog, src, "kh_rng.cu", 0, NULL, NULL);
+    free(src);
+    if (r != NVRTC_SUCCESS)
+        return nvrtc_fail(nv, NULL, r, "nvrtcCreateProgram", err);
+    char archopt[64];
+    snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
+    const char *opts[8];
+    int nopt = 0;
+    opts[nopt++] = archopt;
+    for (const char *const *o = kh_rng_device_options(); *o && nopt < 8; o++)
+        opts[nopt++] = *o;
+    kh_status st = KH_OK;
+    r = nv->nvrtcCompileProgram(prog, nopt, opts);
+    if (r != NVRTC_SUCCESS) {
+        char what[128];
+        snprintf(what, sizeof what, "compiling the input generator for %s", arch);
+        st = nvrtc_fail(nv, prog, r, what, err);
+        goto out;
+    }
+    size_t n = 0;
+    r = nv->nvrtcGetCUBINSize(prog, &n);
+    if (r != NVRTC_SUCCESS || n == 0) {
+        st = nvrtc_fail(nv, prog, r, "nvrtcGetCUBINSize (is the arch a real sm_XX?)", err);
+        goto out;
+    }
+    void *buf = malloc(n);
+    if (!buf) {
+        st = kh_err_set(err, KH_ENOMEM, "out of memory for a %zu-byte cubin", n);
+        goto out;
+    }
+    r = nv->nvrtcGetCUBIN(prog, buf);
+    if (r != NVRTC_SUCCESS) {
+        free(buf);
+        st = nvrtc_fail(nv, prog, r, "nvrtcGetCUBIN", err);
+        goto out;
+    }
+    *cubin = buf;
+    *size = n;
+out:
+    nv->nvrtcDestroyProgram(&prog);
+    return st;
+}
