@@ -93,6 +93,8 @@ int kh_luaopen_kh(lua_State *L)
     } modules[] = {
         {"json", kh_open_json},
         {"time", kh_open_time},
+        {"tensor", kh_open_tensor},
+        {"check", kh_open_check},
     };
     for (size_t i = 0; i < KH_ARRAY_LEN(modules); i++) {
         modules[i].open(L, e);

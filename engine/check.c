@@ -5,8 +5,15 @@
  * it reads host tensors in place. */
 #include "check.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
+
+/* FIB's float32 arithmetic is reproduced with C float operations, which
+ * must round to float each time. */
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "check.c needs FLT_EVAL_METHOD == 0"
+#endif
 #include <stdlib.h>
 #include <string.h>
 

@@ -15,9 +15,15 @@
 #ifndef KH_RNG_CORE_H
 #define KH_RNG_CORE_H
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+/* Double operations must round to double, not to a wider format (x87). */
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "khlua's generator needs FLT_EVAL_METHOD == 0 (SSE2 or any 64-bit target)"
+#endif
 
 #define KH_FN static inline
 static inline double kh_dadd(double a, double b) { return a + b; }

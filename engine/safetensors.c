@@ -54,6 +54,8 @@ const char *kh_st_metadata(const kh_st_file *f, const char *key)
     return f->meta ? json_string_value(json_object_get(f->meta, key)) : NULL;
 }
 
+const json_t *kh_st_metadata_all(const kh_st_file *f) { return f->meta; }
+
 static kh_status bad(kh_st_file *f, kh_err *err, kh_status code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static kh_status bad(kh_st_file *f, kh_err *err, kh_status code, const char *fmt, ...)
@@ -345,6 +347,31 @@ kh_status kh_st_get(const kh_st_file *f, const char *name, kh_tensor **out, kh_e
         return KH_ENOTFOUND;
     return kh_tensor_borrow(out, e->dtype, e->ndim, e->shape, (void *)(f->data + e->begin),
                             (size_t)(e->end - e->begin), err);
+}
+
+kh_status kh_st_get_expect(const kh_st_file *f, const char *name, const char *label,
+                           kh_dtype dtype, int ndim, const int64_t *shape, kh_tensor **out,
+                           kh_err *err)
+{
+    kh_status st = kh_st_get(f, name, out, err);
+    if (st)
+        return st;
+    kh_tensor *t = *out;
+    int same = t->dtype == dtype && t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = t->shape[i] == shape[i];
+    if (same)
+        return KH_OK;
+    char want[256], got[256];
+    kh_tensor_shape_str(ndim, shape, want, sizeof want);
+    kh_tensor_shape_str(t->ndim, t->shape, got, sizeof got);
+    st = kh_err_set(err, KH_EINVAL,
+                    "input '%s': expected %s %s, but tensor '%s' in %s is %s %s",
+                    label ? label : name, kh_dtype_name(dtype), want, name, f->what,
+                    kh_dtype_name(t->dtype), got);
+    kh_tensor_free(t);
+    *out = NULL;
+    return st;
 }
 
 kh_status kh_st_get_copy(const kh_st_file *f, const char *name, kh_tensor **out, kh_err *err)

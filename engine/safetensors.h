@@ -45,10 +45,20 @@ const char *kh_st_name(const kh_st_file *f, size_t i);
 /* A tensor borrowing the file's bytes (valid until kh_st_close; free the
  * header with kh_tensor_free).  KH_ENOTFOUND naming the keys present. */
 kh_status kh_st_get(const kh_st_file *f, const char *name, kh_tensor **out, kh_err *err);
+/* kh_st_get, then FIB's load check (fib-harness.md §1, InputSpec): the
+ * tensor must have exactly this dtype and shape, else KH_EINVAL naming the
+ * input (label), what was expected and what the file holds. */
+kh_status kh_st_get_expect(const kh_st_file *f, const char *name, const char *label,
+                           kh_dtype dtype, int ndim, const int64_t *shape, kh_tensor **out,
+                           kh_err *err);
 /* An owned copy, safe after close. */
 kh_status kh_st_get_copy(const kh_st_file *f, const char *name, kh_tensor **out, kh_err *err);
 /* A __metadata__ value, or NULL. */
 const char *kh_st_metadata(const kh_st_file *f, const char *key);
+/* The whole __metadata__ object (jansson, strings to strings), or NULL when
+ * the file has none.  Borrowed: valid until kh_st_close. */
+struct json_t;
+const struct json_t *kh_st_metadata_all(const kh_st_file *f);
 
 /* Write n named tensors (and optional string metadata: meta_keys/meta_values,
  * n_meta pairs) to path, atomically (a temporary file renamed into place).

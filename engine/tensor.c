@@ -114,6 +114,14 @@ kh_status kh_tensor_borrow(kh_tensor **out, kh_dtype t, int ndim, const int64_t 
     return KH_OK;
 }
 
+kh_status kh_tensor_new_scalar(kh_tensor **out, kh_dtype t, double x, kh_err *err)
+{
+    kh_status st = kh_tensor_new(out, t, 0, NULL, err);
+    if (st == KH_OK)
+        kh_tensor_set(*out, 0, x);
+    return st;
+}
+
 kh_status kh_tensor_clone(kh_tensor **out, const kh_tensor *src, kh_err *err)
 {
     kh_status st = kh_tensor_new(out, src->dtype, src->ndim, src->shape, err);

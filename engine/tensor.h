@@ -31,6 +31,9 @@ kh_status kh_tensor_new(kh_tensor **out, kh_dtype t, int ndim, const int64_t *sh
 /* A tensor over caller-owned bytes (nbytes must equal the shape's size). */
 kh_status kh_tensor_borrow(kh_tensor **out, kh_dtype t, int ndim, const int64_t *shape,
                            void *data, size_t nbytes, kh_err *err);
+/* A 0-D tensor holding x converted to t (dtype.h rules): a workload's
+ * scalar input, or a random scalar's home. */
+kh_status kh_tensor_new_scalar(kh_tensor **out, kh_dtype t, double x, kh_err *err);
 /* An owned deep copy. */
 kh_status kh_tensor_clone(kh_tensor **out, const kh_tensor *src, kh_err *err);
 void kh_tensor_free(kh_tensor *t);

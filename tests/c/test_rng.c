@@ -209,6 +209,16 @@ static void test_fp4_packing_and_scalar(void **state)
     assert_int_equal(kh_dtype_get_code(KH_DTYPE_F32, s->data, 0),
                      kh_rng_code_at(KH_DTYPE_F32, base_seed, 6, 0));
     kh_tensor_free(s);
+
+    /* a workload scalar: a 0-D tensor of the definition's dtype */
+    assert_int_equal(kh_tensor_new_scalar(&s, KH_DTYPE_I32, 192.0, &err), KH_OK);
+    assert_int_equal(s->ndim, 0);
+    assert_true(kh_tensor_get(s, 0) == 192.0);
+    kh_tensor_free(s);
+    assert_int_equal(kh_tensor_new_scalar(&s, KH_DTYPE_BF16, 0.1352337788608801, &err), KH_OK);
+    assert_int_equal(kh_dtype_get_code(KH_DTYPE_BF16, s->data, 0),
+                     kh_dtype_encode(KH_DTYPE_BF16, 0.1352337788608801));
+    kh_tensor_free(s);
 }
 
 static void test_device_source_compiles(void **state)

@@ -144,6 +144,18 @@ static void test_hand_built_file(void **state)
     memcpy(&v, b + 8 + hl + 10, 4);
     assert_true(kh_tensor_get(t, 1) == (double)v);
     kh_tensor_free(t);
+    /* the input-spec check: exact dtype and shape, else a precise refusal */
+    int64_t two = 2, three = 3;
+    assert_int_equal(kh_st_get_expect(f, "b", "seq_lens", KH_DTYPE_I32, 1, &two, &t, &err), KH_OK);
+    kh_tensor_free(t);
+    assert_int_equal(kh_st_get_expect(f, "b", "seq_lens", KH_DTYPE_I64, 1, &two, &t, &err),
+                     KH_EINVAL);
+    assert_null(t);
+    assert_non_null(strstr(err.msg, "input 'seq_lens': expected int64 [2], but tensor 'b'"));
+    assert_int_equal(kh_st_get_expect(f, "a", NULL, KH_DTYPE_F16, 1, &three, &t, &err), KH_OK);
+    kh_tensor_free(t);
+    assert_int_equal(kh_st_get_expect(f, "a", NULL, KH_DTYPE_F16, 1, &two, &t, &err), KH_EINVAL);
+    assert_non_null(strstr(err.msg, "is float16 [3]"));
     assert_string_equal(kh_st_metadata(f, "k"), "v");
     kh_st_close(f);
     free(b);
