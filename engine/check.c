@@ -146,6 +146,61 @@ static elem_err element_error(double x, double y, const kh_check_opts *o)
     return e;
 }
 
+/* The one pass over both tensors.  Accumulators live in locals (stores
+ * through r could alias the tensors' bytes and defeat registers), and the
+ * function is inlined once per dtype with t constant, so the decoding switch
+ * disappears from the loop. */
+typedef struct scan_acc {
+    uint64_t fails, out_inf, out_nan, ref_nonfinite, max_ulp;
+    int64_t first_fail, first_inf, first_nan, worst;
+    double max_abs, max_rel, sdiff, sref;
+    int abs_nan, rel_nan;
+} scan_acc;
+
+static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tensor *out,
+                                                       const kh_tensor *ref,
+                                                       const kh_check_opts *o, scan_acc *res)
+{
+    scan_acc a = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
+    const void *xp = out->data, *yp = ref->data;
+    const uint64_t n = out->numel;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t cx = kh_dtype_get_code(t, xp, i), cy = kh_dtype_get_code(t, yp, i);
+        double x = kh_dtype_decode(t, cx), y = kh_dtype_decode(t, cy);
+        int xfin = isfinite(x), yfin = isfinite(y);
+        if (!xfin) {
+            if (isinf(x) && a.out_inf++ == 0)
+                a.first_inf = (int64_t)i;
+            if (isnan(x) && a.out_nan++ == 0)
+                a.first_nan = (int64_t)i;
+        }
+        if (!yfin)
+            a.ref_nonfinite++;
+        elem_err e = element_error(x, y, o);
+        if (isnan(e.abs))
+            a.abs_nan = 1;
+        else if (e.abs > a.max_abs || a.worst < 0) {
+            a.max_abs = e.abs;
+            a.worst = (int64_t)i;
+        }
+        if (isnan(e.rel))
+            a.rel_nan = 1;
+        else if (e.rel > a.max_rel)
+            a.max_rel = e.rel;
+        if (e.fail && a.fails++ == 0)
+            a.first_fail = (int64_t)i;
+        if (xfin && yfin) {
+            a.sdiff += (x - y) * (x - y);
+            a.sref += y * y;
+        }
+        /* for integer dtypes the "ulp" distance is the integer difference */
+        uint64_t d = kh_dtype_ulp_distance(t, cx, cy);
+        if (d > a.max_ulp)
+            a.max_ulp = d;
+    }
+    *res = a;
+}
+
 kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
                            kh_check_result *r, kh_err *err)
 {
@@ -160,44 +215,44 @@ kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_
     if (shape_dtype(out, ref, r))
         return KH_OK;
 
-    kh_dtype t = out->dtype;
-    double sdiff = 0, sref = 0;
-    int abs_nan = 0, rel_nan = 0;
-    int64_t first_inf = -1, first_nan = -1;
-    r->numel = out->numel;
-    for (uint64_t i = 0; i < out->numel; i++) {
-        uint64_t cx = kh_dtype_get_code(t, out->data, i), cy = kh_dtype_get_code(t, ref->data, i);
-        double x = kh_dtype_decode(t, cx), y = kh_dtype_decode(t, cy);
-        if (isinf(x) && r->out_inf++ == 0)
-            first_inf = (int64_t)i;
-        if (isnan(x) && r->out_nan++ == 0)
-            first_nan = (int64_t)i;
-        if (!isfinite(y))
-            r->ref_nonfinite++;
-        elem_err e = element_error(x, y, o);
-        if (isnan(e.abs))
-            abs_nan = 1;
-        else if (e.abs > r->max_abs_error || r->worst_index < 0) {
-            r->max_abs_error = e.abs;
-            r->worst_index = (int64_t)i;
-            r->worst_out = x;
-            r->worst_ref = y;
-        }
-        if (isnan(e.rel))
-            rel_nan = 1;
-        else if (e.rel > r->max_rel_error)
-            r->max_rel_error = e.rel;
-        if (e.fail && r->fails++ == 0)
-            r->first_fail = (int64_t)i;
-        if (isfinite(x) && isfinite(y)) {
-            sdiff += (x - y) * (x - y);
-            sref += y * y;
-        }
-        /* for integer dtypes the "ulp" distance is the integer difference */
-        uint64_t d = kh_dtype_ulp_distance(t, cx, cy);
-        if (d > r->max_ulp_error)
-            r->max_ulp_error = d;
+    scan_acc acc;
+    switch (out->dtype) {
+#define KH_SCAN_CASE(T)                                                                   \
+    case T:                                                                               \
+        scan(T, out, ref, o, &acc);                                                       \
+        break;
+        KH_SCAN_CASE(KH_DTYPE_F32)
+        KH_SCAN_CASE(KH_DTYPE_F16)
+        KH_SCAN_CASE(KH_DTYPE_BF16)
+        KH_SCAN_CASE(KH_DTYPE_F8E4M3)
+        KH_SCAN_CASE(KH_DTYPE_F8E5M2)
+        KH_SCAN_CASE(KH_DTYPE_F4E2M1)
+        KH_SCAN_CASE(KH_DTYPE_I64)
+        KH_SCAN_CASE(KH_DTYPE_I32)
+        KH_SCAN_CASE(KH_DTYPE_I16)
+        KH_SCAN_CASE(KH_DTYPE_I8)
+        KH_SCAN_CASE(KH_DTYPE_BOOL)
+#undef KH_SCAN_CASE
+    default:
+        return kh_err_set(err, KH_EINVAL, "compare: invalid dtype %d", (int)out->dtype);
     }
+    r->numel = out->numel;
+    r->fails = acc.fails;
+    r->first_fail = acc.first_fail;
+    r->out_inf = acc.out_inf;
+    r->out_nan = acc.out_nan;
+    r->ref_nonfinite = acc.ref_nonfinite;
+    r->max_abs_error = acc.max_abs;
+    r->max_rel_error = acc.max_rel;
+    r->max_ulp_error = acc.max_ulp;
+    r->worst_index = acc.worst;
+    if (acc.worst >= 0) {
+        r->worst_out = kh_tensor_get(out, (uint64_t)acc.worst);
+        r->worst_ref = kh_tensor_get(ref, (uint64_t)acc.worst);
+    }
+    int abs_nan = acc.abs_nan, rel_nan = acc.rel_nan;
+    int64_t first_inf = acc.first_inf, first_nan = acc.first_nan;
+    double sdiff = acc.sdiff, sref = acc.sref;
     /* torch's max() propagates NaN */
     if (abs_nan)
         r->max_abs_error = NAN;

@@ -77,41 +77,6 @@ kh_status kh_dtype_parse_st(const char *name, kh_dtype *out, kh_err *err)
                       name ? name : "(null)");
 }
 
-double kh_dtype_decode(kh_dtype t, uint64_t code)
-{
-    switch (t) {
-    case KH_DTYPE_I64:
-        return (double)(int64_t)code;
-    case KH_DTYPE_I32:
-        return (double)(int32_t)(uint32_t)code;
-    case KH_DTYPE_I16:
-        return (double)(int16_t)(uint16_t)code;
-    case KH_DTYPE_I8:
-        return (double)(int8_t)(uint8_t)code;
-    case KH_DTYPE_BOOL:
-        return (code & 0xFF) ? 1.0 : 0.0;
-    default:
-        break;
-    }
-    if (!kh_dtype_is_float(t))
-        return NAN;
-    int eb = T[t].ebits, mb = T[t].mbits;
-    uint64_t emask = (1u << eb) - 1u, mmask = (1u << mb) - 1u;
-    int neg = (int)((code >> (eb + mb)) & 1u);
-    uint64_t E = (code >> mb) & emask, M = code & mmask;
-    int bias = (1 << (eb - 1)) - 1;
-    double v;
-    if (T[t].mode == KH_FPM_IEEE && E == emask)
-        v = M ? NAN : INFINITY;
-    else if (T[t].mode == KH_FPM_FN_NAN && E == emask && M == mmask)
-        v = NAN;
-    else if (E == 0)
-        v = ldexp((double)M, 1 - bias - mb);
-    else
-        v = ldexp((double)(M | (1ull << mb)), (int)E - bias - mb);
-    return neg ? -v : v;
-}
-
 uint64_t kh_dtype_encode(kh_dtype t, double x)
 {
     switch (t) {
@@ -140,40 +105,6 @@ uint64_t kh_dtype_encode(kh_dtype t, double x)
         if (!kh_dtype_is_float(t))
             return 0;
         return kh_fp_encode(x, T[t].ebits, T[t].mbits, T[t].mode);
-    }
-}
-
-uint64_t kh_dtype_get_code(kh_dtype t, const void *base, uint64_t i)
-{
-    const uint8_t *p = base;
-    switch (t) {
-    case KH_DTYPE_F4E2M1:
-        return (p[i / 2] >> ((i & 1) * 4)) & 0xFu;
-    case KH_DTYPE_F8E4M3:
-    case KH_DTYPE_F8E5M2:
-    case KH_DTYPE_I8:
-    case KH_DTYPE_BOOL:
-        return p[i];
-    case KH_DTYPE_F16:
-    case KH_DTYPE_BF16:
-    case KH_DTYPE_I16: {
-        uint16_t v;
-        memcpy(&v, p + i * 2, 2);
-        return v;
-    }
-    case KH_DTYPE_F32:
-    case KH_DTYPE_I32: {
-        uint32_t v;
-        memcpy(&v, p + i * 4, 4);
-        return v;
-    }
-    case KH_DTYPE_I64: {
-        uint64_t v;
-        memcpy(&v, p + i * 8, 8);
-        return v;
-    }
-    default:
-        return 0;
     }
 }
 
@@ -213,27 +144,3 @@ void kh_dtype_set_code(kh_dtype t, void *base, uint64_t i, uint64_t code)
     }
 }
 
-/* Sign-magnitude code -> a line where adjacent finite values are 1 apart. */
-static int64_t ordinal(kh_dtype t, uint64_t code)
-{
-    int signbit = T[t].ebits + T[t].mbits;
-    uint64_t mag = code & ((1ull << signbit) - 1u);
-    return ((code >> signbit) & 1u) ? -(int64_t)mag : (int64_t)mag;
-}
-
-uint64_t kh_dtype_ulp_distance(kh_dtype t, uint64_t a, uint64_t b)
-{
-    if (kh_dtype_is_float(t)) {
-        if (isnan(kh_dtype_decode(t, a)) || isnan(kh_dtype_decode(t, b)))
-            return UINT64_MAX;
-        int64_t x = ordinal(t, a), y = ordinal(t, b);
-        return x > y ? (uint64_t)x - (uint64_t)y : (uint64_t)y - (uint64_t)x;
-    }
-    /* integers and bool: the distance between the values, exact in 64 bits */
-    int64_t x = (int64_t)kh_dtype_decode(t, a), y = (int64_t)kh_dtype_decode(t, b);
-    if (t == KH_DTYPE_I64) {
-        x = (int64_t)a;
-        y = (int64_t)b;
-    }
-    return x > y ? (uint64_t)x - (uint64_t)y : (uint64_t)y - (uint64_t)x;
-}

@@ -132,10 +132,11 @@ static kh_status nvrtc_fail(const kh_nvrtc_api *nv, nvrtcProgram prog, nvrtcResu
     return st;
 }
 
-kh_status kh_rng_compile(kh_engine *e, const char *arch, void **cubin, size_t *size,
-                         kh_err *err)
+/* Compile the generator; want_ptx selects PTX (NUL-terminated) over a cubin. */
+static kh_status compile_generator(kh_engine *e, const char *arch, int want_ptx, void **out,
+                                   size_t *size, kh_err *err)
 {
-    *cubin = NULL;
+    *out = NULL;
     *size = 0;
     const kh_nvrtc_api *nv = kh_engine_nvrtc(e, err);
     if (!nv)
@@ -156,33 +157,54 @@ kh_status kh_rng_compile(kh_engine *e, const char *arch, void **cubin, size_t *s
     for (const char *const *o = kh_rng_device_options(); *o && nopt < 8; o++)
         opts[nopt++] = *o;
     kh_status st = KH_OK;
+    char what[128];
     r = nv->nvrtcCompileProgram(prog, nopt, opts);
     if (r != NVRTC_SUCCESS) {
-        char what[128];
         snprintf(what, sizeof what, "compiling the input generator for %s", arch);
         st = nvrtc_fail(nv, prog, r, what, err);
         goto out;
     }
     size_t n = 0;
-    r = nv->nvrtcGetCUBINSize(prog, &n);
-    if (r != NVRTC_SUCCESS || n == 0) {
-        st = nvrtc_fail(nv, prog, r, "nvrtcGetCUBINSize (is the arch a real sm_XX?)", err);
+    r = want_ptx ? nv->nvrtcGetPTXSize(prog, &n) : nv->nvrtcGetCUBINSize(prog, &n);
+    if (r != NVRTC_SUCCESS) {
+        st = nvrtc_fail(nv, prog, r, want_ptx ? "nvrtcGetPTXSize" : "nvrtcGetCUBINSize", err);
+        goto out;
+    }
+    if (n == 0) {
+        st = kh_err_set(err, KH_ECOMPILE,
+                        "NVRTC made no %s for %s (a cubin needs a real sm_XX architecture)",
+                        want_ptx ? "PTX" : "cubin", arch);
         goto out;
     }
     void *buf = malloc(n);
     if (!buf) {
-        st = kh_err_set(err, KH_ENOMEM, "out of memory for a %zu-byte cubin", n);
+        st = kh_err_set(err, KH_ENOMEM, "out of memory for %zu bytes of compiled code", n);
         goto out;
     }
-    r = nv->nvrtcGetCUBIN(prog, buf);
+    r = want_ptx ? nv->nvrtcGetPTX(prog, buf) : nv->nvrtcGetCUBIN(prog, buf);
     if (r != NVRTC_SUCCESS) {
         free(buf);
-        st = nvrtc_fail(nv, prog, r, "nvrtcGetCUBIN", err);
+        st = nvrtc_fail(nv, prog, r, want_ptx ? "nvrtcGetPTX" : "nvrtcGetCUBIN", err);
         goto out;
     }
-    *cubin = buf;
+    *out = buf;
     *size = n;
 out:
     nv->nvrtcDestroyProgram(&prog);
+    return st;
+}
+
+kh_status kh_rng_compile(kh_engine *e, const char *arch, void **cubin, size_t *size,
+                         kh_err *err)
+{
+    return compile_generator(e, arch, 0, cubin, size, err);
+}
+
+kh_status kh_rng_compile_ptx(kh_engine *e, const char *arch, char **ptx, kh_err *err)
+{
+    size_t n;
+    void *p;
+    kh_status st = compile_generator(e, arch, 1, &p, &n, err);
+    *ptx = p;
     return st;
 }

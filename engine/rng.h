@@ -54,5 +54,8 @@ const char *const *kh_rng_device_options(void);
  * log on a compile error. */
 kh_status kh_rng_compile(kh_engine *e, const char *arch, void **cubin, size_t *size,
                          kh_err *err);
+/* The same as PTX text (malloc'ed, NUL-terminated, caller frees), for a
+ * virtual or real arch ("compute_90", "sm_90"). */
+kh_status kh_rng_compile_ptx(kh_engine *e, const char *arch, char **ptx, kh_err *err);
 
 #endif

@@ -243,6 +243,19 @@ static void test_device_source_compiles(void **state)
     assert_true(n > 1000);
     assert_memory_equal(cubin, "\x7f" "ELF", 4);
     free(cubin);
+    /* the double arithmetic must reach the GPU unfused: an FMA would round
+     * once where the host rounds twice.  The PTX has plain mul/add only. */
+    char *ptx;
+    st = kh_rng_compile_ptx(e, "compute_90", &ptx, &err);
+    if (st) {
+        kh_engine_free(e);
+        fail_msg("%s", err.msg);
+    }
+    assert_non_null(strstr(ptx, ".entry kh_rng_fill"));
+    assert_non_null(strstr(ptx, "mul.rn.f64"));
+    assert_null(strstr(ptx, "fma.rn.f"));
+    assert_null(strstr(ptx, "mad.rn.f"));
+    free(ptx);
     /* a bad architecture is a compile error with NVRTC's message */
     assert_int_equal(kh_rng_compile(e, "sm_1", &cubin, &n, &err), KH_ECOMPILE);
     printf("# bad arch: %s\n", err.msg);
