@@ -163,6 +163,29 @@ static int l_random(lua_State *L)
     return 1;
 }
 
+/* kh.tensor.dsa_kcache(shape, seed [, stream]) -> int8 Tensor [pages,
+ * page_size, 1, head_dim + 4]: FlashInfer-Bench's random DSA indexer k cache
+ * (bf16 randn packed to the deep_gemm FP8 layout; rng.h). */
+static int l_dsa_kcache(lua_State *L)
+{
+    kh_engine *e = kh_lua_engine(L);
+    int64_t shape[KH_TENSOR_MAX_DIMS];
+    int ndim = check_shape(L, 1, shape);
+    uint64_t seed = (uint64_t)luaL_checkinteger(L, 2);
+    lua_Integer stream = luaL_optinteger(L, 3, 0);
+    luaL_argcheck(L, stream >= 0 && stream <= 0xFFFFFFFF, 3, "stream must be in [0, 2^32)");
+    luaL_argcheck(L, ndim == 4 && shape[2] == 1 && shape[3] > 4 && shape[1] > 0, 1,
+                  "shape must be {pages, page_size, 1, head_dim + 4}");
+    kh_tensor *x = new_or_raise(L, KH_DTYPE_I8, ndim, shape);
+    kh_err err;
+    if (kh_rng_fill_dsa_kcache(e, x, seed, (uint32_t)stream, &err) != KH_OK) {
+        kh_tensor_free(x);
+        return kh_lua_fail(L, &err);
+    }
+    kh_lua_push_tensor(L, e, x);
+    return 1;
+}
+
 static void push_info(lua_State *L, kh_dtype t)
 {
     lua_createtable(L, 0, 5);
@@ -482,7 +505,8 @@ void kh_open_tensor(lua_State *L, kh_engine *e)
     }
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {
-        {"new", l_new},       {"random", l_random}, {"dtype", l_dtype}, {"dtypes", l_dtypes},
+        {"new", l_new},       {"random", l_random}, {"dsa_kcache", l_dsa_kcache},
+        {"dtype", l_dtype},   {"dtypes", l_dtypes},
         {"encode", l_encode}, {"decode", l_decode}, {"load", l_load},   {"save", l_save},
         {NULL, NULL},
     };

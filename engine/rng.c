@@ -61,6 +61,34 @@ kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream
     return KH_OK;
 }
 
+kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
+                                 kh_err *err)
+{
+    if (t->dtype != KH_DTYPE_I8 || t->ndim != 4 || t->shape[2] != 1 || t->shape[3] < 5 ||
+        t->shape[1] < 1 || t->shape[1] > 0xFFFFFFFF || t->shape[3] > 0xFFFFFFFF)
+        return kh_err_set(err, KH_EINVAL,
+                          "a DSA k cache is int8 [num_pages, page_size, 1, head_dim + 4], "
+                          "not %s with %d dimensions", kh_dtype_name(t->dtype), t->ndim);
+    uint64_t tokens = (uint64_t)t->shape[0] * (uint64_t)t->shape[1];
+    uint32_t ps = (uint32_t)t->shape[1], D = (uint32_t)t->shape[3] - 4;
+    for (uint64_t k = 0; k < tokens; k++) {
+        if (e && (k & 0xFFFF) == 0xFFFF && kh_engine_stop_requested(e))
+            return kh_err_set(err, KH_EINTR, "k cache generation interrupted");
+        kh_rng_dsa_kcache_token(seed, stream, k, ps, D, t->data);
+    }
+    return KH_OK;
+}
+
+uint64_t kh_rng_derive_seed(uint64_t base, uint64_t a, uint64_t b)
+{
+    /* counter word 3 has its top bit set, so for b < 2^63 these counters
+     * never meet the element counters (word 3 = 0) under the same key */
+    uint32_t w[4] = {(uint32_t)a, (uint32_t)(a >> 32), (uint32_t)b,
+                     (uint32_t)(b >> 32) ^ 0x80000000u};
+    kh_philox4x32_10(w, (uint32_t)base, (uint32_t)(base >> 32));
+    return ((uint64_t)w[0] << 32) | w[1];
+}
+
 /* The device side of rng_core.h's contract: every double operation is an
  * IEEE round-to-nearest intrinsic the compiler may not fuse or reorder. */
 static const char device_prelude[] =
@@ -98,6 +126,15 @@ static const char device_kernel[] =
     "            ((unsigned short *)out)[i] = (unsigned short)c;\n"
     "        else out[i] = (unsigned char)c;\n"
     "    }\n"
+    "}\n"
+    "\nextern \"C\" __global__ void kh_rng_dsa_kcache(unsigned char *out,\n"
+    "    unsigned long long tokens, unsigned long long seed, unsigned int stream,\n"
+    "    unsigned int page_size, unsigned int head_dim)\n"
+    "{\n"
+    "    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;\n"
+    "    unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    for (; k < tokens; k += step)\n"
+    "        kh_rng_dsa_kcache_token(seed, stream, k, page_size, head_dim, out);\n"
     "}\n";
 
 char *kh_rng_device_source(void)

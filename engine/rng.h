@@ -32,6 +32,17 @@ uint64_t kh_rng_code_at(kh_dtype t, uint64_t seed, uint32_t stream, uint64_t idx
 kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
                       kh_err *err);
 
+/* The DSA top-k indexer's random k cache, as FlashInfer-Bench makes it
+ * (its evaluator replaces a random k_index_cache_fp8 by bf16 randn packed to
+ * the deep_gemm FP8 layout: rng_core.h, kh_rng_dsa_kcache_token).  t must be
+ * int8 [num_pages, page_size, 1, D + 4]. */
+kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
+                                 kh_err *err);
+
+/* A seed for (base, a, b), e.g. (run seed, workload index, trial): one
+ * Philox block, so derived seeds are independent of each other. */
+uint64_t kh_rng_derive_seed(uint64_t base, uint64_t a, uint64_t b);
+
 /* ---- the device generator ------------------------------------------------
  * CUDA source (a malloc'ed NUL-terminated string, caller frees; NULL when
  * out of memory) defining
@@ -39,12 +50,17 @@ kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream
  *       unsigned long long n, unsigned long long seed, unsigned int stream,
  *       int kind)
  * which writes n elements of kind kh_rng_kind(dtype) into out (packed, as on
- * the host; float4_e2m1: (n + 1) / 2 bytes, one byte per thread step).  Any
- * grid and block size work (grid-stride loop).  Compile it with NVRTC and
+ * the host; float4_e2m1: (n + 1) / 2 bytes, one byte per thread step), and
+ *   extern "C" __global__ void kh_rng_dsa_kcache(unsigned char *out,
+ *       unsigned long long tokens, unsigned long long seed,
+ *       unsigned int stream, unsigned int page_size, unsigned int head_dim)
+ * which fills a whole DSA k cache (tokens = num_pages * page_size), one
+ * token per thread step.  Any grid and block size work (grid-stride loops).  Compile it with NVRTC and
  * the options kh_rng_device_options() (--fmad=false is belt and braces: the
  * source already uses non-contractible intrinsics). */
 char *kh_rng_device_source(void);
 #define KH_RNG_KERNEL "kh_rng_fill"
+#define KH_RNG_KCACHE_KERNEL "kh_rng_dsa_kcache"
 int kh_rng_kind(kh_dtype t);
 /* NULL-terminated list of NVRTC options besides the architecture. */
 const char *const *kh_rng_device_options(void);

@@ -317,6 +317,57 @@ KH_FN uint64_t kh_rng_code(int kind, uint64_t seed, uint32_t stream, uint64_t id
     return (uint64_t)v;
 }
 
+/* FlashInfer-Bench's DSA top-k indexer k cache (fib-harness.md, Special
+   evaluators, DsaTopkIndexerEvaluator; _pack_fp8_k_cache): per token, D
+   values randn as bfloat16 (element token*D + d of the stream), then
+   amax = max |k| clamped to >= float32(1e-4), scale = amax / 448,
+   fp8 = e4m3fn(k * (1 / scale)), all in float32 as torch does.  Writes the
+   token's D fp8 bytes and its float32 scale (little-endian) into its page,
+   laid out [page_size * D fp8 bytes | page_size * 4 scale bytes]. */
+/* A finite bfloat16 code as a double (the generator never draws inf/NaN). */
+KH_FN double kh_bf16_value(uint64_t c)
+{
+    uint32_t e = (uint32_t)(c >> 7) & 0xFFu;
+    uint64_t m = c & 0x7Fu;
+    double v;
+    if (e == 0u)
+        v = kh_dmul((double)m, 9.183549615799121e-41);
+    else
+        v = kh_u2d(((uint64_t)(e - 127u + 1023u) << 52) | (m << 45));
+    return (c & 0x8000u) ? kh_dsub(0.0, v) : v;
+}
+
+KH_FN void kh_rng_dsa_kcache_token(uint64_t seed, uint32_t stream, uint64_t token,
+                                   uint32_t page_size, uint32_t D, unsigned char *cache)
+{
+    uint64_t page = token / page_size, off = token % page_size;
+    unsigned char *pg = cache + page * (uint64_t)page_size * (D + 4u);
+    double amax = 0.0;
+    uint32_t d;
+    for (d = 0; d < D; d++) {
+        double v = kh_bf16_value(kh_rng_code(KH_RK_BF16, seed, stream, token * D + d));
+        if (v < 0.0)
+            v = kh_dsub(0.0, v);
+        if (v > amax)
+            amax = v;
+    }
+    if (amax < 9.99999974737875163555e-05)
+        amax = 9.99999974737875163555e-05;
+    double scale = kh_round_f32(kh_ddiv(amax, 448.0));
+    double inv = kh_round_f32(kh_ddiv(1.0, scale));
+    for (d = 0; d < D; d++) {
+        double v = kh_bf16_value(kh_rng_code(KH_RK_BF16, seed, stream, token * D + d));
+        pg[off * D + d] = (unsigned char)kh_fp_encode(kh_round_f32(kh_dmul(v, inv)), 4, 3,
+                                                      KH_FPM_FN_NAN);
+    }
+    uint32_t sb = kh_fp_encode(scale, 8, 23, KH_FPM_IEEE);
+    unsigned char *sp = pg + (uint64_t)page_size * D + off * 4u;
+    sp[0] = (unsigned char)sb;
+    sp[1] = (unsigned char)(sb >> 8);
+    sp[2] = (unsigned char)(sb >> 16);
+    sp[3] = (unsigned char)(sb >> 24);
+}
+
 )
 
 #endif

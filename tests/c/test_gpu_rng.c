@@ -16,7 +16,7 @@ static kh_cuda_api cu;
 static CUdevice dev;
 static CUcontext ctx;
 static CUmodule mod;
-static CUfunction fn;
+static CUfunction fn, fn_kcache;
 static kh_engine *eng;
 
 #define CU_OK(call)                                                                       \
@@ -54,7 +54,8 @@ static int setup(void **state)
     }
     CUresult r = cu.cuModuleLoadData(&mod, cubin);
     free(cubin);
-    if (r != CUDA_SUCCESS || cu.cuModuleGetFunction(&fn, mod, KH_RNG_KERNEL) != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS || cu.cuModuleGetFunction(&fn, mod, KH_RNG_KERNEL) != CUDA_SUCCESS ||
+        cu.cuModuleGetFunction(&fn_kcache, mod, KH_RNG_KCACHE_KERNEL) != CUDA_SUCCESS)
         return -1;
     printf("# generator loaded for %s\n", arch);
     return 0;
@@ -124,12 +125,46 @@ static void test_bit_for_bit(void **state)
     }
 }
 
+/* The DSA indexer k cache, packed on the device, equals the host's. */
+static void test_dsa_kcache_bit_for_bit(void **state)
+{
+    uint64_t seed = ((uint64_t)time(NULL) << 12) ^ 0xDEADBEEFull;
+    int64_t shape[4] = {301, 64, 1, 132}; /* pages, page_size, 1, head_dim + 4 */
+    kh_tensor *h;
+    kh_err err;
+    assert_int_equal(kh_tensor_new(&h, KH_DTYPE_I8, 4, shape, &err), KH_OK);
+    assert_int_equal(kh_rng_fill_dsa_kcache(NULL, h, seed, 1, &err), KH_OK);
+    CUdeviceptr d;
+    CU_OK(cu.cuMemAlloc(&d, h->nbytes));
+    CU_OK(cu.cuMemsetD8(d, 0xA5, h->nbytes));
+    unsigned long long tokens = 301 * 64, s = seed;
+    unsigned int st = 1, ps = 64, hd = 128;
+    void *args[] = {&d, &tokens, &s, &st, &ps, &hd};
+    CU_OK(cu.cuLaunchKernel(fn_kcache, 80, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+    CU_OK(cu.cuCtxSynchronize());
+    uint8_t *dv = malloc(h->nbytes);
+    assert_non_null(dv);
+    CU_OK(cu.cuMemcpyDtoH(dv, d, h->nbytes));
+    CU_OK(cu.cuMemFree(d));
+    if (memcmp(dv, h->data, h->nbytes) != 0) {
+        size_t i = 0;
+        while (dv[i] == ((uint8_t *)h->data)[i])
+            i++;
+        fail_msg("k cache byte %zu differs: device 0x%02x, host 0x%02x", i, dv[i],
+                 ((uint8_t *)h->data)[i]);
+    }
+    printf("# DSA k cache: %zu bytes identical on host and device\n", h->nbytes);
+    free(dv);
+    kh_tensor_free(h);
+}
+
 int main(void)
 {
     if (!kh_test_have_gpu()) {
         printf("# no GPU: skipped\n");
         return KH_TEST_SKIP;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_bit_for_bit)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_bit_for_bit),
+                                       cmocka_unit_test(test_dsa_kcache_bit_for_bit)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

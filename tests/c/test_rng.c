@@ -221,6 +221,53 @@ static void test_fp4_packing_and_scalar(void **state)
     kh_tensor_free(s);
 }
 
+/* The DSA indexer k cache: each token's fp8 bytes times its scale give back
+ * its bf16 randn values to fp8 precision, the largest maps to +-448, and the
+ * scale is amax / 448 in float32. */
+static void test_dsa_kcache(void **state)
+{
+    enum { P = 5, PS = 4, D = 16 };
+    int64_t shape[4] = {P, PS, 1, D + 4};
+    kh_tensor *k;
+    kh_err err;
+    assert_int_equal(kh_tensor_new(&k, KH_DTYPE_I8, 4, shape, &err), KH_OK);
+    assert_int_equal(kh_rng_fill_dsa_kcache(NULL, k, base_seed, 3, &err), KH_OK);
+    const uint8_t *b = k->data;
+    for (int t = 0; t < P * PS; t++) {
+        const uint8_t *pg = b + (t / PS) * PS * (D + 4);
+        float scale;
+        memcpy(&scale, pg + PS * D + (t % PS) * 4, 4);
+        double amax = 0;
+        for (int d = 0; d < D; d++)
+            amax = fmax(amax, fabs(kh_dtype_decode(
+                                  KH_DTYPE_BF16, kh_rng_code_at(KH_DTYPE_BF16, base_seed, 3,
+                                                                (uint64_t)(t * D + d)))));
+        assert_true(scale == (float)(amax / 448.0));
+        int at448 = 0;
+        for (int d = 0; d < D; d++) {
+            double want = kh_dtype_decode(
+                KH_DTYPE_BF16, kh_rng_code_at(KH_DTYPE_BF16, base_seed, 3, (uint64_t)(t * D + d)));
+            double q = kh_dtype_decode(KH_DTYPE_F8E4M3, pg[(t % PS) * D + d]);
+            at448 += fabs(q) == 448.0;
+            /* e4m3 keeps 4 significant bits: relative error <= 2^-4, plus
+             * subnormal steps of 2^-9 * scale */
+            assert_true(fabs(q * scale - want) <= fabs(want) / 16 + 0.002 * scale);
+        }
+        assert_true(at448 >= 1);
+    }
+    kh_tensor_free(k);
+    int64_t bad[3] = {2, 4, 20};
+    assert_int_equal(kh_tensor_new(&k, KH_DTYPE_I8, 3, bad, &err), KH_OK);
+    assert_int_equal(kh_rng_fill_dsa_kcache(NULL, k, base_seed, 3, &err), KH_EINVAL);
+    assert_non_null(strstr(err.msg, "int8 [num_pages, page_size, 1, head_dim + 4]"));
+    kh_tensor_free(k);
+    /* derived seeds: deterministic, distinct across trials and workloads */
+    assert_true(kh_rng_derive_seed(base_seed, 1, 2) == kh_rng_derive_seed(base_seed, 1, 2));
+    assert_true(kh_rng_derive_seed(base_seed, 1, 2) != kh_rng_derive_seed(base_seed, 1, 3));
+    assert_true(kh_rng_derive_seed(base_seed, 1, 2) != kh_rng_derive_seed(base_seed, 2, 2));
+    assert_true(kh_rng_derive_seed(base_seed, 1, 2) != kh_rng_derive_seed(base_seed + 1, 1, 2));
+}
+
 static void test_device_source_compiles(void **state)
 {
     kh_err err;
@@ -252,6 +299,7 @@ static void test_device_source_compiles(void **state)
         fail_msg("%s", err.msg);
     }
     assert_non_null(strstr(ptx, ".entry kh_rng_fill"));
+    assert_non_null(strstr(ptx, ".entry kh_rng_dsa_kcache"));
     assert_non_null(strstr(ptx, "mul.rn.f64"));
     assert_null(strstr(ptx, "fma.rn.f"));
     assert_null(strstr(ptx, "mad.rn.f"));
@@ -275,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_low_bit_clamped),
         cmocka_unit_test(test_integer_ranges),
         cmocka_unit_test(test_fp4_packing_and_scalar),
+        cmocka_unit_test(test_dsa_kcache),
         cmocka_unit_test(test_device_source_compiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -69,6 +69,10 @@ T.test("seeded generator: deterministic, FlashInfer-Bench ranges", function()
   for _, v in ipairs(i32:totable()) do T.ok(v >= -1024 and v < 1024) end
   local sc = kh.tensor.random("float32", {}, seed, 9)
   T.eq(#sc, 1)
+  local kc = kh.tensor.dsa_kcache({ 3, 4, 1, 12 }, seed, 2)
+  T.eq(kc:dtype(), "int8"); T.eq(kc:nbytes(), 3 * 4 * 12)
+  T.eq(kc:bytes(), kh.tensor.dsa_kcache({ 3, 4, 1, 12 }, seed, 2):bytes())
+  T.raises(function() kh.tensor.dsa_kcache({ 3, 4, 12 }, seed) end, "page_size")
 end)
 
 T.test("safetensors round trip and refusals", function()
