@@ -65,6 +65,10 @@ static void push_verdict(lua_State *L, const kh_check_result *r, const kh_check_
     lua_setfield(L, -2, "status");
     lua_pushboolean(L, r->status == KH_CHECK_PASSED);
     lua_setfield(L, -2, "passed");
+    /* FIB stops the workload here (shape, dtype, non-finite output, top-k
+     * reachability or duplicates): later trials do not count */
+    lua_pushboolean(L, r->final);
+    lua_setfield(L, -2, "final");
     if (r->reason[0]) {
         lua_pushstring(L, r->reason);
         lua_setfield(L, -2, "reason");

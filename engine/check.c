@@ -102,6 +102,7 @@ static int same_shape(const kh_tensor *a, const kh_tensor *b)
 /* Steps 1 and 2 of the rule; 1 if the verdict is already decided. */
 static int shape_dtype(const kh_tensor *out, const kh_tensor *ref, kh_check_result *r)
 {
+    r->final = 1; /* until shown otherwise below */
     if (!same_shape(out, ref)) {
         char a[256], b[256];
         fail_status(r, KH_CHECK_INCORRECT_SHAPE, "output shape %s differs from the reference's %s",
@@ -114,6 +115,7 @@ static int shape_dtype(const kh_tensor *out, const kh_tensor *ref, kh_check_resu
                     kh_dtype_name(out->dtype), kh_dtype_name(ref->dtype));
         return 1;
     }
+    r->final = 0;
     return 0;
 }
 
@@ -261,6 +263,7 @@ kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_
     r->norm_error = sref > 0 ? sqrt(sdiff) / sqrt(sref) : (sdiff > 0 ? INFINITY : 0.0);
 
     if (r->out_inf) {
+        r->final = 1;
         r->max_abs_error = r->max_rel_error = INFINITY;
         fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
                     "output has %llu inf value(s) (first at element %lld)",
@@ -268,6 +271,7 @@ kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_
         return KH_OK;
     }
     if (r->out_nan) {
+        r->final = 1;
         r->max_abs_error = r->max_rel_error = NAN;
         fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
                     "output has %llu NaN value(s) (first at element %lld)",
@@ -290,15 +294,17 @@ kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_
     return KH_OK;
 }
 
-static double nanmax(double a, double b)
-{
-    if (isnan(a) || isnan(b))
-        return NAN;
-    return a > b ? a : b;
-}
+/* Python's max(a, b) as FIB aggregates: b only if b > a, so NaN never wins. */
+static double pymax(double a, double b) { return b > a ? b : a; }
 
 void kh_check_merge(kh_check_result *acc, const kh_check_result *r)
 {
+    if (acc->final)
+        return;
+    if (r->final) {
+        *acc = *r;
+        return;
+    }
     if (acc->status == KH_CHECK_PASSED && r->status != KH_CHECK_PASSED) {
         acc->status = r->status;
         memcpy(acc->reason, r->reason, sizeof acc->reason);
@@ -309,9 +315,9 @@ void kh_check_merge(kh_check_result *acc, const kh_check_result *r)
         acc->worst_out = r->worst_out;
         acc->worst_ref = r->worst_ref;
     }
-    acc->max_abs_error = nanmax(acc->max_abs_error, r->max_abs_error);
-    acc->max_rel_error = nanmax(acc->max_rel_error, r->max_rel_error);
-    acc->norm_error = nanmax(acc->norm_error, r->norm_error);
+    acc->max_abs_error = pymax(acc->max_abs_error, r->max_abs_error);
+    acc->max_rel_error = pymax(acc->max_rel_error, r->max_rel_error);
+    acc->norm_error = pymax(acc->norm_error, r->norm_error);
     if (r->max_ulp_error > acc->max_ulp_error)
         acc->max_ulp_error = r->max_ulp_error;
     if (r->matched_ratio < acc->matched_ratio)
@@ -499,6 +505,7 @@ kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
                     slot = m;
             if (slot < 0 || slot * ps + off >= iget(in->seq_lens, (uint64_t)b)) {
                 r->max_abs_error = r->max_rel_error = INFINITY;
+                r->final = 1;
                 r->first_fail = b * K + k;
                 fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
                             "out-of-range index %lld in batch row %lld (position %lld): %s",
@@ -522,6 +529,7 @@ kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
         for (int64_t i = 1; i < n; i++)
             if (row[i] == row[i - 1]) {
                 r->max_abs_error = r->max_rel_error = INFINITY;
+                r->final = 1;
                 fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
                             "duplicate index %lld in batch row %lld", (long long)row[i],
                             (long long)b);

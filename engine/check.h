@@ -84,6 +84,8 @@ typedef struct kh_check_result {
     int64_t first_fail;     /* first failing element; -1 if none */
     uint64_t out_nan, out_inf;       /* non-finite elements in the solution */
     uint64_t ref_nonfinite;          /* non-finite elements in the reference */
+    int final;              /* FIB stops the workload at this verdict: shape, dtype,
+                               non-finite output, top-k reachability/duplicates */
 } kh_check_result;
 
 /* Compare a solution output with the reference.  The verdict is data in *r;
@@ -91,10 +93,14 @@ typedef struct kh_check_result {
 kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
                            kh_check_result *r, kh_err *err);
 
-/* Fold one output's (or trial's) result into an aggregate, as FIB reports a
- * workload: the first failing status wins (with its reason), max errors are
- * maxima, matched_ratio the minimum (LowBit's extra.matched_ratio), counts
- * add up.  Initialise acc with kh_check_result_init. */
+/* Fold one output's (or trial's) result into an aggregate, in the order FIB
+ * evaluates them (trials, then outputs), as FIB reports a workload
+ * (evaluators/default.py check_correctness): a final verdict (r->final)
+ * replaces the aggregate and freezes it, since FIB returns there; otherwise
+ * the first failing status wins (with its reason), max errors are maxima
+ * taken like Python's max() (a NaN never replaces a number), matched_ratio
+ * is the minimum (LowBit's extra.matched_ratio), counts add up.  Initialise
+ * acc with kh_check_result_init. */
 void kh_check_result_init(kh_check_result *acc);
 void kh_check_merge(kh_check_result *acc, const kh_check_result *r);
 

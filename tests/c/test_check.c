@@ -239,31 +239,55 @@ static void test_fib_quirks(void **state)
 
 static void test_merge_and_evaluators(void **state)
 {
-    kh_check_result acc, r1, r2, r3;
-    kh_check_result_init(&acc);
-    kh_check_result_init(&r1);
-    kh_check_result_init(&r2);
-    kh_check_result_init(&r3);
-    r1.max_abs_error = 0.5;
-    r1.matched_ratio = 0.97;
-    r1.numel = 10;
-    r2.status = KH_CHECK_INCORRECT_NUMERICAL;
-    snprintf(r2.reason, sizeof r2.reason, "trial 2 failed");
-    r2.max_rel_error = 3;
-    r2.matched_ratio = 0.91;
-    r2.numel = 10;
-    r3.status = KH_CHECK_INCORRECT_SHAPE;
-    r3.matched_ratio = 0.99;
-    kh_check_merge(&acc, &r1);
-    kh_check_merge(&acc, &r2);
-    kh_check_merge(&acc, &r3);
-    assert_int_equal(acc.status, KH_CHECK_INCORRECT_NUMERICAL);
-    assert_string_equal(acc.reason, "trial 2 failed");
-    assert_true(acc.max_abs_error == 0.5 && acc.max_rel_error == 3);
-    assert_true(acc.matched_ratio == 0.91);
-    assert_int_equal(acc.numel, 20);
-
+    /* three trials of one output: a tolerance failure in trial 2 keeps the
+     * aggregation going; a NaN maximum never replaces a number (Python's
+     * max); the minimum ratio is kept */
+    int64_t n = 100;
+    kh_tensor *ref = randt(KH_DTYPE_F32, 1, &n);
+    kh_tensor *t1 = clone(ref), *t2 = clone(ref), *t3 = clone(ref);
+    kh_tensor_set(t1, 3, kh_tensor_get(ref, 3) + 0.5);
+    for (uint64_t i = 0; i < 9; i++)
+        kh_tensor_set(t2, 10 + i, kh_tensor_get(ref, 10 + i) + 2.0);
+    kh_tensor *ref3 = clone(ref);
+    kh_tensor_set(ref3, 50, NAN); /* FIB: max over this output is NaN */
     kh_check_opts o;
+    kh_check_opts_default(&o);
+    o.required_ratio = 0.95;
+    kh_check_result acc, r;
+    kh_check_result_init(&acc);
+    r = cmp(t1, ref, &o);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    kh_check_merge(&acc, &r);
+    r = cmp(t2, ref, &o);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    kh_check_merge(&acc, &r);
+    r = cmp(t3, ref3, &o);
+    assert_true(isnan(r.max_abs_error));
+    kh_check_merge(&acc, &r);
+    assert_int_equal(acc.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_non_null(strstr(acc.reason, "9 of 100"));
+    assert_true(fabs(acc.max_abs_error - 2.0) < 1e-6);
+    assert_true(fabs(acc.matched_ratio - 0.91) < 1e-12);
+    assert_int_equal(acc.numel, 300);
+    assert_int_equal(acc.fails, 10);
+
+    /* a final verdict (here an inf in the output) replaces and freezes it */
+    kh_tensor_set(t3, 7, INFINITY);
+    r = cmp(t3, ref, &o);
+    assert_true(r.final);
+    kh_check_merge(&acc, &r);
+    assert_true(isinf(acc.max_abs_error));
+    assert_non_null(strstr(acc.reason, "inf"));
+    r = cmp(t2, ref, &o);
+    kh_check_merge(&acc, &r);
+    assert_true(isinf(acc.max_abs_error));
+    assert_int_equal(acc.numel, 100);
+    kh_tensor_free(t1);
+    kh_tensor_free(t2);
+    kh_tensor_free(t3);
+    kh_tensor_free(ref);
+    kh_tensor_free(ref3);
+
     assert_int_equal(kh_check_evaluator_for("dsa_topk_indexer_fp8_h64_d128_topk2048_ps64",
                                             "dsa_paged", &o),
                      KH_EVAL_DSA_TOPK);

@@ -29,34 +29,51 @@ static kh_engine *eng;
         }                                                                                 \
     } while (0)
 
+/* Each failure says which step failed: on the GPU host this is the message
+ * the lead reads. */
+#define SETUP_CU(call)                                                                    \
+    do {                                                                                  \
+        CUresult r_ = (call);                                                             \
+        if (r_ != CUDA_SUCCESS) {                                                         \
+            char m_[512];                                                                 \
+            kh_cuda_describe(&cu, r_, m_, sizeof m_);                                     \
+            fprintf(stderr, "setup: %s: %s\n", #call, m_);                               \
+            return -1;                                                                    \
+        }                                                                                 \
+    } while (0)
+
 static int setup(void **state)
 {
     kh_err err;
-    if (kh_cuda_load(&cu, &err) != KH_OK)
+    if (kh_cuda_load(&cu, &err) != KH_OK) {
+        fprintf(stderr, "setup: %s\n", err.msg);
         return -1;
-    if (cu.cuInit(0) != CUDA_SUCCESS || cu.cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
-        cu.cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
-        cu.cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
-        return -1;
+    }
+    SETUP_CU(cu.cuInit(0));
+    SETUP_CU(cu.cuDeviceGet(&dev, 0));
+    SETUP_CU(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
+    SETUP_CU(cu.cuCtxSetCurrent(ctx));
     int major = 0, minor = 0;
-    cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    SETUP_CU(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    SETUP_CU(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
     char arch[32];
     snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
     eng = kh_engine_new(NULL, &err);
-    if (!eng)
+    if (!eng) {
+        fprintf(stderr, "setup: %s\n", err.msg);
         return -1;
+    }
     void *cubin;
     size_t n;
     if (kh_rng_compile(eng, arch, &cubin, &n, &err) != KH_OK) {
-        fprintf(stderr, "compiling the generator for %s: %s\n", arch, err.msg);
+        fprintf(stderr, "setup: compiling the generator for %s: %s\n", arch, err.msg);
         return -1;
     }
     CUresult r = cu.cuModuleLoadData(&mod, cubin);
     free(cubin);
-    if (r != CUDA_SUCCESS || cu.cuModuleGetFunction(&fn, mod, KH_RNG_KERNEL) != CUDA_SUCCESS ||
-        cu.cuModuleGetFunction(&fn_kcache, mod, KH_RNG_KCACHE_KERNEL) != CUDA_SUCCESS)
-        return -1;
+    SETUP_CU(r);
+    SETUP_CU(cu.cuModuleGetFunction(&fn, mod, KH_RNG_KERNEL));
+    SETUP_CU(cu.cuModuleGetFunction(&fn_kcache, mod, KH_RNG_KCACHE_KERNEL));
     printf("# generator loaded for %s\n", arch);
     return 0;
 }
