@@ -161,6 +161,49 @@ static void test_hand_built_file(void **state)
     free(b);
 }
 
+/* A file written by the safetensors package itself (gen_fixture.py), with
+ * closed-form contents. */
+static void test_reference_file(void **state)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/safetensors/reference.safetensors",
+             kh_test_source_dir());
+    kh_st_file *f;
+    kh_err err;
+    kh_status st = kh_st_open(path, &f, &err);
+    if (st)
+        fail_msg("%s", err.msg);
+    assert_int_equal(kh_st_count(f), 6);
+    assert_string_equal(kh_st_metadata(f, "made_by"), "safetensors.numpy");
+    kh_tensor *t;
+    int64_t s34[2] = {3, 4}, s12 = 12, s288[3] = {2, 8, 8};
+    assert_int_equal(kh_st_get_expect(f, "x_f32", NULL, KH_DTYPE_F32, 2, s34, &t, &err), KH_OK);
+    for (uint64_t i = 0; i < 12; i++)
+        assert_true(kh_tensor_get(t, i) == ((double)i - 5) / 4);
+    kh_tensor_free(t);
+    assert_int_equal(kh_st_get_expect(f, "x_f16", NULL, KH_DTYPE_F16, 1, &s12, &t, &err), KH_OK);
+    for (uint64_t i = 0; i < 12; i++)
+        assert_true(kh_tensor_get(t, i) == ((double)i - 5) / 4);
+    kh_tensor_free(t);
+    assert_int_equal(kh_st_get_expect(f, "x_i64", NULL, KH_DTYPE_I64, 1, &s12, &t, &err), KH_OK);
+    for (uint64_t i = 0; i < 12; i++)
+        assert_int_equal((int64_t)kh_dtype_get_code(KH_DTYPE_I64, t->data, i),
+                         (int64_t)i * ((int64_t)1 << 40) - 3);
+    kh_tensor_free(t);
+    assert_int_equal(kh_st_get_expect(f, "x_i8", NULL, KH_DTYPE_I8, 3, s288, &t, &err), KH_OK);
+    for (uint64_t i = 0; i < 128; i++)
+        assert_true(kh_tensor_get(t, i) == (double)i - 64);
+    kh_tensor_free(t);
+    assert_int_equal(kh_st_get_expect(f, "x_bool", NULL, KH_DTYPE_BOOL, 1, &s12, &t, &err), KH_OK);
+    for (uint64_t i = 0; i < 12; i++)
+        assert_true(kh_tensor_get(t, i) == (i % 3 == 0 ? 1.0 : 0.0));
+    kh_tensor_free(t);
+    assert_int_equal(kh_st_get(f, "empty", &t, &err), KH_OK);
+    assert_int_equal(t->numel, 0);
+    kh_tensor_free(t);
+    kh_st_close(f);
+}
+
 static void reject(const char *header, size_t data_len, kh_status code, const char *needle)
 {
     size_t len;
@@ -275,6 +318,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_hand_built_file),
+        cmocka_unit_test(test_reference_file),
         cmocka_unit_test(test_malformed_headers),
         cmocka_unit_test(test_malformed_framing),
     };
