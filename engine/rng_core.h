@@ -8,9 +8,9 @@
  * Rules for the text inside KH_CORE_DEFINE (it must stay valid C11 and CUDA):
  * no preprocessor lines, no // comments, no float type, no libm except sqrt;
  * every double operation goes through kh_dadd/kh_dsub/kh_dmul/kh_ddiv/kh_dsqrt,
- * which are separate calls on the host (so no compiler can fuse a multiply and
- * an add into an FMA across them) and __dadd_rn-style intrinsics on the device
- * (never contracted).  IEEE-754 makes each of these correctly rounded on both
+ * which on the host keep each product rounded (an asm barrier, so no flag can
+ * fuse a multiply and an add into an FMA) and on the device are __dadd_rn-
+ * style intrinsics (never contracted).  IEEE-754 makes each of these correctly rounded on both
  * sides, so the same sequence of them gives the same bits. */
 #ifndef KH_RNG_CORE_H
 #define KH_RNG_CORE_H
@@ -25,10 +25,30 @@
 #error "khlua's generator needs FLT_EVAL_METHOD == 0 (SSE2 or any 64-bit target)"
 #endif
 
+/* An empty asm that claims to change r: the product must exist, rounded, in
+ * a register, so no compiler flag (-ffp-contract=fast, -march with FMA) can
+ * fuse it into a following add. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define KH_FP_BARRIER(r) __asm__("" : "+x"(r))
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define KH_FP_BARRIER(r) __asm__("" : "+w"(r))
+#else
+#define KH_FP_BARRIER(r)                                                                  \
+    do {                                                                                  \
+        volatile double kh_v_ = (r);                                                      \
+        (r) = kh_v_;                                                                      \
+    } while (0)
+#endif
+
 #define KH_FN static inline
 static inline double kh_dadd(double a, double b) { return a + b; }
 static inline double kh_dsub(double a, double b) { return a - b; }
-static inline double kh_dmul(double a, double b) { return a * b; }
+static inline double kh_dmul(double a, double b)
+{
+    double r = a * b;
+    KH_FP_BARRIER(r);
+    return r;
+}
 static inline double kh_ddiv(double a, double b) { return a / b; }
 static inline double kh_dsqrt(double a) { return sqrt(a); }
 static inline uint64_t kh_d2u(double d)
