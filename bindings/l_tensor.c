@@ -17,13 +17,17 @@
 typedef struct l_tensor {
     kh_tensor *t; /* NULL once closed */
     kh_engine *e;
+    int seeded;   /* made by the generator: (seed, stream) remade it */
+    uint64_t seed;
+    uint32_t stream;
+    const char *how; /* "random" or "dsa_kcache" */
 } l_tensor;
 
 void kh_lua_push_tensor(lua_State *L, kh_engine *e, kh_tensor *t)
 {
-    /* created closed, then filled: an allocation error cannot leak t twice */
+    /* created closed, then filled: a __gc on a half-made one frees nothing */
     l_tensor *u = lua_newuserdatauv(L, sizeof *u, 0);
-    u->t = NULL;
+    memset(u, 0, sizeof *u);
     u->e = e;
     luaL_setmetatable(L, TENSOR_MT);
     u->t = t;
@@ -105,6 +109,16 @@ static void set_from_lua(lua_State *L, kh_tensor *x, uint64_t i, int idx)
         kh_tensor_set(x, i, lua_tonumber(L, idx));
 }
 
+/* Remember how the tensor on top of the stack was generated. */
+static void mark_seeded(lua_State *L, uint64_t seed, uint32_t stream, const char *how)
+{
+    l_tensor *u = lua_touserdata(L, -1);
+    u->seeded = 1;
+    u->seed = seed;
+    u->stream = stream;
+    u->how = how;
+}
+
 /* kh.tensor.new(dtype, shape [, values]) -> Tensor, zero-filled or filled
  * from a flat row-major list of numbers (booleans for bool). */
 static int l_new(lua_State *L)
@@ -160,6 +174,7 @@ static int l_random(lua_State *L)
         return kh_lua_fail(L, &err);
     }
     kh_lua_push_tensor(L, e, x);
+    mark_seeded(L, seed, (uint32_t)stream, "random");
     return 1;
 }
 
@@ -183,6 +198,7 @@ static int l_dsa_kcache(lua_State *L)
         return kh_lua_fail(L, &err);
     }
     kh_lua_push_tensor(L, e, x);
+    mark_seeded(L, seed, (uint32_t)stream, "dsa_kcache");
     return 1;
 }
 
@@ -289,14 +305,17 @@ static int l_load(lua_State *L)
     return 2;
 }
 
-/* Collect the string pairs of the table at idx (keys sorted). */
+/* qsort order for tensor names: files list tensors in sorted order. */
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* kh.tensor.save(path, {name = Tensor, ...} [, {key = "value"}]) -> true,
- * or nil, msg, code.  Tensors are written in sorted name order. */
+ * or nil, msg, code.  Tensors are written in sorted name order.  A generated
+ * tensor's recipe is recorded in the metadata as "khlua.seed.<name>" =
+ * "<seed> <stream> <random|dsa_kcache>" (seed as unsigned decimal), unless
+ * the caller's metadata sets that key itself. */
 static int l_save(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
@@ -315,16 +334,43 @@ static int l_save(lua_State *L)
         n++;
         lua_pop(L, 1);
     }
+    /* [..] -> [.., meta]: the caller's metadata plus the seeds, built before
+     * any malloc so that a Lua error here leaks nothing */
+    lua_newtable(L);
+    int meta = lua_gettop(L);
     if (!lua_isnoneornil(L, 3)) {
         lua_pushnil(L);
         while (lua_next(L, 3)) {
             if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
                 return luaL_argerror(L, 3, "metadata must map strings to strings");
-            nm++;
-            lua_pop(L, 1);
+            lua_pushvalue(L, -2);
+            lua_insert(L, -2);
+            lua_rawset(L, meta);
         }
     }
-    /* pass 2: gather pointers; the strings stay alive in the argument tables */
+    lua_pushnil(L);
+    while (lua_next(L, 2)) {
+        l_tensor *u = lua_touserdata(L, -1);
+        if (u->seeded) {
+            lua_pushfstring(L, "khlua.seed.%s", lua_tostring(L, -2));
+            if (lua_rawget(L, meta) == LUA_TNIL) {
+                char v[96];
+                snprintf(v, sizeof v, "%llu %u %s", (unsigned long long)u->seed,
+                         (unsigned)u->stream, u->how);
+                lua_pushfstring(L, "khlua.seed.%s", lua_tostring(L, -3));
+                lua_pushstring(L, v);
+                lua_rawset(L, meta);
+            }
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    lua_pushnil(L);
+    while (lua_next(L, meta)) {
+        nm++;
+        lua_pop(L, 1);
+    }
+    /* pass 2: gather pointers; the strings stay alive in the tables */
     const char **names = calloc(n + 1, sizeof *names);
     const char **mk = calloc(nm + 1, sizeof *mk), **mv = calloc(nm + 1, sizeof *mv);
     const kh_tensor **ts = calloc(n + 1, sizeof *ts);
@@ -350,7 +396,7 @@ static int l_save(lua_State *L)
     i = 0;
     if (nm) {
         lua_pushnil(L);
-        while (lua_next(L, 3)) {
+        while (lua_next(L, meta)) {
             mk[i] = lua_tostring(L, -2);
             mv[i++] = lua_tostring(L, -1);
             lua_pop(L, 1);
@@ -411,6 +457,23 @@ static int m_set(lua_State *L)
         return luaL_argerror(L, 3, "expected a number");
     set_from_lua(L, x, i, 3);
     return 0;
+}
+
+/* t:seed() -> seed, stream, "random" | "dsa_kcache" for a generated tensor
+ * (an element that is later set keeps them: they say how it was made), or
+ * nil for one made otherwise. */
+static int m_seed(lua_State *L)
+{
+    kh_lua_check_tensor(L, 1);
+    l_tensor *u = check_ud(L, 1);
+    if (!u->seeded) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushinteger(L, (lua_Integer)u->seed);
+    lua_pushinteger(L, (lua_Integer)u->stream);
+    lua_pushstring(L, u->how);
+    return 3;
 }
 
 /* t:code(i) -> the element's bit pattern (zero-extended integer). */
@@ -488,7 +551,7 @@ void kh_open_tensor(lua_State *L, kh_engine *e)
     static const luaL_Reg methods[] = {
         {"get", m_get},       {"set", m_set},     {"code", m_code},   {"totable", m_totable},
         {"dtype", m_dtype},   {"shape", m_shape}, {"numel", m_numel}, {"nbytes", m_nbytes},
-        {"bytes", m_bytes},   {"close", t_close}, {NULL, NULL},
+        {"bytes", m_bytes},   {"seed", m_seed},   {"close", t_close}, {NULL, NULL},
     };
     if (luaL_newmetatable(L, TENSOR_MT)) {
         /* [mt] */

@@ -86,6 +86,12 @@ T.test("safetensors round trip and refusals", function()
   T.eq(kh.tensor.save(path, ins, { seed = tostring(seed) }), true)
   local got, meta = kh.tensor.load(path)
   T.eq(meta.seed, tostring(seed))
+  -- the recipe of each generated input is recorded beside it
+  T.eq(meta["khlua.seed.q"], string.format("%d 1 random", seed))
+  T.eq(meta["khlua.seed.idx"], string.format("%d 2 random", seed))
+  local s1, s2, how = ins.w:seed()
+  T.eq({ s1, s2, how }, { seed, 3, "random" })
+  T.eq(got.q:seed(), nil)
   for name, t in pairs(ins) do
     T.eq(got[name]:dtype(), t:dtype()); T.eq(got[name]:shape(), t:shape())
     T.eq(got[name]:bytes(), t:bytes(), name)
