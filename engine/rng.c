@@ -5,9 +5,11 @@
 
 #include "rng_core.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void kh_rng_philox(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4])
 {
@@ -47,17 +49,72 @@ uint64_t kh_rng_code_at(kh_dtype t, uint64_t seed, uint32_t stream, uint64_t idx
     return bits == 64 ? c : c & ((1ull << bits) - 1u);
 }
 
+/* One thread's share of a fill: elements [lo, hi), lo and hi even so that
+ * two threads never write the two nibbles of one float4 byte. */
+typedef struct fill_job {
+    kh_engine *e;
+    kh_tensor *t;
+    uint64_t seed, lo, hi;
+    uint32_t stream;
+    int interrupted;
+} fill_job;
+
+static void *fill_range(void *arg)
+{
+    fill_job *j = arg;
+    for (uint64_t i = j->lo; i < j->hi; i++) {
+        if (j->e && (i & 0xFFFFF) == 0xFFFFF && kh_engine_stop_requested(j->e)) {
+            j->interrupted = 1;
+            break;
+        }
+        kh_dtype_set_code(j->t->dtype, j->t->data, i,
+                          kh_rng_code_at(j->t->dtype, j->seed, j->stream, i));
+    }
+    return NULL;
+}
+
+#define KH_RNG_MAX_THREADS 32
+#define KH_RNG_MIN_PER_THREAD (1u << 18)
+
 kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
                       kh_err *err)
 {
     if (kh_rng_kind(t->dtype) < 0)
         return kh_err_set(err, KH_EINVAL, "cannot generate dtype %d", (int)t->dtype);
-    for (uint64_t i = 0; i < t->numel; i++) {
-        if (e && (i & 0x3FFFFF) == 0x3FFFFF && kh_engine_stop_requested(e))
-            return kh_err_set(err, KH_EINTR, "input generation interrupted at element %llu",
-                              (unsigned long long)i);
-        kh_dtype_set_code(t->dtype, t->data, i, kh_rng_code_at(t->dtype, seed, stream, i));
+    /* counter-based: any split of the index range gives the same bits */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t nt = t->numel / KH_RNG_MIN_PER_THREAD;
+    if (cpus < 1)
+        cpus = 1;
+    if (nt > (uint64_t)cpus)
+        nt = (uint64_t)cpus;
+    if (nt > KH_RNG_MAX_THREADS)
+        nt = KH_RNG_MAX_THREADS;
+    if (nt < 1)
+        nt = 1;
+    fill_job jobs[KH_RNG_MAX_THREADS];
+    pthread_t tid[KH_RNG_MAX_THREADS];
+    int started[KH_RNG_MAX_THREADS] = {0};
+    uint64_t per = (t->numel / nt + 1) & ~(uint64_t)1;
+    for (uint64_t k = 0; k < nt; k++) {
+        uint64_t lo = k * per, hi = lo + per;
+        jobs[k] = (fill_job){e, t, seed, lo < t->numel ? lo : t->numel,
+                             hi < t->numel && k + 1 < nt ? hi : t->numel, stream, 0};
+        /* thread k > 0 runs alone; if it cannot start, this thread does its share */
+        if (k > 0 && pthread_create(&tid[k], NULL, fill_range, &jobs[k]) == 0)
+            started[k] = 1;
     }
+    fill_range(&jobs[0]);
+    int interrupted = jobs[0].interrupted;
+    for (uint64_t k = 1; k < nt; k++) {
+        if (started[k])
+            pthread_join(tid[k], NULL);
+        else
+            fill_range(&jobs[k]);
+        interrupted |= jobs[k].interrupted;
+    }
+    if (interrupted)
+        return kh_err_set(err, KH_EINTR, "input generation interrupted");
     return KH_OK;
 }
 

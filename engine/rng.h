@@ -11,7 +11,7 @@
  * every verdict that used it.  FlashInfer-Bench sets no seed at all: khlua's
  * inputs follow its distributions, not its values.
  *
- * Host speed: about 120 ns per element on one core (the double-precision
+ * Host speed: about 120 ns per element per core (the double-precision
  * Box-Muller dominates); large inputs belong on the device. */
 #ifndef KH_RNG_H
 #define KH_RNG_H
@@ -32,8 +32,10 @@ double kh_rng_normal_at(uint64_t seed, uint32_t stream, uint64_t idx);
 uint64_t kh_rng_code_at(kh_dtype t, uint64_t seed, uint32_t stream, uint64_t idx);
 
 /* Fill t (every element) from (seed, stream).  A random scalar (a workload
- * input with shape null) is a 0-D tensor: one draw.  Polls the engine's stop
- * request every few million elements when e is non-NULL (KH_EINTR). */
+ * input with shape null) is a 0-D tensor: one draw.  Large tensors are split
+ * over up to one thread per online CPU (32 at most; the bits do not depend on
+ * the split).  Polls the engine's stop request every million elements per
+ * thread when e is non-NULL (KH_EINTR). */
 kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
                       kh_err *err);
 

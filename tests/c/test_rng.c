@@ -66,6 +66,22 @@ static void test_determinism_and_streams(void **state)
     }
 }
 
+/* Large fills are split over threads: every element still equals its
+ * counter's draw, including float4 nibbles at the split points. */
+static void test_threaded_fill(void **state)
+{
+    kh_dtype types[2] = {KH_DTYPE_F4E2M1, KH_DTYPE_BF16};
+    for (int k = 0; k < 2; k++) {
+        kh_tensor *x = gen(types[k], (1 << 20) + 3, base_seed, 11);
+        for (uint64_t i = 0; i < x->numel; i++)
+            if (kh_dtype_get_code(x->dtype, x->data, i) !=
+                kh_rng_code_at(x->dtype, base_seed, 11, i))
+                fail_msg("%s element %llu differs from its counter's draw",
+                         kh_dtype_name(x->dtype), (unsigned long long)i);
+        kh_tensor_free(x);
+    }
+}
+
 /* The core's own log and cos against libm: Box-Muller computed with libm on
  * the same Philox words agrees to ~1e-13 relative. */
 static void test_normal_matches_libm(void **state)
@@ -318,6 +334,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_known_answers),
         cmocka_unit_test(test_determinism_and_streams),
+        cmocka_unit_test(test_threaded_fill),
         cmocka_unit_test(test_normal_matches_libm),
         cmocka_unit_test(test_randn_distribution),
         cmocka_unit_test(test_low_bit_clamped),
