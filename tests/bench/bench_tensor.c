@@ -1,7 +1,8 @@
 /* bench_tensor.c: host throughput of the input generator and of the output
  * comparison, each against an anchor measured side by side in the same run:
  *   generator  vs  a splitmix64 fill of the same buffer (the cost of "some
- *                  random bits", no distribution);
+ *                  random bits", no distribution); the generator uses every
+ *                  CPU (rng.h), the anchor one, so the ratio is wall time;
  *   compare    vs  a bare loop taking max |x - y| over the same bf16 pair.
  * Prints ns/element and the ratio to the anchor.  Not a test. */
 #include "check.h"
