@@ -34,11 +34,22 @@ void kh_lua_push_json(lua_State *L, const json_t *j);
  * hold (functions, NaN, invalid UTF-8, mixed or sparse tables, cycles). */
 json_t *kh_lua_to_json(lua_State *L, int idx, kh_err *err);
 
+/* ---- tensors (l_tensor.c) ------------------------------------------------ */
+struct kh_tensor;
+/* Push a kh.Tensor userdata owning t (freed by its close); counts itself as
+ * an engine object.  Raises only when Lua is out of memory (t then leaks). */
+void kh_lua_push_tensor(lua_State *L, kh_engine *e, struct kh_tensor *t);
+/* The open tensor at idx; raises on a wrong type or a closed tensor.  The
+ * pointer stays valid while the userdata is open and reachable. */
+struct kh_tensor *kh_lua_check_tensor(lua_State *L, int idx);
+
 /* ---- modules: push the module table ------------------------------------ */
 void kh_open_json(lua_State *L, kh_engine *e);
 void kh_open_time(lua_State *L, kh_engine *e);
 void kh_open_llm(lua_State *L, kh_engine *e);
 void kh_open_task(lua_State *L, kh_engine *e);
+void kh_open_tensor(lua_State *L, kh_engine *e);
+void kh_open_check(lua_State *L, kh_engine *e);
 
 /* The `kh` module itself (package.preload.kh); expects the engine as upvalue. */
 int kh_luaopen_kh(lua_State *L);

@@ -95,6 +95,8 @@ int kh_luaopen_kh(lua_State *L)
         {"time", kh_open_time},
         {"llm", kh_open_llm},
         {"task", kh_open_task},
+        {"tensor", kh_open_tensor},
+        {"check", kh_open_check},
     };
     for (size_t i = 0; i < KH_ARRAY_LEN(modules); i++) {
         modules[i].open(L, e);

@@ -25,7 +25,8 @@
     X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuFuncGetName)                          \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                        \
     X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH)            \
-    X(cuMemcpyDtoD) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemsetD8)                  \
+    X(cuMemcpyDtoD) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async)            \
+    X(cuMemsetD8)                                                                         \
     X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                 \
     X(cuEventSynchronize) X(cuEventElapsedTime)
 

@@ -1,0 +1,574 @@
+/* check.c: comparison of outputs with references (check.h): FlashInfer-
+ * Bench's default rule with its float32 arithmetic, khlua's extra figures,
+ * aggregation over outputs and trials, and the DSA top-k indexer evaluator.
+ * Where the tensors come from (device copies, the store) is not its concern;
+ * it reads host tensors in place. */
+#include "check.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+
+/* FIB's float32 arithmetic is reproduced with C float operations, which
+ * must round to float each time. */
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "check.c needs FLT_EVAL_METHOD == 0"
+#endif
+#include <stdlib.h>
+#include <string.h>
+
+const char *kh_check_status_name(kh_check_status s)
+{
+    switch (s) {
+    case KH_CHECK_PASSED: return "PASSED";
+    case KH_CHECK_INCORRECT_SHAPE: return "INCORRECT_SHAPE";
+    case KH_CHECK_INCORRECT_DTYPE: return "INCORRECT_DTYPE";
+    case KH_CHECK_INCORRECT_NUMERICAL: return "INCORRECT_NUMERICAL";
+    }
+    return "?";
+}
+
+const char *kh_check_evaluator_name(kh_check_evaluator ev)
+{
+    switch (ev) {
+    case KH_EVAL_DEFAULT: return "default";
+    case KH_EVAL_LOWBIT: return "lowbit";
+    case KH_EVAL_DSA_ATTENTION: return "dsa_sparse_attention";
+    case KH_EVAL_DSA_TOPK: return "dsa_topk_indexer";
+    case KH_EVAL_SAMPLING: return "sampling";
+    }
+    return "?";
+}
+
+void kh_check_opts_default(kh_check_opts *o)
+{
+    o->atol = 1e-2;
+    o->rtol = 1e-2;
+    o->required_ratio = 1.0;
+    o->precision = KH_CHECK_FIB_F32;
+}
+
+kh_check_evaluator kh_check_evaluator_for(const char *name, const char *op_type,
+                                          kh_check_opts *o)
+{
+    if (o)
+        kh_check_opts_default(o);
+    /* registry.py: at most one special evaluator matches */
+    if (name && strstr(name, "moe_fp8_block_scale")) {
+        if (o)
+            o->required_ratio = 0.95;
+        return KH_EVAL_LOWBIT;
+    }
+    if (name && (strcmp(name, "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps1") == 0 ||
+                 strcmp(name, "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64") == 0))
+        return KH_EVAL_DSA_ATTENTION;
+    if (name && strncmp(name, "dsa_topk_indexer", 16) == 0)
+        return KH_EVAL_DSA_TOPK;
+    if (op_type && strcmp(op_type, "sampling") == 0)
+        return KH_EVAL_SAMPLING;
+    return KH_EVAL_DEFAULT;
+}
+
+void kh_check_result_init(kh_check_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->status = KH_CHECK_PASSED;
+    r->matched_ratio = 1.0;
+    r->worst_index = -1;
+    r->first_fail = -1;
+}
+
+static void fail_status(kh_check_result *r, kh_check_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail_status(kh_check_result *r, kh_check_status s, const char *fmt, ...)
+{
+    r->status = s;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->reason, sizeof r->reason, fmt, ap);
+    va_end(ap);
+}
+
+static int same_shape(const kh_tensor *a, const kh_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return 0;
+    return 1;
+}
+
+/* Steps 1 and 2 of the rule; 1 if the verdict is already decided. */
+static int shape_dtype(const kh_tensor *out, const kh_tensor *ref, kh_check_result *r)
+{
+    r->final = 1; /* until shown otherwise below */
+    if (!same_shape(out, ref)) {
+        char a[256], b[256];
+        fail_status(r, KH_CHECK_INCORRECT_SHAPE, "output shape %s differs from the reference's %s",
+                    kh_tensor_shape_str(out->ndim, out->shape, a, sizeof a),
+                    kh_tensor_shape_str(ref->ndim, ref->shape, b, sizeof b));
+        return 1;
+    }
+    if (out->dtype != ref->dtype) {
+        fail_status(r, KH_CHECK_INCORRECT_DTYPE, "output dtype %s differs from the reference's %s",
+                    kh_dtype_name(out->dtype), kh_dtype_name(ref->dtype));
+        return 1;
+    }
+    r->final = 0;
+    return 0;
+}
+
+/* One element's errors and verdict under FIB's rule.  Float32 mode repeats
+ * compute_error_stats: x.to(float32), y.to(float32), |x-y| and the division
+ * in float32, compared with the thresholds as torch promotes a Python float
+ * against a float32 tensor (to float32). */
+typedef struct elem_err {
+    double abs, rel;
+    int fail;
+} elem_err;
+
+static elem_err element_error(double x, double y, const kh_check_opts *o)
+{
+    elem_err e;
+    if (o->precision == KH_CHECK_FIB_F32) {
+        float xf = (float)x, yf = (float)y;
+        float a = fabsf(xf - yf);
+        float rl = a / (fabsf(yf) + 1e-8f);
+        e.abs = a;
+        e.rel = rl;
+        e.fail = a > (float)o->atol && rl > (float)o->rtol;
+    } else {
+        double a = fabs(x - y);
+        double rl = a / (fabs(y) + 1e-8);
+        e.abs = a;
+        e.rel = rl;
+        e.fail = a > o->atol && rl > o->rtol;
+    }
+    return e;
+}
+
+/* The one pass over both tensors.  Accumulators live in locals (stores
+ * through r could alias the tensors' bytes and defeat registers), and the
+ * function is inlined once per dtype with t constant, so the decoding switch
+ * disappears from the loop. */
+typedef struct scan_acc {
+    uint64_t fails, out_inf, out_nan, ref_nonfinite, max_ulp;
+    int64_t first_fail, first_inf, first_nan, worst;
+    double max_abs, max_rel, sdiff, sref;
+    int abs_nan, rel_nan;
+} scan_acc;
+
+static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tensor *out,
+                                                       const kh_tensor *ref,
+                                                       const kh_check_opts *o, scan_acc *res)
+{
+    scan_acc a = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
+    const void *xp = out->data, *yp = ref->data;
+    const uint64_t n = out->numel;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t cx = kh_dtype_get_code(t, xp, i), cy = kh_dtype_get_code(t, yp, i);
+        double x = kh_dtype_decode(t, cx), y = kh_dtype_decode(t, cy);
+        int xfin = isfinite(x), yfin = isfinite(y);
+        if (!xfin) {
+            if (isinf(x) && a.out_inf++ == 0)
+                a.first_inf = (int64_t)i;
+            if (isnan(x) && a.out_nan++ == 0)
+                a.first_nan = (int64_t)i;
+        }
+        if (!yfin)
+            a.ref_nonfinite++;
+        elem_err e = element_error(x, y, o);
+        if (isnan(e.abs))
+            a.abs_nan = 1;
+        else if (e.abs > a.max_abs || a.worst < 0) {
+            a.max_abs = e.abs;
+            a.worst = (int64_t)i;
+        }
+        if (isnan(e.rel))
+            a.rel_nan = 1;
+        else if (e.rel > a.max_rel)
+            a.max_rel = e.rel;
+        if (e.fail && a.fails++ == 0)
+            a.first_fail = (int64_t)i;
+        if (xfin && yfin) {
+            a.sdiff += (x - y) * (x - y);
+            a.sref += y * y;
+        }
+        /* for integer dtypes the "ulp" distance is the integer difference */
+        uint64_t d = kh_dtype_ulp_distance(t, cx, cy);
+        if (d > a.max_ulp)
+            a.max_ulp = d;
+    }
+    *res = a;
+}
+
+kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                           kh_check_result *r, kh_err *err)
+{
+    kh_check_result_init(r);
+    if (!out || !ref)
+        return kh_err_set(err, KH_EINVAL, "compare: output and reference are required");
+    kh_check_opts def;
+    if (!o) {
+        kh_check_opts_default(&def);
+        o = &def;
+    }
+    if (shape_dtype(out, ref, r))
+        return KH_OK;
+
+    scan_acc acc;
+    switch (out->dtype) {
+#define KH_SCAN_CASE(T)                                                                   \
+    case T:                                                                               \
+        scan(T, out, ref, o, &acc);                                                       \
+        break;
+        KH_SCAN_CASE(KH_DTYPE_F32)
+        KH_SCAN_CASE(KH_DTYPE_F16)
+        KH_SCAN_CASE(KH_DTYPE_BF16)
+        KH_SCAN_CASE(KH_DTYPE_F8E4M3)
+        KH_SCAN_CASE(KH_DTYPE_F8E5M2)
+        KH_SCAN_CASE(KH_DTYPE_F4E2M1)
+        KH_SCAN_CASE(KH_DTYPE_I64)
+        KH_SCAN_CASE(KH_DTYPE_I32)
+        KH_SCAN_CASE(KH_DTYPE_I16)
+        KH_SCAN_CASE(KH_DTYPE_I8)
+        KH_SCAN_CASE(KH_DTYPE_BOOL)
+#undef KH_SCAN_CASE
+    default:
+        return kh_err_set(err, KH_EINVAL, "compare: invalid dtype %d", (int)out->dtype);
+    }
+    r->numel = out->numel;
+    r->fails = acc.fails;
+    r->first_fail = acc.first_fail;
+    r->out_inf = acc.out_inf;
+    r->out_nan = acc.out_nan;
+    r->ref_nonfinite = acc.ref_nonfinite;
+    r->max_abs_error = acc.max_abs;
+    r->max_rel_error = acc.max_rel;
+    r->max_ulp_error = acc.max_ulp;
+    r->worst_index = acc.worst;
+    if (acc.worst >= 0) {
+        r->worst_out = kh_tensor_get(out, (uint64_t)acc.worst);
+        r->worst_ref = kh_tensor_get(ref, (uint64_t)acc.worst);
+    }
+    int abs_nan = acc.abs_nan, rel_nan = acc.rel_nan;
+    int64_t first_inf = acc.first_inf, first_nan = acc.first_nan;
+    double sdiff = acc.sdiff, sref = acc.sref;
+    /* torch's max() propagates NaN */
+    if (abs_nan)
+        r->max_abs_error = NAN;
+    if (rel_nan)
+        r->max_rel_error = NAN;
+    r->norm_error = sref > 0 ? sqrt(sdiff) / sqrt(sref) : (sdiff > 0 ? INFINITY : 0.0);
+
+    if (r->out_inf) {
+        r->final = 1;
+        r->max_abs_error = r->max_rel_error = INFINITY;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "output has %llu inf value(s) (first at element %lld)",
+                    (unsigned long long)r->out_inf, (long long)first_inf);
+        return KH_OK;
+    }
+    if (r->out_nan) {
+        r->final = 1;
+        r->max_abs_error = r->max_rel_error = NAN;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "output has %llu NaN value(s) (first at element %lld)",
+                    (unsigned long long)r->out_nan, (long long)first_nan);
+        return KH_OK;
+    }
+    if (r->numel) {
+        double m = 1.0 - (double)r->fails / (double)r->numel;
+        r->matched_ratio = m < 0 ? 0 : m > 1 ? 1 : m;
+    }
+    if (r->matched_ratio < o->required_ratio) {
+        uint64_t i = (uint64_t)r->first_fail;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "%llu of %llu elements exceed atol=%g and rtol=%g: matched ratio %.6f < "
+                    "required %g (first at element %llu: output %.9g, reference %.9g)",
+                    (unsigned long long)r->fails, (unsigned long long)r->numel, o->atol, o->rtol,
+                    r->matched_ratio, o->required_ratio, (unsigned long long)i,
+                    kh_tensor_get(out, i), kh_tensor_get(ref, i));
+    }
+    return KH_OK;
+}
+
+/* Python's max(a, b) as FIB aggregates: b only if b > a, so NaN never wins. */
+static double pymax(double a, double b) { return b > a ? b : a; }
+
+void kh_check_merge(kh_check_result *acc, const kh_check_result *r)
+{
+    if (acc->final)
+        return;
+    if (r->final) {
+        *acc = *r;
+        return;
+    }
+    if (acc->status == KH_CHECK_PASSED && r->status != KH_CHECK_PASSED) {
+        acc->status = r->status;
+        memcpy(acc->reason, r->reason, sizeof acc->reason);
+        acc->first_fail = r->first_fail;
+    }
+    if (r->worst_index >= 0 && (acc->worst_index < 0 || r->max_abs_error > acc->max_abs_error)) {
+        acc->worst_index = r->worst_index;
+        acc->worst_out = r->worst_out;
+        acc->worst_ref = r->worst_ref;
+    }
+    acc->max_abs_error = pymax(acc->max_abs_error, r->max_abs_error);
+    acc->max_rel_error = pymax(acc->max_rel_error, r->max_rel_error);
+    acc->norm_error = pymax(acc->norm_error, r->norm_error);
+    if (r->max_ulp_error > acc->max_ulp_error)
+        acc->max_ulp_error = r->max_ulp_error;
+    if (r->matched_ratio < acc->matched_ratio)
+        acc->matched_ratio = r->matched_ratio;
+    acc->numel += r->numel;
+    acc->fails += r->fails;
+    acc->out_nan += r->out_nan;
+    acc->out_inf += r->out_inf;
+    acc->ref_nonfinite += r->ref_nonfinite;
+}
+
+/* ---- DSA top-k indexer ---------------------------------------------------- */
+
+static kh_status sorted_scores(const float *x, const float *y, uint64_t n,
+                               const kh_check_opts *o, kh_check_result *r)
+{
+    int invalid_any = 0, finite_any = 0;
+    r->numel = n;
+    double sdiff = 0, sref = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        float a = x[i], b = y[i];
+        int shared = (isnan(a) && isnan(b)) ||
+                     (isinf(a) && isinf(b) && signbit(a) == signbit(b));
+        int finite = isfinite(a) && isfinite(b);
+        int fail;
+        if (finite) {
+            finite_any = 1;
+            elem_err e = element_error(a, b, o);
+            fail = e.fail;
+            if (e.abs > r->max_abs_error || r->worst_index < 0) {
+                r->max_abs_error = e.abs;
+                r->worst_index = (int64_t)i;
+                r->worst_out = a;
+                r->worst_ref = b;
+            }
+            if (e.rel > r->max_rel_error)
+                r->max_rel_error = e.rel;
+            sdiff += ((double)a - b) * ((double)a - b);
+            sref += (double)b * b;
+        } else {
+            fail = !shared;
+            if (fail)
+                invalid_any = 1;
+        }
+        if (fail && r->fails++ == 0)
+            r->first_fail = (int64_t)i;
+    }
+    if (!finite_any)
+        r->max_abs_error = r->max_rel_error = 0;
+    if (invalid_any)
+        r->max_abs_error = r->max_rel_error = INFINITY;
+    r->norm_error = sref > 0 ? sqrt(sdiff) / sqrt(sref) : (sdiff > 0 ? INFINITY : 0.0);
+    if (n) {
+        double m = 1.0 - (double)r->fails / (double)n;
+        r->matched_ratio = m < 0 ? 0 : m > 1 ? 1 : m;
+    }
+    if (r->matched_ratio < o->required_ratio) {
+        uint64_t i = (uint64_t)r->first_fail;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "score mismatch: %llu of %llu sorted scores exceed atol=%g and rtol=%g "
+                    "(matched ratio %.6f < required %g; first at position %llu: solution %.9g, "
+                    "reference %.9g)",
+                    (unsigned long long)r->fails, (unsigned long long)n, o->atol, o->rtol,
+                    r->matched_ratio, o->required_ratio, (unsigned long long)i, (double)x[i],
+                    (double)y[i]);
+    }
+    return KH_OK;
+}
+
+kh_status kh_check_sorted_scores(const kh_tensor *sol, const kh_tensor *ref,
+                                 const kh_check_opts *o, kh_check_result *r, kh_err *err)
+{
+    kh_check_result_init(r);
+    kh_check_opts def;
+    if (!o) {
+        kh_check_opts_default(&def);
+        o = &def;
+    }
+    if (!sol || !ref)
+        return kh_err_set(err, KH_EINVAL, "sorted_scores: two score tensors are required");
+    if (shape_dtype(sol, ref, r))
+        return KH_OK;
+    if (sol->dtype != KH_DTYPE_F32)
+        return kh_err_set(err, KH_EINVAL, "sorted scores must be float32, not %s",
+                          kh_dtype_name(sol->dtype));
+    return sorted_scores(sol->data, ref->data, sol->numel, o, r);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Descending, NaN first (torch.sort(descending=True) puts NaN on top). */
+static int cmp_desc(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    if (isnan(x) || isnan(y))
+        return isnan(y) - isnan(x);
+    return (x < y) - (x > y);
+}
+
+static int64_t iget(const kh_tensor *t, uint64_t i) { return (int64_t)kh_tensor_get(t, i); }
+
+static kh_status need(const kh_tensor *t, const char *name, kh_dtype dt, int ndim, kh_err *err)
+{
+    if (!t)
+        return kh_err_set(err, KH_EINVAL, "dsa_topk: input %s is missing", name);
+    if (t->dtype != dt || t->ndim != ndim)
+        return kh_err_set(err, KH_EINVAL, "dsa_topk: %s must be a %d-D %s tensor, got %d-D %s",
+                          name, ndim, kh_dtype_name(dt), t->ndim, kh_dtype_name(t->dtype));
+    return KH_OK;
+}
+
+/* Score of token slot t for row b (see check.h), rounded to float32. */
+static float token_score(const kh_check_topk_inputs *in, int64_t b, int64_t t, int64_t ps,
+                         int64_t D, int64_t H)
+{
+    int64_t page = t / ps, off = t % ps;
+    const uint8_t *pg = (const uint8_t *)in->k_cache->data + (size_t)page * (size_t)ps *
+                                                                 (size_t)(D + 4);
+    float scale;
+    memcpy(&scale, pg + (size_t)ps * (size_t)D + (size_t)off * 4, 4);
+    const uint8_t *kb = pg + (size_t)off * (size_t)D;
+    double total = 0;
+    for (int64_t h = 0; h < H; h++) {
+        double dot = 0;
+        uint64_t qbase = (uint64_t)((b * H + h) * D);
+        for (int64_t d = 0; d < D; d++) {
+            /* fp8 * scale is a float32 product in FIB's dequantisation */
+            float kv = (float)(kh_dtype_decode(KH_DTYPE_F8E4M3, kb[d]) * (double)scale);
+            dot += kh_tensor_get(in->q, qbase + (uint64_t)d) * (double)kv;
+        }
+        if (dot > 0)
+            total += dot * kh_tensor_get(in->weights, (uint64_t)(b * H + h));
+    }
+    return (float)total;
+}
+
+kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
+                            const kh_check_topk_inputs *in, const kh_check_opts *o,
+                            kh_check_result *r, kh_err *err)
+{
+    kh_check_result_init(r);
+    kh_check_opts def;
+    if (!o) {
+        kh_check_opts_default(&def);
+        o = &def;
+    }
+    if (!out || !ref || !in)
+        return kh_err_set(err, KH_EINVAL, "dsa_topk: output, reference and inputs are required");
+    if (shape_dtype(out, ref, r))
+        return KH_OK;
+    kh_status st;
+    if ((st = need(ref, "topk_indices", KH_DTYPE_I32, 2, err)) ||
+        (st = need(in->q, "q_index_fp8", KH_DTYPE_F8E4M3, 3, err)) ||
+        (st = need(in->k_cache, "k_index_cache_fp8", KH_DTYPE_I8, 4, err)) ||
+        (st = need(in->weights, "weights", KH_DTYPE_F32, 2, err)) ||
+        (st = need(in->seq_lens, "seq_lens", KH_DTYPE_I32, 1, err)) ||
+        (st = need(in->block_table, "block_table", KH_DTYPE_I32, 2, err)))
+        return st;
+    int64_t B = out->shape[0], K = out->shape[1];
+    int64_t H = in->q->shape[1], D = in->q->shape[2];
+    int64_t P = in->k_cache->shape[0], ps = in->k_cache->shape[1];
+    int64_t M = in->block_table->shape[1];
+    if (in->q->shape[0] != B || in->weights->shape[0] != B || in->weights->shape[1] != H ||
+        in->seq_lens->shape[0] != B || in->block_table->shape[0] != B ||
+        in->k_cache->shape[2] != 1 || in->k_cache->shape[3] != D + 4 || ps <= 0)
+        return kh_err_set(err, KH_EINVAL,
+                          "dsa_topk: inconsistent inputs (need q [B,H,D], weights [B,H], "
+                          "seq_lens [B], block_table [B,M], k cache [P,page_size,1,D+4] with "
+                          "B=%lld from the output)", (long long)B);
+    r->numel = out->numel;
+
+    /* reachability over every row first, then duplicates (FIB's order) */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < K; k++) {
+            int64_t t = iget(out, (uint64_t)(b * K + k));
+            if (t < 0)
+                continue;
+            int64_t page = t / ps, off = t % ps, slot = -1;
+            for (int64_t m = 0; m < M && slot < 0; m++)
+                if (iget(in->block_table, (uint64_t)(b * M + m)) == page)
+                    slot = m;
+            if (slot < 0 || slot * ps + off >= iget(in->seq_lens, (uint64_t)b)) {
+                r->max_abs_error = r->max_rel_error = INFINITY;
+                r->final = 1;
+                r->first_fail = b * K + k;
+                fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                            "out-of-range index %lld in batch row %lld (position %lld): %s",
+                            (long long)t, (long long)b, (long long)k,
+                            slot < 0 ? "its page is not in the row's block_table"
+                                     : "past the row's seq_len");
+                return KH_OK;
+            }
+        }
+    int64_t *row = malloc((size_t)(K ? K : 1) * sizeof *row);
+    if (!row)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    for (int64_t b = 0; b < B; b++) {
+        int64_t n = 0;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t t = iget(out, (uint64_t)(b * K + k));
+            if (t >= 0)
+                row[n++] = t;
+        }
+        qsort(row, (size_t)n, sizeof *row, cmp_i64);
+        for (int64_t i = 1; i < n; i++)
+            if (row[i] == row[i - 1]) {
+                r->max_abs_error = r->max_rel_error = INFINITY;
+                r->final = 1;
+                fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                            "duplicate index %lld in batch row %lld", (long long)row[i],
+                            (long long)b);
+                free(row);
+                return KH_OK;
+            }
+    }
+    free(row);
+
+    /* recompute and sort the scores at both index sets */
+    size_t n = (size_t)out->numel;
+    float *xs = malloc((n ? n : 1) * sizeof *xs), *ys = malloc((n ? n : 1) * sizeof *ys);
+    if (!xs || !ys) {
+        free(xs);
+        free(ys);
+        return kh_err_set(err, KH_ENOMEM, "out of memory for %zu scores", n);
+    }
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t k = 0; k < K; k++) {
+            size_t i = (size_t)(b * K + k);
+            int64_t ts = iget(out, i), tr = iget(ref, i);
+            if ((ts >= 0 && ts / ps >= P) || (tr >= 0 && tr / ps >= P)) {
+                free(xs);
+                free(ys);
+                return kh_err_set(err, KH_EINVAL,
+                                  "dsa_topk: row %lld names token %lld beyond the k cache's "
+                                  "%lld pages (block_table or reference is inconsistent)",
+                                  (long long)b, (long long)(ts / ps >= P ? ts : tr),
+                                  (long long)P);
+            }
+            xs[i] = ts < 0 ? -INFINITY : token_score(in, b, ts, ps, D, H);
+            ys[i] = tr < 0 ? -INFINITY : token_score(in, b, tr, ps, D, H);
+        }
+        qsort(xs + b * K, (size_t)K, sizeof *xs, cmp_desc);
+        qsort(ys + b * K, (size_t)K, sizeof *ys, cmp_desc);
+    }
+    kh_check_result_init(r);
+    sorted_scores(xs, ys, n, o, r);
+    free(xs);
+    free(ys);
+    return KH_OK;
+}

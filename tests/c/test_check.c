@@ -1,0 +1,531 @@
+/* test_check.c: output comparison.  Every status in FIB's order, the
+ * atol-AND-rtol rule exactly at its boundary (in FIB's float32 arithmetic and
+ * in double), the matched-ratio rule, the reported figures (max abs/rel,
+ * normalized error, ULPs), aggregation over trials, evaluator selection, and
+ * the DSA top-k indexer evaluator on a small random paged cache. */
+#include "kh_test.h"
+
+#include "check.h"
+#include "rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t seed;
+static uint32_t stream;
+
+static kh_tensor *randt(kh_dtype t, int ndim, const int64_t *shape)
+{
+    kh_tensor *x;
+    kh_err err;
+    assert_int_equal(kh_tensor_new(&x, t, ndim, shape, &err), KH_OK);
+    assert_int_equal(kh_rng_fill(NULL, x, seed, stream++, &err), KH_OK);
+    return x;
+}
+
+static kh_tensor *clone(const kh_tensor *a)
+{
+    kh_tensor *x;
+    kh_err err;
+    assert_int_equal(kh_tensor_clone(&x, a, &err), KH_OK);
+    return x;
+}
+
+static kh_check_result cmp(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o)
+{
+    kh_check_result r;
+    kh_err err;
+    assert_int_equal(kh_check_compare(out, ref, o, &r, &err), KH_OK);
+    return r;
+}
+
+static uint64_t rnd(uint64_t n) { return kh_rng_code_at(KH_DTYPE_I64, seed, stream++, 0) % n; }
+
+static void test_status_order(void **state)
+{
+    int64_t s34[2] = {3, 4}, s43[2] = {4, 3};
+    kh_tensor *ref = randt(KH_DTYPE_BF16, 2, s34);
+    kh_tensor *good = clone(ref);
+    kh_check_result r = cmp(good, ref, NULL);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    assert_string_equal(r.reason, "");
+    assert_true(r.max_abs_error == 0 && r.matched_ratio == 1.0);
+
+    /* shape beats dtype beats inf beats NaN beats tolerance */
+    kh_tensor *bad = randt(KH_DTYPE_F16, 2, s43);
+    kh_tensor_set(bad, 0, NAN);
+    r = cmp(bad, ref, NULL);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_SHAPE);
+    assert_non_null(strstr(r.reason, "[4, 3]"));
+    kh_tensor_free(bad);
+
+    bad = randt(KH_DTYPE_F16, 2, s34);
+    kh_tensor_set(bad, 0, NAN);
+    r = cmp(bad, ref, NULL);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_DTYPE);
+    assert_non_null(strstr(r.reason, "float16"));
+    kh_tensor_free(bad);
+
+    bad = clone(ref);
+    uint64_t inf_at = 1 + rnd(10);
+    kh_tensor_set(bad, 0, NAN);
+    kh_tensor_set(bad, inf_at, -INFINITY);
+    r = cmp(bad, ref, NULL);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_true(isinf(r.max_abs_error) && isinf(r.max_rel_error));
+    char want[64];
+    snprintf(want, sizeof want, "inf value(s) (first at element %llu)",
+             (unsigned long long)inf_at);
+    assert_non_null(strstr(r.reason, want));
+    assert_int_equal(r.out_nan, 1);
+    assert_int_equal(r.out_inf, 1);
+
+    kh_tensor_set(bad, inf_at, kh_tensor_get(ref, inf_at));
+    r = cmp(bad, ref, NULL);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_true(isnan(r.max_abs_error));
+    assert_non_null(strstr(r.reason, "NaN"));
+
+    kh_tensor_set(bad, 0, kh_tensor_get(ref, 0) + 1.0);
+    r = cmp(bad, ref, NULL);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_int_equal(r.fails, 1);
+    assert_non_null(strstr(r.reason, "matched ratio"));
+    kh_tensor_free(bad);
+    kh_tensor_free(good);
+    kh_tensor_free(ref);
+}
+
+/* y an integer in [64, 1024], x = y + d: |x-y| = d exactly and |y| + 1e-8 is
+ * y in float32, so the thresholds can be set exactly at the boundary. */
+static void test_and_rule_boundary(void **state)
+{
+    for (int prec = 0; prec < 2; prec++) {
+        for (int trial = 0; trial < 200; trial++) {
+            int64_t one = 1;
+            kh_tensor *x, *y;
+            kh_err err;
+            assert_int_equal(kh_tensor_new(&x, KH_DTYPE_F32, 1, &one, &err), KH_OK);
+            assert_int_equal(kh_tensor_new(&y, KH_DTYPE_F32, 1, &one, &err), KH_OK);
+            double yv = (double)(64 + rnd(961)), d = (double)(1 + rnd(8));
+            kh_tensor_set(y, 0, yv);
+            kh_tensor_set(x, 0, yv + d);
+            double rel = prec == 0 ? (double)((float)d / (float)yv) : d / (yv + 1e-8);
+            kh_check_opts o;
+            kh_check_opts_default(&o);
+            o.precision = prec ? KH_CHECK_DOUBLE : KH_CHECK_FIB_F32;
+            /* abs == atol: passes whatever rtol says */
+            o.atol = d;
+            o.rtol = 0;
+            assert_int_equal(cmp(x, y, &o).status, KH_CHECK_PASSED);
+            /* abs > atol, rel == rtol: passes */
+            o.atol = d - 0.5;
+            o.rtol = rel;
+            assert_int_equal(cmp(x, y, &o).status, KH_CHECK_PASSED);
+            /* both exceeded by the smallest step: fails */
+            o.rtol = prec == 0 ? (double)nextafterf((float)rel, 0) : nextafter(rel, 0);
+            kh_check_result r = cmp(x, y, &o);
+            assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+            assert_true(r.max_abs_error == d);
+            kh_tensor_free(x);
+            kh_tensor_free(y);
+        }
+    }
+}
+
+/* FIB compares float32 errors with float32(atol): an error of float32(0.1)
+ * is not above atol 0.1 there, though it is above 0.1 in double. */
+static void test_fib_float32_thresholds(void **state)
+{
+    int64_t one = 1;
+    kh_tensor *x, *y;
+    kh_err err;
+    assert_int_equal(kh_tensor_new(&x, KH_DTYPE_F32, 1, &one, &err), KH_OK);
+    assert_int_equal(kh_tensor_new(&y, KH_DTYPE_F32, 1, &one, &err), KH_OK);
+    kh_tensor_set(x, 0, (double)0.1f);
+    kh_check_opts o;
+    kh_check_opts_default(&o);
+    o.atol = 0.1;
+    assert_int_equal(cmp(x, y, &o).status, KH_CHECK_PASSED);
+    o.precision = KH_CHECK_DOUBLE;
+    assert_int_equal(cmp(x, y, &o).status, KH_CHECK_INCORRECT_NUMERICAL);
+    kh_tensor_free(x);
+    kh_tensor_free(y);
+}
+
+static void test_matched_ratio(void **state)
+{
+    int64_t n = 1000;
+    kh_tensor *ref = randt(KH_DTYPE_F32, 1, &n);
+    kh_tensor *out = clone(ref);
+    uint64_t k = 5 + rnd(40);
+    for (uint64_t i = 0; i < k; i++)
+        kh_tensor_set(out, i * 20 + 3, kh_tensor_get(ref, i * 20 + 3) + 0.5 + (double)i);
+    kh_check_opts o;
+    kh_check_opts_default(&o);
+    o.required_ratio = 1.0 - (double)k / 1000.0;
+    kh_check_result r = cmp(out, ref, &o);
+    assert_int_equal(r.fails, k);
+    assert_true(fabs(r.matched_ratio - o.required_ratio) < 1e-15);
+    assert_int_equal(r.status, KH_CHECK_PASSED); /* ratio == required passes */
+    assert_int_equal(r.first_fail, 3);
+    /* the largest error is the last one written */
+    assert_int_equal(r.worst_index, (int64_t)((k - 1) * 20 + 3));
+    o.required_ratio = 1.0 - (double)(k - 1) / 1000.0;
+    r = cmp(out, ref, &o);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    /* low-bit default: 0.95 */
+    kh_check_evaluator ev = kh_check_evaluator_for(
+        "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", "moe", &o);
+    assert_int_equal(ev, KH_EVAL_LOWBIT);
+    assert_true(o.required_ratio == 0.95);
+    assert_int_equal(cmp(out, ref, &o).status, KH_CHECK_PASSED);
+    kh_tensor_free(out);
+    kh_tensor_free(ref);
+}
+
+static void test_error_figures(void **state)
+{
+    int64_t shape[2] = {17, 33};
+    kh_tensor *ref = randt(KH_DTYPE_BF16, 2, shape);
+    kh_tensor *out = clone(ref);
+    /* nudge a few elements by a few ULPs */
+    uint64_t at = rnd(ref->numel);
+    uint64_t code = kh_dtype_get_code(KH_DTYPE_BF16, ref->data, at);
+    uint64_t steps = 1 + rnd(5);
+    /* move away from zero in magnitude: same sign, larger mantissa */
+    kh_dtype_set_code(KH_DTYPE_BF16, out->data, at, code + steps);
+    kh_check_result r = cmp(out, ref, NULL);
+    assert_int_equal(r.max_ulp_error, steps);
+    double x = kh_tensor_get(out, at), y = kh_tensor_get(ref, at);
+    assert_true(r.max_abs_error == (double)fabsf((float)x - (float)y));
+    assert_int_equal(r.worst_index, (int64_t)at);
+    double norm = 0;
+    for (uint64_t i = 0; i < ref->numel; i++)
+        norm += kh_tensor_get(ref, i) * kh_tensor_get(ref, i);
+    assert_true(fabs(r.norm_error - fabs(x - y) / sqrt(norm)) < 1e-12);
+    assert_true(r.max_rel_error > 0);
+    kh_tensor_free(out);
+    kh_tensor_free(ref);
+}
+
+/* FIB's quirks, reproduced: a NaN reference element never fails; an empty
+ * tensor passes with ratio 1. */
+static void test_fib_quirks(void **state)
+{
+    int64_t n = 64;
+    kh_tensor *ref = randt(KH_DTYPE_F32, 1, &n);
+    kh_tensor *out = clone(ref);
+    kh_tensor_set(ref, 7, NAN);
+    kh_tensor_set(ref, 9, INFINITY);
+    kh_check_result r = cmp(out, ref, NULL);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    assert_int_equal(r.ref_nonfinite, 2);
+    assert_true(isnan(r.max_abs_error)); /* torch's max propagates NaN */
+    kh_tensor_free(out);
+    kh_tensor_free(ref);
+
+    int64_t z[2] = {0, 5};
+    kh_tensor *a = randt(KH_DTYPE_F16, 2, z), *b = randt(KH_DTYPE_F16, 2, z);
+    r = cmp(a, b, NULL);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    assert_true(r.matched_ratio == 1.0 && r.numel == 0);
+    kh_tensor_free(a);
+    kh_tensor_free(b);
+}
+
+static void test_merge_and_evaluators(void **state)
+{
+    /* three trials of one output: a tolerance failure in trial 2 keeps the
+     * aggregation going; a NaN maximum never replaces a number (Python's
+     * max); the minimum ratio is kept */
+    int64_t n = 100;
+    kh_tensor *ref = randt(KH_DTYPE_F32, 1, &n);
+    kh_tensor *t1 = clone(ref), *t2 = clone(ref), *t3 = clone(ref);
+    kh_tensor_set(t1, 3, kh_tensor_get(ref, 3) + 0.5);
+    for (uint64_t i = 0; i < 9; i++)
+        kh_tensor_set(t2, 10 + i, kh_tensor_get(ref, 10 + i) + 2.0);
+    kh_tensor *ref3 = clone(ref);
+    kh_tensor_set(ref3, 50, NAN); /* FIB: max over this output is NaN */
+    kh_check_opts o;
+    kh_check_opts_default(&o);
+    o.required_ratio = 0.95;
+    kh_check_result acc, r;
+    kh_check_result_init(&acc);
+    r = cmp(t1, ref, &o);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    kh_check_merge(&acc, &r);
+    r = cmp(t2, ref, &o);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    kh_check_merge(&acc, &r);
+    r = cmp(t3, ref3, &o);
+    assert_true(isnan(r.max_abs_error));
+    kh_check_merge(&acc, &r);
+    assert_int_equal(acc.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_non_null(strstr(acc.reason, "9 of 100"));
+    assert_true(fabs(acc.max_abs_error - 2.0) < 1e-6);
+    assert_true(fabs(acc.matched_ratio - 0.91) < 1e-12);
+    assert_int_equal(acc.numel, 300);
+    assert_int_equal(acc.fails, 10);
+
+    /* a final verdict (here an inf in the output) replaces and freezes it */
+    kh_tensor_set(t3, 7, INFINITY);
+    r = cmp(t3, ref, &o);
+    assert_true(r.final);
+    kh_check_merge(&acc, &r);
+    assert_true(isinf(acc.max_abs_error));
+    assert_non_null(strstr(acc.reason, "inf"));
+    r = cmp(t2, ref, &o);
+    kh_check_merge(&acc, &r);
+    assert_true(isinf(acc.max_abs_error));
+    assert_int_equal(acc.numel, 100);
+    kh_tensor_free(t1);
+    kh_tensor_free(t2);
+    kh_tensor_free(t3);
+    kh_tensor_free(ref);
+    kh_tensor_free(ref3);
+
+    assert_int_equal(kh_check_evaluator_for("dsa_topk_indexer_fp8_h64_d128_topk2048_ps64",
+                                            "dsa_paged", &o),
+                     KH_EVAL_DSA_TOPK);
+    assert_true(o.required_ratio == 1.0);
+    assert_int_equal(kh_check_evaluator_for("dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64",
+                                            "dsa_paged", &o),
+                     KH_EVAL_DSA_ATTENTION);
+    assert_int_equal(kh_check_evaluator_for("gdn_decode_qk4_v8_d128_k_last", "gdn", &o),
+                     KH_EVAL_DEFAULT);
+    assert_int_equal(kh_check_evaluator_for("top_k_sampling", "sampling", &o), KH_EVAL_SAMPLING);
+    assert_string_equal(kh_check_status_name(KH_CHECK_INCORRECT_DTYPE), "INCORRECT_DTYPE");
+}
+
+/* ---- DSA top-k ---------------------------------------------------------- */
+
+enum { B = 3, H = 4, D = 8, PS = 4, P = 12, M = 3, K = 6 };
+
+typedef struct topk_case {
+    kh_tensor *q, *kc, *w, *sl, *bt, *ref;
+    double score[B][M * PS]; /* by position in the row's sequence */
+    int64_t token[B][M * PS];
+} topk_case;
+
+static void make_case(topk_case *c)
+{
+    int64_t sq[3] = {B, H, D}, sk[4] = {P, PS, 1, D + 4}, sw[2] = {B, H}, sb[1] = {B},
+            sbt[2] = {B, M}, so[2] = {B, K};
+    kh_err err;
+    c->q = randt(KH_DTYPE_F8E4M3, 3, sq);
+    c->kc = randt(KH_DTYPE_I8, 4, sk);
+    c->w = randt(KH_DTYPE_F32, 2, sw);
+    assert_int_equal(kh_tensor_new(&c->sl, KH_DTYPE_I32, 1, sb, &err), KH_OK);
+    assert_int_equal(kh_tensor_new(&c->bt, KH_DTYPE_I32, 2, sbt, &err), KH_OK);
+    assert_int_equal(kh_tensor_new(&c->ref, KH_DTYPE_I32, 2, so, &err), KH_OK);
+    /* fp8 bytes must not be NaN codes; scales positive, around 1 */
+    uint8_t *kb = c->kc->data;
+    for (int64_t p = 0; p < P; p++) {
+        uint8_t *pg = kb + p * PS * (D + 4);
+        for (int i = 0; i < PS * D; i++)
+            if ((pg[i] & 0x7F) == 0x7F)
+                pg[i] = 0x38;
+        for (int o = 0; o < PS; o++) {
+            float s = 0.5f + (float)rnd(100) / 100.0f;
+            memcpy(pg + PS * D + o * 4, &s, 4);
+        }
+    }
+    for (int b = 0; b < B; b++) {
+        /* distinct pages per row; row 1 is short (fewer tokens than K) */
+        int64_t base = (int64_t)rnd(4);
+        for (int m = 0; m < M; m++)
+            kh_tensor_set(c->bt, (uint64_t)(b * M + m), (double)((base + m * 3 + b) % P));
+        int64_t len = b == 1 ? 4 : 7 + (int64_t)rnd(5);
+        kh_tensor_set(c->sl, (uint64_t)b, (double)len);
+        for (int64_t pos = 0; pos < len; pos++) {
+            int64_t page = (int64_t)kh_tensor_get(c->bt, (uint64_t)(b * M + pos / PS));
+            int64_t t = page * PS + pos % PS;
+            c->token[b][pos] = t;
+            /* independent score: dequantise and sum in double */
+            const uint8_t *pg = kb + page * PS * (D + 4);
+            float scale;
+            memcpy(&scale, pg + PS * D + (pos % PS) * 4, 4);
+            double tot = 0;
+            for (int h = 0; h < H; h++) {
+                double dot = 0;
+                for (int d = 0; d < D; d++)
+                    dot += kh_tensor_get(c->q, (uint64_t)((b * H + h) * D + d)) *
+                           (double)(float)(kh_dtype_decode(KH_DTYPE_F8E4M3,
+                                                           pg[(pos % PS) * D + d]) *
+                                           scale);
+                tot += fmax(dot, 0) * kh_tensor_get(c->w, (uint64_t)(b * H + h));
+            }
+            c->score[b][pos] = tot;
+        }
+        /* reference: the K best positions (selection sort), -1 padded */
+        int used[M * PS] = {0};
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int pos = 0; pos < len; pos++)
+                if (!used[pos] && (best < 0 || c->score[b][pos] > c->score[b][best]))
+                    best = pos;
+            if (best >= 0)
+                used[best] = 1;
+            kh_tensor_set(c->ref, (uint64_t)(b * K + k),
+                          best < 0 ? -1.0 : (double)c->token[b][best]);
+        }
+    }
+}
+
+static void free_case(topk_case *c)
+{
+    kh_tensor_free(c->q);
+    kh_tensor_free(c->kc);
+    kh_tensor_free(c->w);
+    kh_tensor_free(c->sl);
+    kh_tensor_free(c->bt);
+    kh_tensor_free(c->ref);
+}
+
+static kh_check_result topk(topk_case *c, const kh_tensor *out)
+{
+    kh_check_topk_inputs in = {c->q, c->kc, c->w, c->sl, c->bt};
+    kh_check_result r;
+    kh_err err;
+    kh_status st = kh_check_dsa_topk(out, c->ref, &in, NULL, &r, &err);
+    if (st)
+        fail_msg("%s", err.msg);
+    return r;
+}
+
+static void test_dsa_topk(void **state)
+{
+    topk_case c;
+    make_case(&c);
+    kh_check_result r = topk(&c, c.ref);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+
+    /* any order within a row passes, padding included */
+    kh_tensor *sol = clone(c.ref);
+    for (int b = 0; b < B; b++)
+        for (int k = 0; k < K / 2; k++) {
+            uint64_t i = (uint64_t)(b * K + k), j = (uint64_t)(b * K + K - 1 - k);
+            double t = kh_tensor_get(sol, i);
+            kh_tensor_set(sol, i, kh_tensor_get(sol, j));
+            kh_tensor_set(sol, j, t);
+        }
+    r = topk(&c, sol);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    assert_true(r.matched_ratio == 1.0);
+
+    /* a duplicate */
+    kh_tensor *dup = clone(c.ref);
+    kh_tensor_set(dup, 1, kh_tensor_get(dup, 0));
+    r = topk(&c, dup);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_non_null(strstr(r.reason, "duplicate index"));
+    assert_true(isinf(r.max_abs_error));
+
+    /* a page outside the row's block table */
+    kh_tensor *far = clone(c.ref);
+    int64_t foreign = -1;
+    for (int64_t p = 0; p < P && foreign < 0; p++) {
+        int inrow = 0;
+        for (int m = 0; m < M; m++)
+            inrow |= kh_tensor_get(c.bt, (uint64_t)(2 * M + m)) == (double)p;
+        if (!inrow)
+            foreign = p;
+    }
+    kh_tensor_set(far, 2 * K + 3, (double)(foreign * PS));
+    r = topk(&c, far);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_non_null(strstr(r.reason, "not in the row's block_table"));
+
+    /* a token of the row's last page past its seq_len (row 1 holds 4 tokens:
+     * position 5 lives on its second page) */
+    kh_tensor *past = clone(c.ref);
+    int64_t page1 = (int64_t)kh_tensor_get(c.bt, (uint64_t)(1 * M + 1));
+    kh_tensor_set(past, 1 * K + 5, (double)(page1 * PS + 1));
+    r = topk(&c, past);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_non_null(strstr(r.reason, "past the row's seq_len"));
+
+    /* swap row 0's best token for its worst unselected one: a score mismatch
+     * (skipped in the rare draw where the two scores are within tolerance) */
+    kh_tensor *worse = clone(c.ref);
+    int64_t len0 = (int64_t)kh_tensor_get(c.sl, 0);
+    int worst = -1;
+    for (int pos = 0; pos < len0; pos++) {
+        int sel = 0;
+        for (int k = 0; k < K; k++)
+            sel |= kh_tensor_get(c.ref, (uint64_t)k) == (double)c.token[0][pos];
+        if (!sel && (worst < 0 || c.score[0][pos] < c.score[0][worst]))
+            worst = pos;
+    }
+    int best = -1;
+    for (int pos = 0; pos < len0; pos++)
+        if (c.token[0][pos] == (int64_t)kh_tensor_get(c.ref, 0))
+            best = pos;
+    assert_true(worst >= 0 && best >= 0);
+    kh_tensor_set(worse, 0, (double)c.token[0][worst]);
+    r = topk(&c, worse);
+    double gap = c.score[0][best] - c.score[0][worst];
+    printf("# swapped scores %.4f -> %.4f\n", c.score[0][best], c.score[0][worst]);
+    if (gap > 0.05 * fabs(c.score[0][best]) + 0.05) {
+        assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+        assert_non_null(strstr(r.reason, "score mismatch"));
+        assert_true(r.matched_ratio < 1.0);
+    }
+
+    /* shape and dtype come first, as in the default rule */
+    int64_t s2[2] = {B, K - 1};
+    kh_tensor *shp = randt(KH_DTYPE_I32, 2, s2);
+    assert_int_equal(topk(&c, shp).status, KH_CHECK_INCORRECT_SHAPE);
+
+    kh_tensor_free(sol);
+    kh_tensor_free(dup);
+    kh_tensor_free(far);
+    kh_tensor_free(past);
+    kh_tensor_free(worse);
+    kh_tensor_free(shp);
+    free_case(&c);
+}
+
+/* The sorted-score rule: shared -inf (padding) matches, a lone -inf fails. */
+static void test_sorted_scores_padding(void **state)
+{
+    int64_t s[2] = {1, 4};
+    kh_tensor *a, *b;
+    kh_err err;
+    assert_int_equal(kh_tensor_new(&a, KH_DTYPE_F32, 2, s, &err), KH_OK);
+    assert_int_equal(kh_tensor_new(&b, KH_DTYPE_F32, 2, s, &err), KH_OK);
+    double v = 1.0 + (double)rnd(1000) / 10.0;
+    double vals[4] = {v + 2, v + 1, v, -INFINITY};
+    for (int i = 0; i < 4; i++) {
+        kh_tensor_set(a, (uint64_t)i, vals[i]);
+        kh_tensor_set(b, (uint64_t)i, vals[i]);
+    }
+    kh_check_result r;
+    assert_int_equal(kh_check_sorted_scores(a, b, NULL, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    kh_tensor_set(a, 3, v - 1);
+    assert_int_equal(kh_check_sorted_scores(a, b, NULL, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_true(isinf(r.max_abs_error));
+    assert_int_equal(r.fails, 1);
+    kh_tensor_free(a);
+    kh_tensor_free(b);
+}
+
+int main(void)
+{
+    seed = ((uint64_t)time(NULL) << 8) ^ (uint64_t)clock();
+    printf("# random seed %llu\n", (unsigned long long)seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_order),          cmocka_unit_test(test_and_rule_boundary),
+        cmocka_unit_test(test_fib_float32_thresholds), cmocka_unit_test(test_matched_ratio),
+        cmocka_unit_test(test_error_figures),         cmocka_unit_test(test_fib_quirks),
+        cmocka_unit_test(test_merge_and_evaluators),  cmocka_unit_test(test_dsa_topk),
+        cmocka_unit_test(test_sorted_scores_padding),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
