@@ -19,6 +19,7 @@
 
 static const kh_command commands[] = {
     {"doctor", "what this machine offers and what is missing", kh_cmd_doctor},
+    {"compile", "compile a CUDA file with NVRTC and show its kernels' resources", kh_cmd_compile},
 };
 
 static lua_State *g_L;

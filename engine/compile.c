@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <jansson.h>
 #include <xxhash.h>
 
 typedef struct cache_entry {
@@ -965,4 +966,57 @@ fail:
     free(src);
     kh_artifact_free(a);
     return st;
+}
+
+json_t *kh_artifact_to_json(const kh_artifact *a)
+{
+    json_t *j = json_object(), *opts = json_array(), *ks = json_object(), *t = json_object();
+    if (!j || !opts || !ks || !t) {
+        json_decref(j);
+        json_decref(opts);
+        json_decref(ks);
+        json_decref(t);
+        return NULL;
+    }
+    json_object_set_new(j, "ok", json_boolean(a->ok));
+    json_object_set_new(j, "hash", json_string(a->hash));
+    json_object_set_new(j, "arch", json_string(a->arch ? a->arch : ""));
+    json_object_set_new(j, "sm", json_integer(a->res.sm));
+    json_object_set_new(j, "nvrtc", json_string(a->nvrtc_version));
+    for (size_t i = 0; i < a->n_options; i++)
+        json_array_append_new(opts, json_string(a->options[i]));
+    json_object_set_new(j, "options", opts);
+    json_object_set_new(j, "cache_hit", json_boolean(a->cache_hit));
+    json_object_set_new(j, "pch", json_string(a->pch ? a->pch : "off"));
+    json_object_set_new(j, "log", json_stringn(a->log ? a->log : "", a->log ? a->log_len : 0));
+    json_object_set_new(j, "cubin_bytes", json_integer((json_int_t)a->cubin_len));
+    for (size_t i = 0; i < a->res.n_kernels; i++) {
+        const kh_kernel_res *k = &a->res.kernels[i];
+        json_t *o = json_pack("{s:i,s:I,s:I,s:I,s:i,s:i,s:[iii],s:i,s:i,s:I,s:I}",
+                              "registers", k->registers, "shared_static",
+                              (json_int_t)k->shared_static, "local_bytes",
+                              (json_int_t)k->local_bytes, "min_stack", (json_int_t)k->min_stack,
+                              "spill_instructions", k->spill_instructions, "max_threads",
+                              k->max_threads, "reqntid", k->reqntid[0], k->reqntid[1],
+                              k->reqntid[2], "maxreg", k->maxreg, "barriers", k->barriers,
+                              "param_bytes", (json_int_t)k->param_bytes, "code_bytes",
+                              (json_int_t)k->code_bytes);
+        /* cubin symbol names are not guaranteed UTF-8 */
+        char *nm = kh_utf8_sanitize(k->name, strlen(k->name), NULL);
+        if (o && nm)
+            json_object_set_new(ks, nm, o);
+        else
+            json_decref(o);
+        free(nm);
+    }
+    json_object_set_new(j, "kernels", ks);
+    json_object_set_new(t, "check", json_real(a->t.check));
+    json_object_set_new(t, "key", json_real(a->t.key));
+    json_object_set_new(t, "create", json_real(a->t.create));
+    json_object_set_new(t, "compile", json_real(a->t.compile));
+    json_object_set_new(t, "extract", json_real(a->t.extract));
+    json_object_set_new(t, "parse", json_real(a->t.parse));
+    json_object_set_new(t, "total", json_real(a->t.total));
+    json_object_set_new(j, "timings", t);
+    return j;
 }

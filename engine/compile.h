@@ -122,6 +122,15 @@ void kh_compile_cache_clear(kh_compiler *c);
 /* Bound the cache (default 256 MiB); older entries are evicted first. */
 void kh_compile_cache_limit(kh_compiler *c, size_t max_bytes);
 
+/* The artifact as a JSON object (the cubin itself left out, its size in
+ * "cubin_bytes"): ok, hash, arch, sm, nvrtc, options, cache_hit, pch, log,
+ * kernels {name: {registers, shared_static, local_bytes, min_stack,
+ * spill_instructions, max_threads, reqntid, maxreg, barriers, param_bytes,
+ * code_bytes}}, timings {check, key, create, compile, extract, parse, total}
+ * in seconds.  New reference; NULL when out of memory. */
+struct json_t;
+struct json_t *kh_artifact_to_json(const kh_artifact *a);
+
 /* The arch a request without one gets: $KHLUA_ARCH, else "sm_90a". */
 const char *kh_compile_default_arch(void);
 
