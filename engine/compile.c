@@ -147,10 +147,10 @@ static kh_status build_options(kh_compiler *c, const kh_compile_req *req, const 
     snprintf(buf, sizeof buf, "-I%s", c->inc_cccl);
     if (!st) st = optlist_add(o, buf, err);
     if (!st && !req->no_pch) st = optlist_add(o, "-pch", err);
-    /* PCH chatter ("creating precompiled header file", warning 630 when a
-     * source's prefix differs from a held PCH) is not the candidate's log */
+    /* PCH chatter ("creating precompiled header file", warnings 629/630 when a
+     * source's prefix or options differ from a held PCH) is not the candidate's log */
     if (!st && !req->no_pch) st = optlist_add(o, "--pch-messages=false", err);
-    if (!st && !req->no_pch) st = optlist_add(o, "-diag-suppress=630", err);
+    if (!st && !req->no_pch) st = optlist_add(o, "-diag-suppress=629,630", err);
     for (size_t i = 0; !st && i < req->n_options; i++) {
         const char *opt = req->options[i];
         if (!opt || !opt[0])
@@ -224,7 +224,7 @@ static kh_status key_with(kh_compiler *c, const kh_compile_req *req, const char 
     XXH3_128bits_update(h, arch, strlen(arch) + 1);
     for (size_t i = 0; i < o->n; i++)
         if (strcmp(o->v[i], "-pch") && strcmp(o->v[i], "--pch-messages=false") &&
-            strcmp(o->v[i], "-diag-suppress=630"))
+            strcmp(o->v[i], "-diag-suppress=629,630"))
             XXH3_128bits_update(h, o->v[i], strlen(o->v[i]) + 1);
     int ver[2] = {nv->major, nv->minor};
     XXH3_128bits_update(h, ver, sizeof ver);
@@ -720,7 +720,9 @@ static int warm_prefix(kh_compiler *c, const kh_nvrtc_api *nv, const char *src, 
         nvrtc_out o;
         kh_err err;
         if (!nvrtc_run(c, nv, prog, name, opts, deadline, 1, &o, &err)) {
-            if (o.r == NVRTC_SUCCESS && o.pch == NVRTC_SUCCESS) {
+            /* created now, or not attempted because a held PCH matched */
+            if (o.r == NVRTC_SUCCESS &&
+                (o.pch == NVRTC_SUCCESS || o.pch == NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED)) {
                 if (c->n_warm == KH_ARRAY_LEN(c->warm))
                     c->n_warm = 0; /* forget; NVRTC's own heap decides anyway */
                 c->warm[c->n_warm++] = h;
@@ -741,7 +743,7 @@ static void drop_pch_options(optlist *o)
     size_t w = 0;
     for (size_t i = 0; i < o->n; i++) {
         if (!strcmp(o->v[i], "-pch") || !strcmp(o->v[i], "--pch-messages=false") ||
-            !strcmp(o->v[i], "-diag-suppress=630"))
+            !strcmp(o->v[i], "-diag-suppress=629,630"))
             free(o->v[i]);
         else
             o->v[w++] = o->v[i];

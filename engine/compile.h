@@ -25,7 +25,7 @@
  * NVRTC options, in this order (the exact list is in the artifact):
  *   -arch=<arch> --std=c++17 -lineinfo -default-device
  *   -I<cuda>/include -I<cuda>/include/cccl
- *   [-pch --pch-messages=false -diag-suppress=630] <caller's options> */
+ *   [-pch --pch-messages=false -diag-suppress=629,630] <caller's options> */
 #ifndef KH_COMPILE_H
 #define KH_COMPILE_H
 
