@@ -100,8 +100,9 @@ static void print_table(const char *file, const kh_artifact *a)
            a->ok ? "compiled" : "failed", a->cubin_len, a->arch, a->nvrtc_version, a->pch,
            a->cache_hit ? ", cache hit" : "");
     printf("hash %s\n", a->hash);
-    printf("time %.1f ms: check %.1f, key %.2f, create %.1f, compile %.1f, extract %.1f, "
-           "parse %.2f\n", a->t.total * 1e3, a->t.check * 1e3, a->t.key * 1e3,
+    printf("time %.1f ms: check %.1f, key %.2f, pch warm-up %.1f, create %.1f, compile %.1f, "
+           "extract %.1f, parse %.2f\n", a->t.total * 1e3, a->t.check * 1e3, a->t.key * 1e3,
+           a->t.warm * 1e3,
            a->t.create * 1e3, a->t.compile * 1e3, a->t.extract * 1e3, a->t.parse * 1e3);
     if (a->res.n_kernels)
         printf("%-32s %5s %9s %9s %7s %8s %7s\n", "kernel", "regs", "smem", "local", "spills",

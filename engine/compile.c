@@ -868,8 +868,10 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
     if (req->isolate) {
         /* the prefix holds only #include lines (allowlisted, unless trusted):
          * it gets the longer of the deadline and two minutes */
+        double tw = kh_now();
         int warm = !req->no_pch && warm_prefix(c, nv, src, req->source_len, name, &o,
                                                deadline > 120 ? deadline : 120);
+        a->t.warm = kh_now() - tw;
         if (!warm)
             drop_pch_options(&o);
         child_tmp_init(c);
@@ -1014,6 +1016,7 @@ json_t *kh_artifact_to_json(const kh_artifact *a)
     json_object_set_new(j, "kernels", ks);
     json_object_set_new(t, "check", json_real(a->t.check));
     json_object_set_new(t, "key", json_real(a->t.key));
+    json_object_set_new(t, "warm", json_real(a->t.warm));
     json_object_set_new(t, "create", json_real(a->t.create));
     json_object_set_new(t, "compile", json_real(a->t.compile));
     json_object_set_new(t, "extract", json_real(a->t.extract));

@@ -60,6 +60,7 @@ typedef struct kh_compile_req {
 typedef struct kh_compile_timings { /* seconds */
     double check;    /* static checks */
     double key;      /* cache key (source, options, header stats) */
+    double warm;     /* isolated only: creating the PCH for the includes here */
     double create;   /* nvrtcCreateProgram */
     double compile;  /* nvrtcCompileProgram */
     double extract;  /* log and cubin out of NVRTC */
@@ -126,7 +127,7 @@ void kh_compile_cache_limit(kh_compiler *c, size_t max_bytes);
  * "cubin_bytes"): ok, hash, arch, sm, nvrtc, options, cache_hit, pch, log,
  * kernels {name: {registers, shared_static, local_bytes, min_stack,
  * spill_instructions, max_threads, reqntid, maxreg, barriers, param_bytes,
- * code_bytes}}, timings {check, key, create, compile, extract, parse, total}
+ * code_bytes}}, timings {check, key, warm, create, compile, extract, parse, total}
  * in seconds.  New reference; NULL when out of memory. */
 struct json_t;
 struct json_t *kh_artifact_to_json(const kh_artifact *a);
