@@ -395,6 +395,47 @@ static void test_hostcc_paths(void **state)
     free(dir);
 }
 
+/* nvcc -> shared object with a C entry point, as for a baseline written by a
+ * person: dlopen it and call the entry (no GPU needed for a host function). */
+static void test_nvcc_shared_object(void **state)
+{
+    fx *f = *state;
+    char *dir = kh_test_tmpdir();
+    char cu[600], so[700], text[512];
+    snprintf(cu, sizeof cu, "%s/base.cu", dir);
+    snprintf(so, sizeof so, "%s/base.so", dir);
+    int magic = 1 + rand() % 1000000;
+    snprintf(text, sizeof text,
+             "__global__ void twice(float *a) { a[threadIdx.x] *= 2.f; }\n"
+             "extern \"C\" int khlua_baseline(int x) { return x * 3 + %d; }\n", magic);
+    kh_test_write_file(cu, text);
+    kh_hostcc_result r;
+    kh_err err;
+    kh_status st = kh_hostcc_build(f->e, KH_HOSTCC_NVCC_SO, cu, so, "sm_90a", NULL, 0, 300, &r,
+                                   &err);
+    if (st == KH_ENOTFOUND) {
+        kh_hostcc_result_free(&r);
+        kh_test_rmtree(dir);
+        free(dir);
+        skip();
+    }
+    if (st)
+        fail_msg("%s\n%s", err.msg, r.log);
+    assert_non_null(strstr(r.command, "-shared"));
+    assert_non_null(strstr(r.command, "-arch=sm_90a"));
+    assert_non_null(strstr(r.version, "release"));
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fail_msg("dlopen %s: %s", so, dlerror());
+    int (*entry)(int) = (int (*)(int))dlsym(h, "khlua_baseline");
+    assert_non_null(entry);
+    assert_int_equal(entry(11), 33 + magic);
+    dlclose(h);
+    kh_hostcc_result_free(&r);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const char *s = getenv("KH_TEST_SEED");
@@ -411,6 +452,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_non_utf8, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_kernel_and_bad_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostcc_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nvcc_shared_object, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
