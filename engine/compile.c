@@ -37,10 +37,7 @@ struct kh_compiler {
     /* include prefixes (XXH3-64 of the text) whose PCH this process holds */
     uint64_t warm[256];
     size_t n_warm;
-    char child_tmp[512]; /* TMPDIR of isolated children ("" until needed) */
 };
-
-static void remove_child_pch(const char *tmp);
 
 const char *kh_compile_default_arch(void)
 {
@@ -76,10 +73,6 @@ void kh_compile_free(kh_compiler *c)
         return;
     kh_compile_cache_clear(c);
     free(c->cache);
-    if (c->child_tmp[0]) {
-        remove_child_pch(c->child_tmp);
-        rmdir(c->child_tmp);
-    }
     free(c);
 }
 
@@ -543,18 +536,9 @@ typedef struct child_job {
     const optlist *opts;
     double deadline;
     int want_pch;
+    const char *tmpdir; /* the child's TMPDIR, or "" */
 } child_job;
 
-static void child_tmp_init(kh_compiler *c)
-{
-    if (c->child_tmp[0])
-        return;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(c->child_tmp, sizeof c->child_tmp, "%s/khlua-nvrtc-XXXXXX",
-             tmp && tmp[0] ? tmp : "/tmp");
-    if (!mkdtemp(c->child_tmp))
-        c->child_tmp[0] = '\0';
-}
 
 static int write_all(int fd, const void *p, size_t n)
 {
@@ -574,8 +558,8 @@ static int child_compile(void *arg, int fd)
     child_job *j = arg;
     nvrtc_out o;
     kh_err err;
-    if (j->c->child_tmp[0])
-        setenv("TMPDIR", j->c->child_tmp, 1);
+    if (j->tmpdir[0])
+        setenv("TMPDIR", j->tmpdir, 1);
     if (nvrtc_run(j->c, j->nv, j->src, j->name, j->opts, j->deadline, j->want_pch, &o, &err))
         return 3;
     int32_t hdr[3] = {(int32_t)o.r, o.why, o.pch};
@@ -587,14 +571,28 @@ static int child_compile(void *arg, int fd)
     return bad ? 4 : 0;
 }
 
-/* NVRTC writes its automatic PCH under $TMPDIR/__nvrtc_auto_pch_<pid>_* and
- * removes it at exit; a killed child cannot.  Children get a TMPDIR of their
- * own, emptied here after a kill and removed with the compiler. */
-static void remove_child_pch(const char *tmp)
+/* NVRTC writes its automatic PCH under $TMPDIR/__nvrtc_auto_pch_<pid>_N/ and
+ * removes what it made at exit.  A child must leave nothing behind: a killed
+ * one cannot clean up, and one that creates a PCH while this process already
+ * has a PCH folder writes into *this process's* folder (it inherited the
+ * name), which NVRTC then fails to remove.  So each child gets a TMPDIR of
+ * its own, removed after it, and files that appear in this process's folders
+ * during a child's compile are removed too. */
+static const char AUTO_PCH[] = "__nvrtc_auto_pch_";
+
+static const char *tmp_base(void)
 {
-    static const char prefix[] = "__nvrtc_auto_pch_";
-    if (!tmp[0])
-        return;
+    const char *t = getenv("TMPDIR");
+    return t && t[0] ? t : "/tmp";
+}
+
+/* Call fn(path, ud) for each file in tmp/__nvrtc_auto_pch_<who>* (who "" for
+ * every process), then, if rm_dirs, remove those folders. */
+static void each_pch_file(const char *tmp, const char *who, int rm_dirs,
+                          void (*fn)(const char *path, void *ud), void *ud)
+{
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s%s", AUTO_PCH, who);
     DIR *d = opendir(tmp);
     if (!d)
         return;
@@ -612,13 +610,65 @@ static void remove_child_pch(const char *tmp)
                     continue;
                 char path[1400];
                 snprintf(path, sizeof path, "%s/%s", dir, f->d_name);
-                unlink(path);
+                fn(path, ud);
             }
             closedir(d2);
         }
-        rmdir(dir);
+        if (rm_dirs)
+            rmdir(dir);
     }
     closedir(d);
+}
+
+static void unlink_fn(const char *path, void *ud)
+{
+    (void)ud;
+    unlink(path);
+}
+
+typedef struct snapshot {
+    char *list; /* "\npath\npath\n" */
+    size_t len, cap;
+} snapshot;
+
+static void snap_fn(const char *path, void *ud)
+{
+    snapshot *s = ud;
+    size_t n = strlen(path);
+    if (s->len + n + 3 > s->cap) {
+        size_t cap = (s->cap + n + 3) * 2;
+        char *l = realloc(s->list, cap);
+        if (!l)
+            return;
+        s->list = l;
+        s->cap = cap;
+    }
+    if (!s->len)
+        s->list[s->len++] = '\n';
+    memcpy(s->list + s->len, path, n);
+    s->len += n;
+    s->list[s->len++] = '\n';
+    s->list[s->len] = '\0';
+}
+
+static void unlink_new_fn(const char *path, void *ud)
+{
+    const snapshot *s = ud;
+    char key[1410];
+    snprintf(key, sizeof key, "\n%s\n", path);
+    if (!s->list || !strstr(s->list, key))
+        unlink(path);
+}
+
+static void remove_child_pch(const char *child_tmp, const snapshot *mine)
+{
+    char me[32];
+    snprintf(me, sizeof me, "%ld_", (long)getpid());
+    if (child_tmp[0]) {
+        each_pch_file(child_tmp, "", 1, unlink_fn, NULL);
+        rmdir(child_tmp);
+    }
+    each_pch_file(tmp_base(), me, 0, unlink_new_fn, (void *)mine);
 }
 
 static int read_bytes(const char **p, const char *end, void *dst, size_t n)
@@ -633,17 +683,26 @@ static int read_bytes(const char **p, const char *end, void *dst, size_t n)
 static kh_status nvrtc_run_isolated(child_job *j, nvrtc_out *o, kh_err *err)
 {
     memset(o, 0, sizeof *o);
+    char me[32], child_tmp[600];
+    snprintf(me, sizeof me, "%ld_", (long)getpid());
+    snapshot mine = {0};
+    each_pch_file(tmp_base(), me, 0, snap_fn, &mine);
+    snprintf(child_tmp, sizeof child_tmp, "%s/khlua-nvrtc-XXXXXX", tmp_base());
+    if (!mkdtemp(child_tmp))
+        child_tmp[0] = '\0';
+    j->tmpdir = child_tmp;
     kh_child_result res;
     /* a little grace beyond the deadline: the child's own flow callback
      * usually ends it, with a log */
     kh_status st = kh_proc_fork_call(child_compile, j, j->deadline + 0.5, 256u << 20, &res, err);
+    remove_child_pch(child_tmp, &mine);
+    free(mine.list);
     if (st)
         return st;
     if (res.timed_out || res.signaled) {
         char how[128];
         kh_child_describe(&res, how, sizeof how);
         kh_child_result_free(&res);
-        remove_child_pch(j->c->child_tmp);
         if (res.timed_out) {
             o->pch = -1;
             o->why = 1;
@@ -696,15 +755,15 @@ oom:
     return kh_err_set(err, KH_ENOMEM, "out of memory");
 }
 
-/* Make sure this process holds the PCH for the source's include prefix, by
- * compiling the prefix alone here (only #include lines: nothing of the
- * candidate's own code runs in this process).  Failure is not an error: the
+/* Make sure this process holds the PCH for the source's directive prefix, by
+ * compiling the prefix alone here (#include/#define/#undef/#pragma lines
+ * only: no code of the candidate's runs, no macro is evaluated).  Failure is not an error: the
  * child then compiles cold. */
 static int warm_prefix(kh_compiler *c, const kh_nvrtc_api *nv, const char *src, size_t len,
                        const char *name, const optlist *opts, double deadline)
 {
     int warm = 0;
-    char *prefix = kh_srccheck_include_prefix(src, len);
+    char *prefix = kh_srccheck_pch_prefix(src, len);
     if (!prefix)
         return 0;
     uint64_t h = XXH3_64bits(prefix, strlen(prefix));
@@ -874,8 +933,7 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
         a->t.warm = kh_now() - tw;
         if (!warm)
             drop_pch_options(&o);
-        child_tmp_init(c);
-        child_job j = {c, nv, src, name, &o, deadline, warm};
+        child_job j = {c, nv, src, name, &o, deadline, warm, ""};
         st = nvrtc_run_isolated(&j, &no, err);
     } else {
         st = nvrtc_run(c, nv, src, name, &o, deadline, !req->no_pch, &no, err);

@@ -587,53 +587,51 @@ void kh_srccheck_includes(const char *src, size_t len, kh_include_fn fn, void *u
     }
 }
 
-char *kh_srccheck_include_prefix(const char *src, size_t len)
+/* Start of the line holding p. */
+static const char *line_start(const char *src, const char *p)
+{
+    while (p > src && p[-1] != '\n')
+        p--;
+    return p;
+}
+
+char *kh_srccheck_pch_prefix(const char *src, size_t len)
 {
     lexer lx = {.p = src, .end = src + len, .line = 1, .bol = 1};
-    size_t cap = 256, n = 0;
-    char *out = malloc(cap);
-    int count = 0;
+    const char *stop = src + len, *hash = NULL;
+    int includes = 0;
+    for (tok t = next(&lx); t.kind != T_EOF; t = next(&lx)) {
+        if (!t.directive) {
+            stop = line_start(src, t.s);
+            break;
+        }
+        if (t.kind == T_PUNCT && t.n == 1 && t.s[0] == '#') {
+            hash = t.s;
+            continue;
+        }
+        if (!t.dir_start)
+            continue; /* the rest of an accepted directive */
+        if (t.kind == T_IDENT && is(&t, "include")) {
+            tok h = next(&lx);
+            if ((h.kind != T_HEADER && h.kind != T_STR) || h.n < 2 || h.line != t.line)
+                return NULL;
+            includes++;
+        } else if (!(t.kind == T_IDENT &&
+                     (is(&t, "define") || is(&t, "undef") || is(&t, "pragma")))) {
+            /* #if and friends evaluate macros: warming them could run anything */
+            stop = line_start(src, hash ? hash : t.s);
+            break;
+        }
+    }
+    if (!includes || stop == src)
+        return NULL;
+    size_t n = (size_t)(stop - src);
+    char *out = malloc(n + 2);
     if (!out)
         return NULL;
-    for (tok t = next(&lx); t.kind != T_EOF; t = next(&lx)) {
-        if (!t.directive)
-            break;
-        if (t.kind == T_PUNCT && t.n == 1 && t.s[0] == '#')
-            continue;
-        if (!(t.dir_start && t.kind == T_IDENT && is(&t, "include"))) {
-            free(out);
-            return NULL; /* another directive: warming it could run anything */
-        }
-        tok h = next(&lx);
-        if ((h.kind != T_HEADER && h.kind != T_STR) || h.n < 2 || h.line != t.line ||
-            memchr(h.s, '\n', h.n)) {
-            free(out);
-            return NULL;
-        }
-        tok after = next(&lx); /* nothing may follow the header on its line */
-        if (after.kind != T_EOF && after.line == t.line) {
-            free(out);
-            return NULL;
-        }
-        lx.p = after.s; /* re-lex it on the next iteration */
-        lx.line = after.line;
-        lx.bol = 1;
-        lx.in_dir = lx.want_dir = lx.want_hdr = 0;
-        if (n + h.n + 12 > cap) {
-            cap = (n + h.n + 12) * 2;
-            char *o2 = realloc(out, cap);
-            if (!o2) {
-                free(out);
-                return NULL;
-            }
-            out = o2;
-        }
-        n += (size_t)sprintf(out + n, "#include %.*s\n", (int)h.n, h.s);
-        count++;
-    }
-    if (!count) {
-        free(out);
-        return NULL;
-    }
+    memcpy(out, src, n);
+    if (n && out[n - 1] != '\n')
+        out[n++] = '\n';
+    out[n] = '\0';
     return out;
 }

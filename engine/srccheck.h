@@ -49,12 +49,13 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
 typedef void (*kh_include_fn)(void *ud, const char *name, int angled, int line);
 void kh_srccheck_includes(const char *src, size_t len, kh_include_fn fn, void *ud);
 
-/* The leading #include lines of src, one per line as written, when the
- * source's initial run of preprocessor directives holds #include lines only
- * (comments and blank lines aside); NULL otherwise, or when there are none.
- * A compile of just these lines creates the precompiled header that the
- * full source then reuses.  Caller frees. */
-char *kh_srccheck_include_prefix(const char *src, size_t len);
+/* The source's leading run of #include, #define, #undef and #pragma lines
+ * (with the comments and blank lines among them), verbatim, up to the first
+ * other directive or code; NULL when it holds no #include, or an #include is
+ * malformed.  Compiling this prefix alone (plus an empty kernel) creates the
+ * precompiled header that the full source then reuses; nothing in it
+ * evaluates a macro, so it runs in bounded time.  Caller frees. */
+char *kh_srccheck_pch_prefix(const char *src, size_t len);
 
 /* 1 if name is on the default allowlist. */
 int kh_srccheck_include_allowed(const char *name);

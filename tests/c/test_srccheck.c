@@ -234,19 +234,29 @@ static void test_report_lists_all(void **state)
     free(report);
 }
 
-static void test_include_prefix(void **state)
+static void test_pch_prefix(void **state)
 {
     (void)state;
-    const char *a = "// header\n#include <cuda_bf16.h>\n\n#include \"cuda_fp16.h\"\n"
+    const char *a = "// header\n#include <cuda_bf16.h>\n\n#define N 4\n#include \"cuda_fp16.h\"\n"
                     "extern \"C\" __global__ void k() {}\n#include <cuda_fp8.h>\n";
-    char *p = kh_srccheck_include_prefix(a, strlen(a));
+    char *p = kh_srccheck_pch_prefix(a, strlen(a));
     assert_non_null(p);
-    assert_string_equal(p, "#include <cuda_bf16.h>\n#include \"cuda_fp16.h\"\n");
+    assert_string_equal(p, "// header\n#include <cuda_bf16.h>\n\n#define N 4\n#include \"cuda_fp16.h\"\n");
     free(p);
-    const char *b = "#define N 4\n#include <cuda_bf16.h>\n__global__ void k() {}\n";
-    assert_null(kh_srccheck_include_prefix(b, strlen(b)));
-    const char *c = "__global__ void k() {}\n";
-    assert_null(kh_srccheck_include_prefix(c, strlen(c)));
+    /* #if evaluates macros: the prefix stops before it */
+    const char *b = "#include <cuda_fp16.h>\n#define A 1\n#if A\n#include <cuda_bf16.h>\n#endif\n";
+    p = kh_srccheck_pch_prefix(b, strlen(b));
+    assert_string_equal(p, "#include <cuda_fp16.h>\n#define A 1\n");
+    free(p);
+    const char *c = "#define N 4\n__global__ void k() {}\n";
+    assert_null(kh_srccheck_pch_prefix(c, strlen(c)));
+    const char *d = "#include KH_HEADER\n__global__ void k() {}\n";
+    assert_null(kh_srccheck_pch_prefix(d, strlen(d)));
+    /* a #define continued over lines stays whole */
+    const char *e = "#include <cuda_bf16.h>\n#define TWICE(x) \\\n  ((x) + (x))\nint y;\n";
+    p = kh_srccheck_pch_prefix(e, strlen(e));
+    assert_string_equal(p, "#include <cuda_bf16.h>\n#define TWICE(x) \\\n  ((x) + (x))\n");
+    free(p);
 }
 
 int main(void)
@@ -260,7 +270,7 @@ int main(void)
         cmocka_unit_test(test_host_functions),   cmocka_unit_test(test_includes),
         cmocka_unit_test(test_device_launch),    cmocka_unit_test(test_manifest_kernels),
         cmocka_unit_test(test_size_limit),       cmocka_unit_test(test_encoding),
-        cmocka_unit_test(test_report_lists_all), cmocka_unit_test(test_include_prefix),
+        cmocka_unit_test(test_report_lists_all), cmocka_unit_test(test_pch_prefix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
