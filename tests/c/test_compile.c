@@ -10,11 +10,13 @@
 #include "hostcc.h"
 #include "srccheck.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static unsigned g_seed;
 
@@ -206,6 +208,24 @@ static void test_syntax_error_names_line(void **state)
     }
 }
 
+/* Nothing of an isolated child's may stay in TMPDIR: no child folders, no
+ * NVRTC PCH folders but this process's own. */
+static void assert_tmp_clean(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    DIR *d = opendir(tmp);
+    assert_non_null(d);
+    char mine[64];
+    snprintf(mine, sizeof mine, "__nvrtc_auto_pch_%ld_", (long)getpid());
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strncmp(de->d_name, "khlua-nvrtc-", 12) ||
+            (!strncmp(de->d_name, "__nvrtc_auto_pch_", 17) && strncmp(de->d_name, mine, strlen(mine))))
+            fail_msg("left behind in %s: %s", tmp, de->d_name);
+    }
+    closedir(d);
+}
+
 static void test_bomb_hits_deadline(void **state)
 {
     fx *f = *state;
@@ -237,6 +257,7 @@ static void test_bomb_hits_deadline(void **state)
     bf16_kernel(ok, sizeof ok, 64, 64, 3);
     kh_compile_req r2 = {.source = ok, .source_len = strlen(ok), .isolate = 1};
     kh_artifact_free(build_ok(f, &r2));
+    assert_tmp_clean();
 }
 
 static void test_oversized_refused(void **state)
@@ -442,6 +463,9 @@ int main(void)
     g_seed = s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL);
     srand(g_seed);
     printf("# seed %u (KH_TEST_SEED to repeat)\n", g_seed);
+    /* a TMPDIR of our own, so assert_tmp_clean sees only this run */
+    char *tmp = kh_test_tmpdir();
+    setenv("TMPDIR", tmp, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_bf16_resources, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),
@@ -454,5 +478,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hostcc_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvcc_shared_object, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    kh_test_rmtree(tmp);
+    free(tmp);
+    return rc;
 }
