@@ -1054,12 +1054,13 @@ json_t *kh_artifact_to_json(const kh_artifact *a)
     json_object_set_new(j, "cubin_bytes", json_integer((json_int_t)a->cubin_len));
     for (size_t i = 0; i < a->res.n_kernels; i++) {
         const kh_kernel_res *k = &a->res.kernels[i];
-        json_t *o = json_pack("{s:i,s:I,s:I,s:I,s:i,s:i,s:[iii],s:i,s:i,s:I,s:I}",
+        json_t *o = json_pack("{s:i,s:I,s:I,s:I,s:i,s:i,s:i,s:[iii],s:i,s:i,s:I,s:I}",
                               "registers", k->registers, "shared_static",
                               (json_int_t)k->shared_static, "local_bytes",
                               (json_int_t)k->local_bytes, "min_stack", (json_int_t)k->min_stack,
                               "spill_instructions", k->spill_instructions, "max_threads",
-                              k->max_threads, "reqntid", k->reqntid[0], k->reqntid[1],
+                              k->max_threads, "max_threads_per_block",
+                              k->max_threads_per_block, "reqntid", k->reqntid[0], k->reqntid[1],
                               k->reqntid[2], "maxreg", k->maxreg, "barriers", k->barriers,
                               "param_bytes", (json_int_t)k->param_bytes, "code_bytes",
                               (json_int_t)k->code_bytes);

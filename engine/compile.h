@@ -126,8 +126,8 @@ void kh_compile_cache_limit(kh_compiler *c, size_t max_bytes);
 /* The artifact as a JSON object (the cubin itself left out, its size in
  * "cubin_bytes"): ok, hash, arch, sm, nvrtc, options, cache_hit, pch, log,
  * kernels {name: {registers, shared_static, local_bytes, min_stack,
- * spill_instructions, max_threads, reqntid, maxreg, barriers, param_bytes,
- * code_bytes}}, timings {check, key, warm, create, compile, extract, parse, total}
+ * spill_instructions, max_threads, max_threads_per_block, reqntid, maxreg,
+ * barriers, param_bytes, code_bytes}}, timings {check, key, warm, create, compile, extract, parse, total}
  * in seconds.  New reference; NULL when out of memory. */
 struct json_t;
 struct json_t *kh_artifact_to_json(const kh_artifact *a);

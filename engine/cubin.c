@@ -247,6 +247,24 @@ kh_status kh_cubin_parse(const void *data, size_t len, kh_cubin_info *out, kh_er
                 k->code_bytes = (long)s->sh_size;
         }
     }
+    /* 4. the block size the registers allow (sm_50 and later: 64 Ki
+     * registers per block, 1024 threads, per-warp allocation unit 256) */
+    for (size_t i = 0; st == KH_OK && i < out->n_kernels; i++) {
+        kh_kernel_res *k = &out->kernels[i];
+        if (k->registers <= 0 || out->sm < 50)
+            continue;
+        long per_warp = ((long)k->registers * 32 + 255) / 256 * 256;
+        long mt = 65536 / per_warp * 32;
+        if (mt > 1024)
+            mt = 1024;
+        if (k->max_threads > 0 && k->max_threads < mt)
+            mt = k->max_threads;
+        int req = k->reqntid[0] * (k->reqntid[1] ? k->reqntid[1] : 1) *
+                  (k->reqntid[2] ? k->reqntid[2] : 1);
+        if (req > 0 && req < mt)
+            mt = req;
+        k->max_threads_per_block = (int)mt;
+    }
 done:
     free(r.sh);
     free(symidx);

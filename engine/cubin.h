@@ -29,6 +29,12 @@ typedef struct kh_kernel_res {
     long local_bytes;       /* per-thread stack frame (local arrays + spills) */
     long min_stack;         /* per-thread stack including callees */
     int max_threads;        /* __launch_bounds__ max threads (x*y*z); 0: none */
+    int max_threads_per_block; /* what a launch may use: min(1024, the launch
+                                  bound, the register file's limit: 64 Ki
+                                  registers per block, allocated per warp in
+                                  units of 256); 0 when registers are unknown.
+                                  Meant to equal cuFuncGetAttribute(
+                                  CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK) */
     int reqntid[3];         /* required block size (.reqntid); zeros: none */
     int maxreg;             /* register cap from __maxnreg__/launch bounds; 0: none */
     int barriers;           /* named barriers used (0 when absent) */

@@ -136,6 +136,9 @@ static void check_against(const kh_cubin_info *info, const kspec *ks, int n, con
             assert_int_equal(r->max_threads, ks[i].bounds);
             assert_true(r->barriers >= 1);
         }
+        assert_true(r->max_threads_per_block > 0 && r->max_threads_per_block <= 1024);
+        if (r->max_threads)
+            assert_true(r->max_threads_per_block <= r->max_threads);
         assert_true(r->code_bytes > 0);
         assert_true(r->param_bytes > 0);
     }
