@@ -205,6 +205,9 @@ static int is(const tok *t, const char *s)
 
 /* ---- rules --------------------------------------------------------------- */
 
+#define MAX_PROBLEMS 100 /* listed in a report; the rest are counted */
+#define MAX_DECL_TOKENS 256 /* how far a __global__ declaration is searched */
+
 typedef struct problems {
     char *buf;
     size_t len, cap;
@@ -228,6 +231,8 @@ static void add(problems *pr, const char *file, int line, const char *fmt, ...)
         snprintf(full, sizeof full, "%s: %s", file, msg);
     if (pr->count++ == 0)
         kh_err_set(&pr->first, KH_ECOMPILE, "%s", full);
+    if (pr->count > MAX_PROBLEMS)
+        return; /* counted, summarised at the end */
     size_t n = strlen(full);
     if (pr->len + n + 2 > pr->cap) {
         size_t cap = (pr->cap + n + 2) * 2;
@@ -490,7 +495,8 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
             lexer save = lx;
             tok last = {0}, n2;
             int line = t.line;
-            for (;;) {
+            /* bounded: hostile input must not make this quadratic */
+            for (int budget = MAX_DECL_TOKENS; budget > 0; budget--) {
                 n2 = next(&lx);
                 if (n2.kind == T_EOF || (n2.kind == T_PUNCT && (is(&n2, ";") || is(&n2, "{"))))
                     break;
@@ -505,7 +511,7 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
                             par++;
                         else if (n2.kind == T_PUNCT && is(&n2, ")"))
                             par--;
-                    } while (n2.kind != T_EOF && par > 0);
+                    } while (n2.kind != T_EOF && par > 0 && --budget > 0);
                     continue;
                 }
                 if (n2.kind == T_PUNCT && is(&n2, "(")) {
@@ -559,6 +565,15 @@ finish:
     if (pr.count == 0) {
         free(pr.buf);
         return KH_OK;
+    }
+    if (pr.count > MAX_PROBLEMS) {
+        int more = pr.count - MAX_PROBLEMS;
+        pr.count = 1; /* let add() append the summary */
+        add(&pr, file, 0, "... and %d more problems", more);
+        if (pr.oom) {
+            free(pr.buf);
+            return kh_err_set(err, KH_ENOMEM, "srccheck: out of memory");
+        }
     }
     if (err)
         *err = pr.first;

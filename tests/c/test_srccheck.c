@@ -259,6 +259,70 @@ static void test_pch_prefix(void **state)
     free(p);
 }
 
+/* Random soups of the characters the lexer cares about: never a crash (ASan
+ * watches), always OK or ECOMPILE. */
+static void test_fuzz(void **state)
+{
+    (void)state;
+    static const char *const bits[] = {
+        "/*", "*/", "//", "\"", "'", "R\"x(", ")x\"", "\\\n", "\n", "#", "include", "<", ">",
+        "{", "}", "(", ")", "<<<", ">>>", "extern", "\"C\"", "__global__", "__host__",
+        "__device__", "main", "cudaMalloc", "template", "__launch_bounds__", "k", ";", " ",
+        "\xc3", "\xa9", "u8\"", "0x1p-3", "define", "if", "\r\n",
+    };
+    const char *ks[] = {"k"};
+    kh_srccheck_opts o = {.kernels = ks, .n_kernels = 1};
+    char buf[4096];
+    for (int round = 0; round < 3000; round++) {
+        size_t n = 0;
+        int parts = rand() % 200;
+        for (int i = 0; i < parts; i++) {
+            const char *b = bits[rand() % KH_ARRAY_LEN(bits)];
+            size_t l = strlen(b);
+            if (n + l >= sizeof buf)
+                break;
+            memcpy(buf + n, b, l);
+            n += l;
+        }
+        char *report = NULL;
+        kh_err err;
+        kh_status st = kh_srccheck_run(buf, n, &o, &report, &err);
+        assert_true(st == KH_OK || st == KH_ECOMPILE);
+        free(report);
+        free(kh_srccheck_pch_prefix(buf, n));
+    }
+}
+
+/* Hostile shapes at the size limit stay fast (no quadratic scans), and a
+ * flood of problems gives a bounded report. */
+static void test_pathological_inputs(void **state)
+{
+    (void)state;
+    static const char *const unit[] = {"__global__ ", "__launch_bounds__((((", "(", "k<<<",
+                                       "extern \"C\" {", "}"};
+    size_t cap = KH_SRCCHECK_MAX_BYTES;
+    char *t = malloc(cap + 1);
+    for (size_t u = 0; u < KH_ARRAY_LEN(unit); u++) {
+        size_t n = 0, l = strlen(unit[u]);
+        while (n + l <= cap) {
+            memcpy(t + n, unit[u], l);
+            n += l;
+        }
+        char *report = NULL;
+        kh_err err;
+        double t0 = kh_now();
+        kh_status st = kh_srccheck_run(t, n, NULL, &report, &err);
+        double took = kh_now() - t0;
+        if (took > 2.0)
+            fail_msg("'%s' x %zu took %.2f s", unit[u], n / l, took);
+        assert_true(st == KH_OK || st == KH_ECOMPILE);
+        if (report)
+            assert_true(strlen(report) < 64 * 1024);
+        free(report);
+    }
+    free(t);
+}
+
 int main(void)
 {
     const char *s = getenv("KH_TEST_SEED");
@@ -271,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_device_launch),    cmocka_unit_test(test_manifest_kernels),
         cmocka_unit_test(test_size_limit),       cmocka_unit_test(test_encoding),
         cmocka_unit_test(test_report_lists_all), cmocka_unit_test(test_pch_prefix),
+        cmocka_unit_test(test_fuzz),             cmocka_unit_test(test_pathological_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
