@@ -772,7 +772,9 @@ static int warm_prefix(kh_compiler *c, const kh_nvrtc_api *nv, const char *src, 
             free(prefix);
             return 1;
         }
-    static const char body[] = "extern \"C\" __global__ void khlua_pch_warm_(int *p) { }\n";
+    /* the body is punctuation only: the prefix's #defines may redefine any
+     * identifier (even `void`), and nothing of theirs may expand here */
+    static const char body[] = ";\n";
     char *prog = malloc(strlen(prefix) + sizeof body);
     if (prog) {
         sprintf(prog, "%s%s", prefix, body);

@@ -614,7 +614,7 @@ char *kh_srccheck_pch_prefix(const char *src, size_t len)
 {
     lexer lx = {.p = src, .end = src + len, .line = 1, .bol = 1};
     const char *stop = src + len, *hash = NULL;
-    int includes = 0;
+    int includes = 0, seen_define = 0;
     for (tok t = next(&lx); t.kind != T_EOF; t = next(&lx)) {
         if (!t.directive) {
             stop = line_start(src, t.s);
@@ -626,6 +626,11 @@ char *kh_srccheck_pch_prefix(const char *src, size_t len)
         }
         if (!t.dir_start)
             continue; /* the rest of an accepted directive */
+        if (t.kind == T_IDENT && is(&t, "include") && seen_define) {
+            /* a macro defined above would expand inside the header */
+            stop = line_start(src, hash ? hash : t.s);
+            break;
+        }
         if (t.kind == T_IDENT && is(&t, "include")) {
             tok h = next(&lx);
             if ((h.kind != T_HEADER && h.kind != T_STR) || h.n < 2 || h.line != t.line)
@@ -636,6 +641,8 @@ char *kh_srccheck_pch_prefix(const char *src, size_t len)
             /* #if and friends evaluate macros: warming them could run anything */
             stop = line_start(src, hash ? hash : t.s);
             break;
+        } else {
+            seen_define = 1;
         }
     }
     if (!includes || stop == src)

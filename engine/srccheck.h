@@ -49,12 +49,14 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
 typedef void (*kh_include_fn)(void *ud, const char *name, int angled, int line);
 void kh_srccheck_includes(const char *src, size_t len, kh_include_fn fn, void *ud);
 
-/* The source's leading run of #include, #define, #undef and #pragma lines
- * (with the comments and blank lines among them), verbatim, up to the first
- * other directive or code; NULL when it holds no #include, or an #include is
- * malformed.  Compiling this prefix alone (plus an empty kernel) creates the
- * precompiled header that the full source then reuses; nothing in it
- * evaluates a macro, so it runs in bounded time.  Caller frees. */
+/* The source's leading #include lines, then the #define, #undef and #pragma
+ * lines that follow them (with the comments and blank lines among them),
+ * verbatim, up to the first other directive, code, or an #include after a
+ * #define; NULL when it holds no #include, or an #include is malformed.
+ * Compiling this prefix alone (plus a lone ';') creates the precompiled
+ * header that the full source then reuses.  Nothing in it can expand a
+ * candidate's macro (no #if, no header after a #define, no identifier in the
+ * body), so it runs in bounded time.  Caller frees. */
 char *kh_srccheck_pch_prefix(const char *src, size_t len);
 
 /* 1 if name is on the default allowlist. */

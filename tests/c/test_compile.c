@@ -252,6 +252,22 @@ static void test_bomb_hits_deadline(void **state)
     assert_true(took >= 2.0 && took < 4.0);
     assert_non_null(strstr(err.msg, "deadline"));
     kh_artifact_free(a);
+    /* the same bomb hidden in a #define of the prefix that warms the PCH in
+     * this process: the warm-up must not expand it (it would hang here) */
+    snprintf(src, sizeof src,
+             "#include <cuda_bf16.h>\n"
+             "#define void template <int N, unsigned M> struct T { static constexpr unsigned "
+             "long v = T<N - 1, M * 2u>::v + T<N - 1, M * 2u + 1u>::v; }; template <unsigned "
+             "M> struct T<0, M> { static constexpr unsigned long v = M; }; "
+             "static_assert(T<%d, 1u>::v > 0, \"\"); void\n"
+             "extern \"C\" __global__ void k(float *a) { a[0] = 1; }\n", depth);
+    req.source_len = strlen(src);
+    t0 = kh_now();
+    assert_int_equal(kh_compile_build(f->c, &req, &a, &err), KH_ETIMEOUT);
+    took = kh_now() - t0;
+    printf("# bomb in a #define stopped after %.2f s (PCH warm-up %.3f s)\n", took, a->t.warm);
+    assert_true(took < 4.0);
+    kh_artifact_free(a);
     /* the compiler still works afterwards */
     char ok[4096];
     bf16_kernel(ok, sizeof ok, 64, 64, 3);

@@ -237,11 +237,16 @@ static void test_report_lists_all(void **state)
 static void test_pch_prefix(void **state)
 {
     (void)state;
-    const char *a = "// header\n#include <cuda_bf16.h>\n\n#define N 4\n#include \"cuda_fp16.h\"\n"
+    const char *a = "// header\n#include <cuda_bf16.h>\n\n#include \"cuda_fp16.h\"\n#define N 4\n"
                     "extern \"C\" __global__ void k() {}\n#include <cuda_fp8.h>\n";
     char *p = kh_srccheck_pch_prefix(a, strlen(a));
     assert_non_null(p);
-    assert_string_equal(p, "// header\n#include <cuda_bf16.h>\n\n#define N 4\n#include \"cuda_fp16.h\"\n");
+    assert_string_equal(p, "// header\n#include <cuda_bf16.h>\n\n#include \"cuda_fp16.h\"\n#define N 4\n");
+    free(p);
+    /* a macro defined before a header would expand inside it: stop there */
+    const char *a2 = "#include <cuda_fp16.h>\n#define inline boom\n#include <cub/cub.cuh>\n";
+    p = kh_srccheck_pch_prefix(a2, strlen(a2));
+    assert_string_equal(p, "#include <cuda_fp16.h>\n#define inline boom\n");
     free(p);
     /* #if evaluates macros: the prefix stops before it */
     const char *b = "#include <cuda_fp16.h>\n#define A 1\n#if A\n#include <cuda_bf16.h>\n#endif\n";
