@@ -22,6 +22,7 @@ static const kh_command commands[] = {
     {"llm", "ask a model (OpenAI, Anthropic, compatible servers, agent CLIs, replay)", kh_cmd_llm},
     {"worker", "a worker process (started by khlua itself)", kh_cmd_worker},
     {"task", "check task files, packages and FlashInfer-Bench datasets", kh_cmd_task},
+    {"compile", "compile a CUDA file with NVRTC and show its kernels' resources", kh_cmd_compile},
 };
 
 static lua_State *g_L;

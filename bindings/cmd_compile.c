@@ -1,0 +1,231 @@
+/* cmd_compile.c: `khlua compile FILE.cu [--arch A] [--json] [--kernel NAME ...]`,
+ * one NVRTC build with the same checks and outputs as kh.compile.build: the
+ * kernels' resources and the timings as a table or JSON, the log, and on
+ * request the cubin. */
+#include "kh_lua.h"
+
+#include "compile.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: khlua compile FILE.cu [--arch A] [--json] [--kernel NAME ...]\n"
+            "                     [--option OPT ...] [--deadline S] [--trusted] [--no-pch]\n"
+            "                     [--out FILE.cubin]\n"
+            "\n"
+            "Compiles FILE.cu with NVRTC into a cubin and prints each kernel's registers,\n"
+            "static shared memory, local memory, spill instructions and launch bounds, the\n"
+            "compile time split into phases, and the compiler log.  The source is checked\n"
+            "as model-written code (device code only, allowlisted #includes, extern \"C\"\n"
+            "kernels) and compiled in a child process killed at the deadline, unless\n"
+            "--trusted.\n"
+            "\n"
+            "  --arch A        target architecture (default $KHLUA_ARCH or %s)\n"
+            "  --json          one JSON object instead of the table\n"
+            "  --kernel NAME   a kernel that must be in the cubin (repeatable)\n"
+            "  --option OPT    an extra NVRTC option, e.g. --option=-use_fast_math (repeatable)\n"
+            "  --deadline S    give up after S seconds (default %.0f)\n"
+            "  --trusted       written by a person: skip the static checks, compile in process\n"
+            "  --no-pch        do not use a precompiled header\n"
+            "  --out FILE      write the cubin there\n"
+            "\n"
+            "Exit 0 when it compiled, 1 when it did not (the log says why), 2 on usage errors.\n",
+            KH_COMPILE_DEFAULT_ARCH, KH_COMPILE_DEFAULT_DEADLINE);
+}
+
+static char *read_file(const char *path, size_t *len, char *why, size_t why_n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(why, why_n, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 64 * 1024, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            if (cap > KH_COMPILE_MAX_SOURCE) {
+                snprintf(why, why_n, "%s is larger than %u bytes", path, KH_COMPILE_MAX_SOURCE);
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            char *b = realloc(buf, cap * 2);
+            if (!b)
+                break;
+            buf = b;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    if (!buf || ferror(f)) {
+        snprintf(why, why_n, "cannot read %s", path);
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* "--name=value" or "--name value"; NULL if argv[*i] is not --name. */
+static const char *arg_value(int argc, char **argv, int *i, const char *name, int *missing)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n))
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static void print_table(const char *file, const kh_artifact *a)
+{
+    printf("%s: %s, %zu-byte cubin for %s, NVRTC %s, pch %s%s\n", file,
+           a->ok ? "compiled" : "failed", a->cubin_len, a->arch, a->nvrtc_version, a->pch,
+           a->cache_hit ? ", cache hit" : "");
+    printf("hash %s\n", a->hash);
+    printf("time %.1f ms: check %.1f, key %.2f, pch warm-up %.1f, create %.1f, compile %.1f, "
+           "extract %.1f, parse %.2f\n", a->t.total * 1e3, a->t.check * 1e3, a->t.key * 1e3,
+           a->t.warm * 1e3,
+           a->t.create * 1e3, a->t.compile * 1e3, a->t.extract * 1e3, a->t.parse * 1e3);
+    if (a->res.n_kernels)
+        printf("%-32s %5s %9s %9s %7s %8s %7s\n", "kernel", "regs", "smem", "local", "spills",
+               "maxthr", "maxreg");
+    for (size_t i = 0; i < a->res.n_kernels; i++) {
+        const kh_kernel_res *k = &a->res.kernels[i];
+        printf("%-32s %5d %9ld %9ld %7d %8d %7d\n", k->name, k->registers, k->shared_static,
+               k->local_bytes, k->spill_instructions, k->max_threads, k->maxreg);
+    }
+    if (a->log_len)
+        printf("log:\n%s%s", a->log, a->log[a->log_len - 1] == '\n' ? "" : "\n");
+}
+
+int kh_cmd_compile(kh_engine *e, int argc, char **argv)
+{
+    const char *file = NULL, *arch = NULL, *outp = NULL;
+    const char *kernels[64], *options[64];
+    size_t nk = 0, no = 0;
+    int json = 0, trusted = 0, no_pch = 0;
+    double deadline = 0;
+    for (int i = 1; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--trusted")) {
+            trusted = 1;
+        } else if (!strcmp(argv[i], "--no-pch")) {
+            no_pch = 1;
+        } else if ((v = arg_value(argc, argv, &i, "--arch", &missing))) {
+            arch = v;
+        } else if ((v = arg_value(argc, argv, &i, "--out", &missing))) {
+            outp = v;
+        } else if ((v = arg_value(argc, argv, &i, "--kernel", &missing))) {
+            if (nk == KH_ARRAY_LEN(kernels)) {
+                fprintf(stderr, "khlua compile: too many --kernel\n");
+                return 2;
+            }
+            kernels[nk++] = v;
+        } else if ((v = arg_value(argc, argv, &i, "--option", &missing))) {
+            if (no == KH_ARRAY_LEN(options)) {
+                fprintf(stderr, "khlua compile: too many --option\n");
+                return 2;
+            }
+            options[no++] = v;
+        } else if ((v = arg_value(argc, argv, &i, "--deadline", &missing))) {
+            char *end;
+            deadline = strtod(v, &end);
+            if (*end || deadline <= 0 || deadline > 3600) {
+                fprintf(stderr, "khlua compile: --deadline wants seconds in (0, 3600]\n");
+                return 2;
+            }
+        } else if (missing) {
+            fprintf(stderr, "khlua compile: %s needs a value\n", argv[i]);
+            return 2;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "khlua compile: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else if (file) {
+            fprintf(stderr, "khlua compile: one file at a time ('%s' and '%s')\n", file,
+                    argv[i]);
+            return 2;
+        } else {
+            file = argv[i];
+        }
+    }
+    if (!file) {
+        usage(stderr);
+        return 2;
+    }
+    char why[512];
+    size_t len = 0;
+    char *src = read_file(file, &len, why, sizeof why);
+    if (!src) {
+        fprintf(stderr, "khlua compile: %s\n", why);
+        return 1;
+    }
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    kh_compile_req req = {.source = src, .source_len = len, .name = base, .arch = arch,
+                          .options = options, .n_options = no, .kernels = kernels,
+                          .n_kernels = nk, .deadline_s = deadline, .trusted = trusted,
+                          .isolate = !trusted, .no_pch = no_pch, .no_cache = 1};
+    kh_err err;
+    kh_compiler *c = kh_compile_new(e, &err);
+    if (!c) {
+        free(src);
+        fprintf(stderr, "khlua compile: %s\n", err.msg);
+        return 1;
+    }
+    kh_artifact *a = NULL;
+    kh_status st = kh_compile_build(c, &req, &a, &err);
+    int rc = st == KH_OK ? 0 : st == KH_EINTR ? 130 : 1;
+    if (json) {
+        json_t *j = a ? kh_artifact_to_json(a) : json_object();
+        if (j && st) {
+            json_object_set_new(j, "ok", json_false());
+            json_object_set_new(j, "error", json_string(err.msg));
+            json_object_set_new(j, "code", json_string(kh_status_name(st)));
+        }
+        char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+        if (s)
+            puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        if (a)
+            print_table(file, a);
+        if (st)
+            fprintf(stderr, "khlua compile: %s: %s\n", kh_status_name(st), err.msg);
+    }
+    if (st == KH_OK && outp) {
+        FILE *f = fopen(outp, "wb");
+        if (!f || fwrite(a->cubin, 1, a->cubin_len, f) != a->cubin_len || fclose(f)) {
+            fprintf(stderr, "khlua compile: cannot write %s: %s\n", outp, strerror(errno));
+            rc = 1;
+        }
+    }
+    kh_artifact_free(a);
+    kh_compile_free(c);
+    free(src);
+    return rc;
+}

@@ -1,0 +1,346 @@
+/* test_srccheck.c: each static-check rule rejects its violation and names
+ * the line it is on (the line is drawn at random among filler code), and
+ * the same text in comments, strings and raw strings is left alone. */
+#include "kh_test.h"
+
+#include "srccheck.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static unsigned g_seed;
+
+/* Filler lines that pass every rule, including decoys of forbidden text. */
+static const char *const filler[] = {
+    "// cudaMalloc(&p, 4); main(); k<<<1,1>>>(); #include <stdio.h>\n",
+    "/* __host__ void h(); int main() { } */\n",
+    "__device__ const char *msg_a = \"cudaFree(p) <<< main( \";\n",
+    "__device__ const char *msg_b = R\"x(#include <stdio.h> cudaMemcpy( )x\";\n",
+    "__device__ __forceinline__ float sq(float v) { return v * v; }\n",
+    "__host__ __device__ inline int twice(int v) { return 2 * v; }\n",
+    "__device__ char quote_c = '\"';\n",
+    "\n",
+    "#define KH_SCALE 3\n",
+};
+
+typedef struct src {
+    char *text;
+    int bad_line; /* 1-based line of the inserted line */
+} src;
+
+/* nfill random filler lines around `bad` at a random position, after a
+ * fixed head, followed by tail. */
+static src make(const char *head, const char *bad, const char *tail)
+{
+    int nfill = 3 + rand() % 12;
+    int pos = rand() % (nfill + 1);
+    size_t cap = 65536;
+    char *t = malloc(cap);
+    t[0] = '\0';
+    strcat(t, head);
+    int line = 1;
+    for (const char *p = head; *p; p++)
+        line += *p == '\n';
+    src s = {t, 0};
+    for (int i = 0; i <= nfill; i++) {
+        if (i == pos) {
+            s.bad_line = line;
+            strcat(t, bad);
+            line += 1;
+        }
+        if (i < nfill) {
+            strcat(t, filler[rand() % KH_ARRAY_LEN(filler)]);
+            line++;
+        }
+    }
+    strcat(t, tail);
+    return s;
+}
+
+static void expect_line(const char *head, const char *bad, const char *tail,
+                        const kh_srccheck_opts *o, const char *words)
+{
+    src s = make(head, bad, tail);
+    kh_err err;
+    char *report = NULL;
+    kh_status st = kh_srccheck_run(s.text, strlen(s.text), o, &report, &err);
+    char want[64];
+    snprintf(want, sizeof want, "candidate.cu:%d: ", s.bad_line);
+    if (st != KH_ECOMPILE || !strstr(err.msg, want) || !strstr(err.msg, words))
+        fail_msg("seed %u: %s for\n%s\nwanted '%s...%s', got: %s", g_seed, kh_status_name(st),
+                 s.text, want, words, err.msg);
+    assert_non_null(report);
+    free(report);
+    free(s.text);
+}
+
+static void expect_ok(const char *text, const kh_srccheck_opts *o)
+{
+    kh_err err;
+    kh_status st = kh_srccheck_run(text, strlen(text), o, NULL, &err);
+    if (st != KH_OK)
+        fail_msg("seed %u: rejected:\n%s\n%s", g_seed, text, err.msg);
+}
+
+static const char *KERNEL = "extern \"C\" __global__ void kern(float *a) { a[0] = sq(a[0]); }\n";
+
+static void test_filler_passes(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 20; i++) {
+        src s = make("", "", KERNEL);
+        const char *ks[] = {"kern"};
+        kh_srccheck_opts o = {.kernels = ks, .n_kernels = 1};
+        expect_ok(s.text, &o);
+        free(s.text);
+    }
+}
+
+static void test_host_api(void **state)
+{
+    (void)state;
+    expect_line("", "__device__ void f(void **p) { cudaMalloc(p, 64); }\n", KERNEL, NULL,
+                "host API call 'cudaMalloc'");
+    expect_line("", "__device__ void g() { cuLaunchKernel(0,1,1,1,1,1,1,0,0,0,0); }\n", KERNEL,
+                NULL, "cuLaunchKernel");
+    /* device-side intrinsics with host-looking names are fine */
+    expect_ok("__global__ void k() { cudaGridDependencySynchronize(); "
+              "cudaTriggerProgrammaticLaunchCompletion(); }\n", NULL);
+}
+
+static void test_host_functions(void **state)
+{
+    (void)state;
+    expect_line("", "int main(int argc, char **argv) { return 0; }\n", KERNEL, NULL, "main");
+    expect_line("", "__host__ void setup(float *p) { }\n", KERNEL, NULL, "__host__");
+    expect_line("", "static __host__ int host_only(int x) { return x; }\n", KERNEL, NULL,
+                "__host__");
+}
+
+static void test_includes(void **state)
+{
+    (void)state;
+    expect_line("", "#include <stdio.h>\n", KERNEL, NULL, "not on the allowlist");
+    expect_line("", "#include \"../secret.h\"\n", KERNEL, NULL, "not on the allowlist");
+    expect_line("", "#include <cuda/std/../../../etc/passwd>\n", KERNEL, NULL, "allowlist");
+    expect_line("", "#include KH_SCALE\n", KERNEL, NULL, "must name a header");
+    expect_line("", "#include_next <cuda_bf16.h>\n", KERNEL, NULL, "not allowed");
+    expect_ok("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda_fp8.h>\n"
+              "#include <cooperative_groups.h>\n#include <cooperative_groups/reduce.h>\n"
+              "#include <cuda/std/cstdint>\n#include <cub/block/block_reduce.cuh>\n"
+              "  #  include   \"cuda_bf16.h\"\n",
+              NULL);
+    const char *extra[] = {"mma.h"};
+    kh_srccheck_opts o = {.extra_includes = extra, .n_extra_includes = 1};
+    expect_ok("#include <mma.h>\n", &o);
+}
+
+static void test_device_launch(void **state)
+{
+    (void)state;
+    const char *child = "extern \"C\" __global__ void child(float *a) { a[0] = 1; }\n";
+    expect_line(child, "__global__ void parent(float *a) { child<<<1, 32>>>(a); }\n", "", NULL,
+                "device-side kernel launch");
+    expect_line(child, "__device__ void p2() { cudaLaunchDevice(0, 0, dim3(1), dim3(1), 0, 0); }\n",
+                "", NULL, "cudaLaunchDevice");
+    kh_srccheck_opts o = {.allow_device_launch = 1};
+    expect_ok("extern \"C\" __global__ void child(float *a) { a[0] = 1; }\n"
+              "__global__ void parent(float *a) { child<<<1, 32>>>(a); }\n", &o);
+}
+
+static void test_manifest_kernels(void **state)
+{
+    (void)state;
+    const char *ks[] = {"kern"};
+    kh_srccheck_opts o = {.kernels = ks, .n_kernels = 1};
+    expect_line("", "__global__ void kern(float *a) { }\n", "", &o, "not declared extern \"C\"");
+    expect_line("", "template <int N> __global__ void kern(float *a) { }\n", "", &o,
+                "is a template");
+    /* missing: the message names the kernel (there is no line to name) */
+    kh_err err;
+    const char *text = "extern \"C\" __global__ void other(float *a) { }\n";
+    assert_int_equal(kh_srccheck_run(text, strlen(text), &o, NULL, &err), KH_ECOMPILE);
+    assert_non_null(strstr(err.msg, "kernel 'kern'"));
+    /* the forms of extern "C" that give C names */
+    expect_ok("extern \"C\" {\n__global__ void __launch_bounds__(256, 2) kern(float *a) { }\n}\n", &o);
+    expect_ok("extern \"C\" __global__ void __launch_bounds__(128) kern(float *a) { }\n", &o);
+    expect_ok("namespace n { extern \"C\" { __global__ void kern(float *a) {} } }\n", &o);
+    /* after an extern "C" block closes, C linkage ends */
+    expect_line("extern \"C\" { __device__ int x; }\n", "__global__ void kern(float *a) { }\n",
+                "", &o, "not declared extern \"C\"");
+}
+
+static void test_size_limit(void **state)
+{
+    (void)state;
+    size_t max = 1000 + (size_t)(rand() % 5000);
+    kh_srccheck_opts o = {.max_bytes = max};
+    char *t = malloc(max + 2);
+    memset(t, ' ', max + 1);
+    t[max + 1] = '\0';
+    kh_err err;
+    assert_int_equal(kh_srccheck_run(t, max, &o, NULL, &err), KH_OK);
+    assert_int_equal(kh_srccheck_run(t, max + 1, &o, NULL, &err), KH_ECOMPILE);
+    char want[64];
+    snprintf(want, sizeof want, "over the limit of %zu bytes", max);
+    assert_non_null(strstr(err.msg, want));
+    free(t);
+    /* the default limit */
+    size_t big = KH_SRCCHECK_MAX_BYTES + 1;
+    t = malloc(big);
+    memset(t, '\n', big);
+    assert_int_equal(kh_srccheck_run(t, big, NULL, NULL, &err), KH_ECOMPILE);
+    free(t);
+}
+
+static void test_encoding(void **state)
+{
+    (void)state;
+    expect_line("", "// caf\xc3 broken\n", KERNEL, NULL, "not valid UTF-8");
+    expect_line("", "// overlong \xc0\xaf\n", KERNEL, NULL, "not valid UTF-8");
+    expect_line("", "// surrogate \xed\xa0\x80\n", KERNEL, NULL, "not valid UTF-8");
+    expect_ok("// caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n", NULL);
+    src s = make("", "// x\n", KERNEL);
+    size_t n = strlen(s.text);
+    /* a NUL byte on the inserted line */
+    char *p = s.text;
+    for (int line = 1; line < s.bad_line; p++)
+        line += *p == '\n';
+    p[1] = '\0';
+    kh_err err;
+    assert_int_equal(kh_srccheck_run(s.text, n, NULL, NULL, &err), KH_ECOMPILE);
+    char want[64];
+    snprintf(want, sizeof want, "candidate.cu:%d: NUL byte", s.bad_line);
+    assert_non_null(strstr(err.msg, want));
+    free(s.text);
+}
+
+static void test_report_lists_all(void **state)
+{
+    (void)state;
+    const char *text = "#include <stdio.h>\n"
+                       "int main() { return 0; }\n"
+                       "__device__ void f(void **p) { cudaMalloc(p, 4); }\n";
+    kh_srccheck_opts o = {.name = "cand_7.cu"};
+    char *report = NULL;
+    kh_err err;
+    assert_int_equal(kh_srccheck_run(text, strlen(text), &o, &report, &err), KH_ECOMPILE);
+    assert_non_null(strstr(report, "cand_7.cu:1: "));
+    assert_non_null(strstr(report, "cand_7.cu:2: "));
+    assert_non_null(strstr(report, "cand_7.cu:3: "));
+    assert_non_null(strstr(err.msg, "cand_7.cu:1: "));
+    free(report);
+}
+
+static void test_pch_prefix(void **state)
+{
+    (void)state;
+    const char *a = "// header\n#include <cuda_bf16.h>\n\n#include \"cuda_fp16.h\"\n#define N 4\n"
+                    "extern \"C\" __global__ void k() {}\n#include <cuda_fp8.h>\n";
+    char *p = kh_srccheck_pch_prefix(a, strlen(a));
+    assert_non_null(p);
+    assert_string_equal(p, "// header\n#include <cuda_bf16.h>\n\n#include \"cuda_fp16.h\"\n#define N 4\n");
+    free(p);
+    /* a macro defined before a header would expand inside it: stop there */
+    const char *a2 = "#include <cuda_fp16.h>\n#define inline boom\n#include <cub/cub.cuh>\n";
+    p = kh_srccheck_pch_prefix(a2, strlen(a2));
+    assert_string_equal(p, "#include <cuda_fp16.h>\n#define inline boom\n");
+    free(p);
+    /* #if evaluates macros: the prefix stops before it */
+    const char *b = "#include <cuda_fp16.h>\n#define A 1\n#if A\n#include <cuda_bf16.h>\n#endif\n";
+    p = kh_srccheck_pch_prefix(b, strlen(b));
+    assert_string_equal(p, "#include <cuda_fp16.h>\n#define A 1\n");
+    free(p);
+    const char *c = "#define N 4\n__global__ void k() {}\n";
+    assert_null(kh_srccheck_pch_prefix(c, strlen(c)));
+    const char *d = "#include KH_HEADER\n__global__ void k() {}\n";
+    assert_null(kh_srccheck_pch_prefix(d, strlen(d)));
+    /* a #define continued over lines stays whole */
+    const char *e = "#include <cuda_bf16.h>\n#define TWICE(x) \\\n  ((x) + (x))\nint y;\n";
+    p = kh_srccheck_pch_prefix(e, strlen(e));
+    assert_string_equal(p, "#include <cuda_bf16.h>\n#define TWICE(x) \\\n  ((x) + (x))\n");
+    free(p);
+}
+
+/* Random soups of the characters the lexer cares about: never a crash (ASan
+ * watches), always OK or ECOMPILE. */
+static void test_fuzz(void **state)
+{
+    (void)state;
+    static const char *const bits[] = {
+        "/*", "*/", "//", "\"", "'", "R\"x(", ")x\"", "\\\n", "\n", "#", "include", "<", ">",
+        "{", "}", "(", ")", "<<<", ">>>", "extern", "\"C\"", "__global__", "__host__",
+        "__device__", "main", "cudaMalloc", "template", "__launch_bounds__", "k", ";", " ",
+        "\xc3", "\xa9", "u8\"", "0x1p-3", "define", "if", "\r\n",
+    };
+    const char *ks[] = {"k"};
+    kh_srccheck_opts o = {.kernels = ks, .n_kernels = 1};
+    char buf[4096];
+    for (int round = 0; round < 3000; round++) {
+        size_t n = 0;
+        int parts = rand() % 200;
+        for (int i = 0; i < parts; i++) {
+            const char *b = bits[rand() % KH_ARRAY_LEN(bits)];
+            size_t l = strlen(b);
+            if (n + l >= sizeof buf)
+                break;
+            memcpy(buf + n, b, l);
+            n += l;
+        }
+        char *report = NULL;
+        kh_err err;
+        kh_status st = kh_srccheck_run(buf, n, &o, &report, &err);
+        assert_true(st == KH_OK || st == KH_ECOMPILE);
+        free(report);
+        free(kh_srccheck_pch_prefix(buf, n));
+    }
+}
+
+/* Hostile shapes at the size limit stay fast (no quadratic scans), and a
+ * flood of problems gives a bounded report. */
+static void test_pathological_inputs(void **state)
+{
+    (void)state;
+    static const char *const unit[] = {"__global__ ", "__launch_bounds__((((", "(", "k<<<",
+                                       "extern \"C\" {", "}"};
+    size_t cap = KH_SRCCHECK_MAX_BYTES;
+    char *t = malloc(cap + 1);
+    for (size_t u = 0; u < KH_ARRAY_LEN(unit); u++) {
+        size_t n = 0, l = strlen(unit[u]);
+        while (n + l <= cap) {
+            memcpy(t + n, unit[u], l);
+            n += l;
+        }
+        char *report = NULL;
+        kh_err err;
+        double t0 = kh_now();
+        kh_status st = kh_srccheck_run(t, n, NULL, &report, &err);
+        double took = kh_now() - t0;
+        if (took > 2.0)
+            fail_msg("'%s' x %zu took %.2f s", unit[u], n / l, took);
+        assert_true(st == KH_OK || st == KH_ECOMPILE);
+        if (report)
+            assert_true(strlen(report) < 64 * 1024);
+        free(report);
+    }
+    free(t);
+}
+
+int main(void)
+{
+    const char *s = getenv("KH_TEST_SEED");
+    g_seed = s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL);
+    srand(g_seed);
+    printf("# seed %u (KH_TEST_SEED to repeat)\n", g_seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_filler_passes),    cmocka_unit_test(test_host_api),
+        cmocka_unit_test(test_host_functions),   cmocka_unit_test(test_includes),
+        cmocka_unit_test(test_device_launch),    cmocka_unit_test(test_manifest_kernels),
+        cmocka_unit_test(test_size_limit),       cmocka_unit_test(test_encoding),
+        cmocka_unit_test(test_report_lists_all), cmocka_unit_test(test_pch_prefix),
+        cmocka_unit_test(test_fuzz),             cmocka_unit_test(test_pathological_inputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
