@@ -269,7 +269,7 @@ static void test_hostile_images(void **state)
     assert_int_equal(kh_cubin_parse(NULL, 0, &info, &err), KH_EPARSE);
     assert_int_equal(info.n_kernels, 0);
 
-    size_t len;
+    size_t len = 0;
     unsigned char *good = nvrtc_cubin(&len);
     if (!good)
         skip();
