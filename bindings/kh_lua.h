@@ -37,6 +37,7 @@ json_t *kh_lua_to_json(lua_State *L, int idx, kh_err *err);
 /* ---- modules: push the module table ------------------------------------ */
 void kh_open_json(lua_State *L, kh_engine *e);
 void kh_open_time(lua_State *L, kh_engine *e);
+void kh_open_store(lua_State *L, kh_engine *e);
 
 /* The `kh` module itself (package.preload.kh); expects the engine as upvalue. */
 int kh_luaopen_kh(lua_State *L);
@@ -51,6 +52,7 @@ typedef struct kh_command {
 } kh_command;
 
 int kh_cmd_doctor(kh_engine *e, int argc, char **argv);
+int kh_cmd_store(kh_engine *e, int argc, char **argv);
 
 /* True if argv holds -h or --help (commands print their usage and exit 0). */
 int kh_cli_wants_help(int argc, char **argv);

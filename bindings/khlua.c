@@ -19,6 +19,8 @@
 
 static const kh_command commands[] = {
     {"doctor", "what this machine offers and what is missing", kh_cmd_doctor},
+    {"store", "the artifact store: ls, show, cat, stats, verify, export, import, gc, backup",
+     kh_cmd_store},
 };
 
 static lua_State *g_L;

@@ -93,6 +93,7 @@ int kh_luaopen_kh(lua_State *L)
     } modules[] = {
         {"json", kh_open_json},
         {"time", kh_open_time},
+        {"store", kh_open_store},
     };
     for (size_t i = 0; i < KH_ARRAY_LEN(modules); i++) {
         modules[i].open(L, e);
