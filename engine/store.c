@@ -78,8 +78,14 @@ void kh_store_format_time(int64_t us, char out[40])
     }
     struct tm tm;
     gmtime_r(&sec, &tm);
-    snprintf(out, 40, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+    char buf[128]; /* wide enough for any int fields, so no truncation warning */
+    snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+    size_t n = strlen(buf);
+    if (n > 39)
+        n = 39;
+    memcpy(out, buf, n);
+    out[n] = '\0';
 }
 
 kh_status kh_store_parse_time(const char *s, int64_t *us, kh_err *err)
@@ -529,6 +535,7 @@ static kh_status exec_op(kh_store_txn *tx, kh_store_op *op, kh_err *err)
         if (st)
             break;
     }
+    op->live = NULL; /* a replay must not see the caller's object */
     if (st == KH_OK)
         st = log_op(tx, op, err);
     if (st) {
@@ -1269,41 +1276,52 @@ static kh_status index_update(kh_store_txn *tx, const json_t *rec, const char *i
     return KH_OK;
 }
 
-/* Write (or replace) a serialized record and its index entries. */
-static kh_status record_write(kh_store_txn *tx, const char *id, const char *text, int flags,
-                              int *full, kh_err *err)
+/* Write (or replace) a serialized record and its index entries.  live is
+ * the record already parsed (first run); a replay parses the text again. */
+static kh_status record_write(kh_store_txn *tx, const char *id, const char *text,
+                              const json_t *live, int flags, int *full, kh_err *err)
 {
     kh_store *s = tx->s;
-    json_error_t je;
-    json_t *rec = json_loads(text, 0, &je);
-    if (!rec)
-        return kh_err_set(err, KH_EINVAL, "record %s: not JSON: %s", id, je.text);
+    json_t *rec = NULL;
+    if (!live) {
+        json_error_t je;
+        rec = json_loads(text, 0, &je);
+        if (!rec)
+            return kh_err_set(err, KH_EINVAL, "record %s: not JSON: %s", id, je.text);
+        live = rec;
+    }
     MDB_val key = {strlen(id), (void *)id}, old;
-    int rc = mdb_get(tx->txn, s->records, &key, &old);
     kh_status st = KH_OK;
-    if (rc == 0) {
-        if (!(flags & KH_STORE_REPLACE)) {
-            st = kh_err_set(err, KH_ESTATE,
-                            "record %s already exists (records are immutable; pass replace "
-                            "to overwrite)",
-                            id);
+    int rc = MDB_NOTFOUND;
+    /* a plain put lets LMDB refuse an existing key (one B-tree descent);
+     * only a replace looks up the old record to drop its index entries */
+    if (flags & KH_STORE_REPLACE) {
+        rc = mdb_get(tx->txn, s->records, &key, &old);
+        if (rc == 0) {
+            json_t *o = kh_store_decode_record(s, &old, err);
+            if (!o) {
+                st = KH_ECORRUPT;
+                goto out;
+            }
+            st = index_update(tx, o, id, 1, full, err);
+            json_decref(o);
+            if (st)
+                goto out;
+        } else if (rc != MDB_NOTFOUND) {
+            st = kh_store_mdb_err(err, rc, "reading the records");
             goto out;
         }
-        json_t *o = kh_store_decode_record(s, &old, err);
-        if (!o) {
-            st = KH_ECORRUPT;
-            goto out;
-        }
-        st = index_update(tx, o, id, 1, full, err);
-        json_decref(o);
-        if (st)
-            goto out;
-    } else if (rc != MDB_NOTFOUND) {
-        st = kh_store_mdb_err(err, rc, "reading the records");
-        goto out;
     }
     MDB_val v = {strlen(text), (void *)text};
-    rc = mdb_put(tx->txn, s->records, &key, &v, 0);
+    rc = mdb_put(tx->txn, s->records, &key, &v,
+                 (flags & KH_STORE_REPLACE) ? 0 : MDB_NOOVERWRITE);
+    if (rc == MDB_KEYEXIST) {
+        st = kh_err_set(err, KH_ESTATE,
+                        "record %s already exists (records are immutable; pass replace to "
+                        "overwrite)",
+                        id);
+        goto out;
+    }
     if (rc == MDB_MAP_FULL) {
         *full = 1;
         st = KH_ESTORE;
@@ -1313,7 +1331,7 @@ static kh_status record_write(kh_store_txn *tx, const char *id, const char *text
         st = kh_store_mdb_err(err, rc, "writing a record");
         goto out;
     }
-    st = index_update(tx, rec, id, 0, full, err);
+    st = index_update(tx, live, id, 0, full, err);
 out:
     json_decref(rec);
     return st;
@@ -1323,7 +1341,7 @@ static kh_status apply_op(kh_store_txn *tx, const kh_store_op *op, int *full, kh
 {
     switch (op->kind) {
     case KH_OP_RECORD:
-        return record_write(tx, op->id, op->text, op->flags, full, err);
+        return record_write(tx, op->id, op->text, op->live, op->flags, full, err);
     case KH_OP_BLOB:
         return blob_write(tx, &op->h, op->data, op->len, full, err);
     case KH_OP_DEL_BLOB:
@@ -1500,7 +1518,8 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
     kh_store_op op = {.kind = KH_OP_RECORD,
                       .flags = flags & KH_STORE_REPLACE,
                       .id = kh_strdup(id),
-                      .text = text};
+                      .text = text,
+                      .live = rec};
     if (!op.id) {
         free(text);
         return tx_fail(tx, kh_err_set(err, KH_ENOMEM, "out of memory"), err);

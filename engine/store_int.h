@@ -46,6 +46,7 @@ typedef struct kh_store_op {
     int flags;
     char *id;   /* record ops (owned) */
     char *text; /* OP_RECORD: the JSON text (owned) */
+    const json_t *live; /* OP_RECORD, first run only: the parsed record (borrowed) */
     const void *data; /* OP_BLOB: borrowed, valid until update returns */
     size_t len;
     kh_hash h;
