@@ -284,6 +284,21 @@ static kh_status open_dbs(kh_store *s, kh_err *err)
     return KH_OK;
 }
 
+/* LMDB must not be opened twice in one process: closing the second handle
+ * would drop the first one's file locks.  The stores open in this process,
+ * by directory identity.  Store handles belong to one thread (the Lua VM's). */
+static kh_store *open_stores;
+
+static void unregister_open(kh_store *s)
+{
+    for (kh_store **p = &open_stores; *p; p = &(*p)->next_open) {
+        if (*p == s) {
+            *p = s->next_open;
+            return;
+        }
+    }
+}
+
 kh_status kh_store_open(const char *path, const kh_store_opts *opts, kh_store **out,
                         kh_err *err)
 {
@@ -305,11 +320,21 @@ kh_status kh_store_open(const char *path, const kh_store_opts *opts, kh_store **
         if (st)
             return st;
     }
+    if (stat(path, &sb) != 0)
+        return kh_err_set(err, KH_EIO, "cannot stat %s: %s", path, strerror(errno));
+    for (kh_store *o2 = open_stores; o2; o2 = o2->next_open)
+        if (o2->dev == sb.st_dev && o2->ino == sb.st_ino)
+            return kh_err_set(err, KH_ESTATE,
+                              "store %s is already open in this process (as %s): use that "
+                              "handle",
+                              path, o2->path);
     kh_store *s = calloc(1, sizeof *s);
     if (!s || !(s->path = kh_strdup(path))) {
         free(s);
         return kh_err_set(err, KH_ENOMEM, "out of memory opening the store");
     }
+    s->dev = sb.st_dev;
+    s->ino = sb.st_ino;
     s->readonly = o.readonly;
     s->map_size = o.map_size ? o.map_size : DEFAULT_MAP_SIZE;
     kh_status st = KH_OK;
@@ -373,6 +398,8 @@ kh_status kh_store_open(const char *path, const kh_store_opts *opts, kh_store **
         }
     }
     s->id_salt = (uint32_t)(getpid() * 2654435761u ^ (uint32_t)(kh_wall_now() * 1e6));
+    s->next_open = open_stores;
+    open_stores = s;
     *out = s;
     return KH_OK;
 fail:
@@ -384,6 +411,7 @@ void kh_store_close(kh_store *s)
 {
     if (!s)
         return;
+    unregister_open(s);
     if (s->env)
         mdb_env_close(s->env);
     ZSTD_freeCCtx(s->cctx);

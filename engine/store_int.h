@@ -7,6 +7,7 @@
 #include "store.h"
 
 #include <lmdb.h>
+#include <sys/types.h>
 #include <zstd.h>
 
 #define KH_BLOB_CHUNK (1u << 20) /* raw bytes per chunk of a large blob */
@@ -38,6 +39,9 @@ struct kh_store {
     const char *secret_name[3];
     int64_t last_id_us;
     uint32_t id_salt;
+    dev_t dev; /* the directory, for the one-open-per-process registry */
+    ino_t ino;
+    struct kh_store *next_open;
 };
 
 enum { KH_OP_RECORD = 1, KH_OP_BLOB, KH_OP_DEL_BLOB, KH_OP_DEL_RECORD };

@@ -201,6 +201,12 @@ static void test_kill_writer(void **state)
     }
     print_message("%d kills, %zu committed records checked, %d kills after some commit\n",
                   KILLS, ids.n, mid_commit_kills);
+    /* and the command a user would run agrees */
+    kh_child_result res;
+    kh_test_run_khlua(&res, 120, "store", "verify", "--store", path, NULL);
+    if (!res.exited || res.exit_code != 0)
+        fail_msg("khlua store verify after the kills: %s", res.out);
+    kh_child_result_free(&res);
     assert_true(ids.n > 0);
     for (size_t i = 0; i < ids.n; i++)
         free(ids.v[i]);
