@@ -233,6 +233,23 @@ T.test("khlua store: ls, show, cat, stats, verify, export, import, gc, backup", 
   T.eq(kh.json.decode(out).source_blob, h)
   out, code = T.khlua("store", "cat", h, "--store", path)
   T.eq({ out, code }, { src, 0 })
+  -- a chunked blob streams out whole
+  local chunk = rand_bytes(4096)
+  local bigs = chunk:rep(300) .. rand_bytes(33)
+  local bh
+  do
+    local db <close> = assert(kh.store.open(path))
+    bh = assert(db:put_blob(bigs))
+  end
+  out, code = T.khlua("store", "cat", bh, "--store", path)
+  T.eq(code, 0)
+  T.ok(out == bigs, "cat of a 1.2 MB blob differs")
+  -- $KHLUA_STORE names the store when no --store is given
+  local p = assert(io.popen("KHLUA_STORE=" .. T.quote(path) .. " " ..
+    T.quote(os.getenv("KHLUA_BIN") or arg[-1]) .. " store show " .. T.quote(cand) .. " 2>&1"))
+  out = p:read("a")
+  p:close()
+  T.ok(out:find(cand, 1, true), out)
   out, code = T.khlua("store", "stats", "--json", "--store", path)
   T.eq(code, 0)
   T.eq(kh.json.decode(out).records.evaluation, 3)
@@ -257,10 +274,10 @@ T.test("khlua store: ls, show, cat, stats, verify, export, import, gc, backup", 
   T.eq(code, 0)
   out, code = T.khlua("store", "import", file, "--store", dir .. "/copy")
   T.eq(code, 0)
-  T.match(out, "imported 5 records and 2 blobs")
+  T.match(out, "imported 5 records and 3 blobs")
   out, code = T.khlua("store", "gc", "--grace", "0", "--store", path)
   T.eq(code, 0)
-  T.match(out, "deleted 1 ")
+  T.match(out, "deleted 2 ")
   out, code = T.khlua("store", "backup", dir .. "/bak", "--store", path)
   T.eq(code, 0)
   out, code = T.khlua("store", "verify", "--store", dir .. "/bak")
