@@ -88,45 +88,67 @@ void kh_store_format_time(int64_t us, char out[40])
     out[n] = '\0';
 }
 
+/* n decimal digits at p, or -1.  Hand-rolled: every record write parses its
+ * created_at, and sscanf was a visible share of the write path. */
+static int digits(const char *p, int n)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v;
+}
+
 kh_status kh_store_parse_time(const char *s, int64_t *us, kh_err *err)
 {
-    int Y, M, D, h, m, sec, n = 0;
-    if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &Y, &M, &D, &h, &m, &sec, &n) != 6 ||
-        M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
+    if (!s || strnlen(s, 20) < 19 || s[4] != '-' || s[7] != '-' || s[10] != 'T' ||
+        s[13] != ':' || s[16] != ':')
         goto bad;
-    const char *p = s + n;
+    int Y = digits(s, 4), M = digits(s + 5, 2), D = digits(s + 8, 2), h = digits(s + 11, 2),
+        m = digits(s + 14, 2), sec = digits(s + 17, 2);
+    if (Y < 0 || M < 1 || M > 12 || D < 1 || D > 31 || h < 0 || h > 23 || m < 0 || m > 59 ||
+        sec < 0 || sec > 60)
+        goto bad;
+    const char *p = s + 19;
     long frac = 0;
     if (*p == '.') {
-        int digits = 0;
+        int nd = 0;
         p++;
         while (*p >= '0' && *p <= '9') {
-            if (digits < 6) {
+            if (nd < 6) {
                 frac = frac * 10 + (*p - '0');
-                digits++;
+                nd++;
             }
             p++;
         }
-        if (!digits)
+        if (!nd)
             goto bad;
-        while (digits++ < 6)
+        while (nd++ < 6)
             frac *= 10;
     }
     long off = 0;
     if (*p == 'Z') {
         p++;
     } else if (*p == '+' || *p == '-') {
-        int oh, om, k = 0;
-        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &k) != 2 || k != 5)
+        int oh = digits(p + 1, 2), om = p[1] && p[2] && p[3] == ':' ? digits(p + 4, 2) : -1;
+        if (oh < 0 || om < 0 || oh > 23 || om > 59)
             goto bad;
         off = (oh * 3600L + om * 60L) * (*p == '-' ? -1 : 1);
         p += 6;
     }
     if (*p)
         goto bad;
-    struct tm tm = {.tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D, .tm_hour = h,
-                    .tm_min = m, .tm_sec = sec};
-    time_t t = timegm(&tm);
-    *us = ((int64_t)t - off) * 1000000 + frac;
+    /* days from the civil date (proleptic Gregorian), no timegm/TZ lookups */
+    int y = Y - (M <= 2);
+    int era = (y >= 0 ? y : y - 399) / 400;
+    int yoe = y - era * 400;
+    int doy = (153 * (M + (M > 2 ? -3 : 9)) + 2) / 5 + D - 1;
+    int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    int64_t days = (int64_t)era * 146097 + doe - 719468;
+    int64_t t = days * 86400 + h * 3600 + m * 60 + sec;
+    *us = (t - off) * 1000000 + frac;
     return KH_OK;
 bad:
     return kh_err_set(err, KH_EINVAL, "'%s' is not an ISO 8601 time (2026-12-02T15:04:05Z)",
