@@ -1209,12 +1209,7 @@ static size_t build_key(unsigned char *key, char kind, const char *a, const char
 static int kind_strings(char kind)
 {
     switch (kind) {
-    case 'A':
-        return 0;
     case 'T':
-    case 'K':
-    case 'R':
-    case 'C':
         return 1;
     case 'S':
     case 'k':
@@ -1226,22 +1221,22 @@ static int kind_strings(char kind)
     }
 }
 
+/* Per record: T (type), S (type, status) and, for each link present, a
+ * typed entry (task / run / candidate, type).  Queries without a type merge
+ * the typed prefixes of every known type, so no untyped copy is kept: fewer
+ * B-tree inserts per write. */
 size_t kh_store_index_keys(const kh_rec_keys *k, const char *id,
                            unsigned char keys[][KH_IDX_KEY_MAX], size_t lens[])
 {
     size_t n = 0;
-    lens[n] = build_key(keys[n], 'A', NULL, NULL, k->t_us, id), n++;
     lens[n] = build_key(keys[n], 'T', k->type, NULL, k->t_us, id), n++;
     if (k->status)
         lens[n] = build_key(keys[n], 'S', k->type, k->status, k->t_us, id), n++;
     const char *links[3] = {k->task, k->run, k->candidate};
-    const char up[3] = {'K', 'R', 'C'}, lo[3] = {'k', 'r', 'c'};
-    for (int i = 0; i < 3; i++) {
-        if (!links[i])
-            continue;
-        lens[n] = build_key(keys[n], up[i], links[i], NULL, k->t_us, id), n++;
-        lens[n] = build_key(keys[n], lo[i], links[i], k->type, k->t_us, id), n++;
-    }
+    const char lo[3] = {'k', 'r', 'c'};
+    for (int i = 0; i < 3; i++)
+        if (links[i])
+            lens[n] = build_key(keys[n], lo[i], links[i], k->type, k->t_us, id), n++;
     return n;
 }
 
@@ -1625,6 +1620,72 @@ static int field_is(const json_t *rec, const char *f, const char *want)
     return v && !strcmp(v, want);
 }
 
+/* One index prefix walked newest first. */
+typedef struct qcur {
+    MDB_cursor *c;
+    unsigned char prefix[KH_IDX_KEY_MAX];
+    size_t pn;
+    MDB_val k, v;
+    int live; /* positioned on a key of its prefix */
+    int64_t t;
+    const char *id;
+    size_t idlen;
+} qcur;
+
+/* Step (or first position) a cursor; parse where it landed.  0 or an LMDB
+ * error; a malformed key is reported as MDB_CORRUPTED. */
+static int qcur_step(qcur *c, int first, int64_t until)
+{
+    int rc;
+    if (first) {
+        /* just past the newest key the prefix can hold, then one back */
+        unsigned char probe[KH_IDX_KEY_MAX];
+        memcpy(probe, c->prefix, c->pn);
+        uint64_t u = (uint64_t)until;
+        for (int i = 0; i < 8; i++)
+            probe[c->pn + i] = (unsigned char)(u >> (8 * (7 - i)));
+        probe[c->pn + 8] = 0xff;
+        c->k.mv_size = c->pn + 9;
+        c->k.mv_data = probe;
+        rc = mdb_cursor_get(c->c, &c->k, &c->v, MDB_SET_RANGE);
+        if (rc == MDB_NOTFOUND)
+            rc = mdb_cursor_get(c->c, &c->k, &c->v, MDB_LAST);
+        else if (rc == 0)
+            rc = mdb_cursor_get(c->c, &c->k, &c->v, MDB_PREV);
+    } else {
+        rc = mdb_cursor_get(c->c, &c->k, &c->v, MDB_PREV);
+    }
+    c->live = 0;
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return rc;
+    if (c->k.mv_size < c->pn || memcmp(c->k.mv_data, c->prefix, c->pn))
+        return 0;
+    if (!kh_store_index_parse(c->k.mv_data, c->k.mv_size, &c->id, &c->idlen, &c->t) ||
+        c->idlen == 0 || c->idlen >= KH_STORE_ID_MAX)
+        return MDB_CORRUPTED;
+    c->live = 1;
+    return 0;
+}
+
+/* Newer first: time, then id (ids of one type sort by time too). */
+static int qcur_newer(const qcur *a, const qcur *b)
+{
+    if (a->t != b->t)
+        return a->t > b->t;
+    size_t n = a->idlen < b->idlen ? a->idlen : b->idlen;
+    int c = memcmp(a->id, b->id, n);
+    return c ? c > 0 : a->idlen > b->idlen;
+}
+
+static size_t put_str(unsigned char *p, size_t n, const char *s)
+{
+    size_t l = strlen(s) + 1;
+    memcpy(p + n, s, l);
+    return n + l;
+}
+
 kh_status kh_store_txn_query(kh_store_txn *tx, const kh_store_filter *q, int ids_only,
                              json_t **out, kh_err *err)
 {
@@ -1635,86 +1696,72 @@ kh_status kh_store_txn_query(kh_store_txn *tx, const kh_store_filter *q, int ids
     for (int i = 0; i < 5; i++)
         if (fields[i] && strlen(fields[i]) > 200)
             return kh_err_set(err, KH_EINVAL, "query value too long");
-    /* The most selective index: run, task, candidate, type+status, type, all. */
-    unsigned char prefix[KH_IDX_KEY_MAX];
-    size_t pn = 0;
+    /* The most selective index: run, task, candidate, then type+status, type.
+     * Without a type, the same walk runs over every type's prefix, merged. */
     const char *link = NULL, *rest_task = q->task, *rest_run = q->run, *rest_cand = q->candidate;
-    char kind = 'A';
+    char kind = 0;
     if (q->run)
-        kind = 'R', link = q->run, rest_run = NULL;
+        kind = 'r', link = q->run, rest_run = NULL;
     else if (q->task)
-        kind = 'K', link = q->task, rest_task = NULL;
+        kind = 'k', link = q->task, rest_task = NULL;
     else if (q->candidate)
-        kind = 'C', link = q->candidate, rest_cand = NULL;
-    const char *ftype = q->type, *fstatus = q->status;
-    prefix[pn++] = (unsigned char)kind;
-    if (link) {
-        size_t l = strlen(link) + 1;
-        memcpy(prefix + pn, link, l);
-        pn += l;
-        if (q->type) {
-            prefix[0] = (unsigned char)(kind + ('a' - 'A'));
-            l = strlen(q->type) + 1;
-            memcpy(prefix + pn, q->type, l);
-            pn += l;
-            ftype = NULL;
+        kind = 'c', link = q->candidate, rest_cand = NULL;
+    const char *fstatus = q->status;
+    const char *types[KH_ARRAY_LEN(TYPES)];
+    size_t ntypes = 0;
+    if (q->type) {
+        if (!kh_store_known_type(q->type)) {
+            *out = json_array();
+            return *out ? KH_OK : kh_err_set(err, KH_ENOMEM, "out of memory");
         }
-    } else if (q->type) {
-        prefix[0] = q->status ? 'S' : 'T';
-        size_t l = strlen(q->type) + 1;
-        memcpy(prefix + pn, q->type, l);
-        pn += l;
-        ftype = NULL;
-        if (q->status) {
-            l = strlen(q->status) + 1;
-            memcpy(prefix + pn, q->status, l);
-            pn += l;
-            fstatus = NULL;
+        types[ntypes++] = q->type;
+    } else {
+        for (size_t i = 0; i < KH_ARRAY_LEN(TYPES); i++)
+            types[ntypes++] = TYPES[i].name;
+    }
+    qcur cur[KH_ARRAY_LEN(TYPES)];
+    memset(cur, 0, sizeof cur);
+    for (size_t i = 0; i < ntypes; i++) {
+        size_t pn = 0;
+        if (link) {
+            cur[i].prefix[pn++] = (unsigned char)kind;
+            pn = put_str(cur[i].prefix, pn, link);
+            pn = put_str(cur[i].prefix, pn, types[i]);
+        } else if (q->status) {
+            cur[i].prefix[pn++] = 'S';
+            pn = put_str(cur[i].prefix, pn, types[i]);
+            pn = put_str(cur[i].prefix, pn, q->status);
+        } else {
+            cur[i].prefix[pn++] = 'T';
+            pn = put_str(cur[i].prefix, pn, types[i]);
         }
+        cur[i].pn = pn;
     }
-    json_t *arr = json_array();
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(tx->txn, tx->s->index, &cur);
-    if (rc) {
-        json_decref(arr);
-        return kh_store_mdb_err(err, rc, "opening an index cursor");
-    }
-    /* newest first: start just past the prefix's newest possible key */
-    unsigned char probe[KH_IDX_KEY_MAX];
-    memcpy(probe, prefix, pn);
+    if (!link)
+        fstatus = NULL; /* the S prefix holds it */
     int64_t until = q->until_us > 0 ? q->until_us : INT64_MAX;
-    uint64_t u = (uint64_t)until;
-    for (int i = 0; i < 8; i++)
-        probe[pn + i] = (unsigned char)(u >> (8 * (7 - i)));
-    probe[pn + 8] = 0xff;
-    MDB_val k = {pn + 9, probe}, v;
-    rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    if (rc == MDB_NOTFOUND)
-        rc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
-    else if (rc == 0)
-        rc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+    json_t *arr = json_array();
     kh_status st = KH_OK;
+    int rc = 0;
+    for (size_t i = 0; i < ntypes && !rc; i++) {
+        rc = mdb_cursor_open(tx->txn, tx->s->index, &cur[i].c);
+        if (!rc)
+            rc = qcur_step(&cur[i], 1, until);
+    }
     size_t found = 0;
-    while (rc == 0) {
-        if (k.mv_size < pn || memcmp(k.mv_data, prefix, pn))
+    while (!rc && arr) {
+        qcur *best = NULL;
+        for (size_t i = 0; i < ntypes; i++)
+            if (cur[i].live && (!best || qcur_newer(&cur[i], best)))
+                best = &cur[i];
+        if (!best || (q->since_us && best->t < q->since_us))
             break;
-        const char *id;
-        size_t idlen;
-        int64_t t;
-        if (!kh_store_index_parse(k.mv_data, k.mv_size, &id, &idlen, &t) || idlen == 0 ||
-            idlen >= KH_STORE_ID_MAX) {
-            st = kh_err_set(err, KH_ECORRUPT, "malformed index key (run khlua store verify)");
-            break;
-        }
-        if (q->since_us && t < q->since_us)
-            break;
-        if (t <= until && value_matches(&v, ftype, fstatus)) {
+        if (best->t <= until && value_matches(&best->v, NULL, fstatus)) {
             char idbuf[KH_STORE_ID_MAX];
-            memcpy(idbuf, id, idlen);
-            idbuf[idlen] = '\0';
+            memcpy(idbuf, best->id, best->idlen);
+            idbuf[best->idlen] = '\0';
             json_t *rec = NULL;
-            int need_rec = !ids_only || rest_task || rest_run || rest_cand;
-            if (need_rec) {
+            if (!ids_only || rest_task || rest_run || rest_cand) {
                 st = kh_store_txn_get(tx, idbuf, &rec, err);
                 if (st) {
                     if (st == KH_ENOTFOUND)
@@ -1725,12 +1772,11 @@ kh_status kh_store_txn_query(kh_store_txn *tx, const kh_store_filter *q, int ids
                     break;
                 }
             }
-            int ok = (!rest_task || field_is(rec, "task", rest_task)) &&
-                     (!rest_run || field_is(rec, "run", rest_run)) &&
-                     (!rest_cand || field_is(rec, "candidate", rest_cand));
-            if (ok) {
+            if ((!rest_task || field_is(rec, "task", rest_task)) &&
+                (!rest_run || field_is(rec, "run", rest_run)) &&
+                (!rest_cand || field_is(rec, "candidate", rest_cand))) {
                 if (ids_only) {
-                    json_array_append_new(arr, json_stringn(idbuf, idlen));
+                    json_array_append_new(arr, json_stringn(idbuf, best->idlen));
                     json_decref(rec);
                 } else {
                     json_array_append_new(arr, rec);
@@ -1741,11 +1787,17 @@ kh_status kh_store_txn_query(kh_store_txn *tx, const kh_store_filter *q, int ids
                 json_decref(rec);
             }
         }
-        rc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+        rc = qcur_step(best, 0, until);
     }
-    if (!st && rc && rc != MDB_NOTFOUND)
+    if (!st && rc == MDB_CORRUPTED)
+        st = kh_err_set(err, KH_ECORRUPT, "malformed index key (run khlua store verify)");
+    else if (!st && rc)
         st = kh_store_mdb_err(err, rc, "walking the index");
-    mdb_cursor_close(cur);
+    if (!st && !arr)
+        st = kh_err_set(err, KH_ENOMEM, "out of memory");
+    for (size_t i = 0; i < ntypes; i++)
+        if (cur[i].c)
+            mdb_cursor_close(cur[i].c);
     if (st) {
         json_decref(arr);
         return st;

@@ -207,6 +207,31 @@ static void test_records(void **state)
         assert_int_equal(json_array_size(arr), counts[k] < 2 ? counts[k] : 2);
         json_decref(arr);
     }
+    /* no type: the per-type indices merge, newest first across types */
+    kh_store_filter qall = {0};
+    assert_int_equal(kh_store_query(f->s, &qall, 0, &arr, &err), KH_OK);
+    assert_int_equal(json_array_size(arr), 62);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 0), "id")), ids[59]);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 60), "id")), cand_id);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 61), "id")), task_id);
+    for (size_t i = 1; i < 62; i++) {
+        int64_t t0, t1;
+        kh_store_parse_time(json_string_value(json_object_get(json_array_get(arr, i - 1),
+                                                              "created_at")),
+                            &t0, &err);
+        kh_store_parse_time(
+            json_string_value(json_object_get(json_array_get(arr, i), "created_at")), &t1, &err);
+        assert_true(t0 >= t1);
+    }
+    json_decref(arr);
+    kh_store_filter qst = {.status = "PASSED"};
+    assert_int_equal(kh_store_query(f->s, &qst, 1, &arr, &err), KH_OK);
+    assert_int_equal(json_array_size(arr), counts[0]);
+    json_decref(arr);
+    kh_store_filter qnone = {.type = "nosuchtype"};
+    assert_int_equal(kh_store_query(f->s, &qnone, 1, &arr, &err), KH_OK);
+    assert_int_equal(json_array_size(arr), 0);
+    json_decref(arr);
     kh_store_filter qt = {.task = task_id, .limit = 7};
     assert_int_equal(kh_store_query(f->s, &qt, 1, &arr, &err), KH_OK);
     assert_int_equal(json_array_size(arr), 7);
