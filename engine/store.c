@@ -1281,7 +1281,7 @@ json_t *kh_store_decode_record(kh_store *s, const MDB_val *v, kh_err *err)
 {
     (void)s;
     json_error_t je;
-    json_t *j = json_loadb(v->mv_data, v->mv_size, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = json_loadb(v->mv_data, v->mv_size, 0, &je);
     if (!j)
         kh_err_set(err, KH_ECORRUPT, "stored record is not JSON: %s", je.text);
     else if (!json_is_object(j)) {
