@@ -989,8 +989,8 @@ static kh_status blob_walk(kh_store_txn *tx, const kh_hash *h, void *dst, size_t
         if (want > KH_BLOB_CHUNK && !dst)
             return kh_err_set(err, KH_ECORRUPT, "blob %s: chunk size %u too large", hx, cs);
         const unsigned char *p = cv.mv_data;
-        st = decode_piece(s, p[0], p + 1, cv.mv_size - 1, dst ? (void *)((char *)dst + off) : (void *)s->dbuf,
-                          want, hx, err);
+        void *to = dst ? (void *)((char *)dst + off) : (void *)s->dbuf;
+        st = decode_piece(s, p[0], p + 1, cv.mv_size - 1, to, want, hx, err);
         if (!st && !dst)
             st = fn(arg, s->dbuf, want, err);
         if (st)

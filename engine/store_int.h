@@ -93,7 +93,7 @@ kh_status kh_store_each_blob_ref(const json_t *rec, kh_store_ref_fn fn, void *ar
  * or "parent" / "incumbent"); value is the referenced id. */
 kh_status kh_store_each_record_ref(const json_t *rec, kh_store_ref_fn fn, void *arg,
                                    kh_err *err);
-/* Parse a stored record value (plain JSON text or a zstd frame). */
+/* Parse a stored record value (compact JSON text); NULL with err if it is not a JSON object. */
 json_t *kh_store_decode_record(kh_store *s, const MDB_val *v, kh_err *err);
 
 /* Map an LMDB error to a status, with a message naming what failed. */

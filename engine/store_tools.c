@@ -94,7 +94,8 @@ struct verify_ctx {
     const char *rec_id;
 };
 
-static void problem(struct verify_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(struct verify_ctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void problem(struct verify_ctx *c, const char *fmt, ...)
 {
     c->nproblems++;

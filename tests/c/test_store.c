@@ -654,7 +654,8 @@ static void test_gc_backup_export_import(void **state)
     kh_hash_hex(&hl, hlx);
     char uuid[40];
     snprintf(uuid, sizeof uuid, "%08llx-aaaa-4bbb-8ccc-%012llx",
-             (unsigned long long)(rnd() & 0xffffffff), (unsigned long long)(rnd() & 0xffffffffffffULL));
+             (unsigned long long)(rnd() & 0xffffffff),
+             (unsigned long long)(rnd() & 0xffffffffffffULL));
     double lat = 0.001 * (double)(rnd() % 1000 + 1);
     json_t *e = json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:s, s:{s:s, s:{s:i}, s:{}}, s:{s:s, s:{s:s, s:{}}, s:{s:f, "
