@@ -345,7 +345,7 @@ kh_status kh_store_open(const char *path, const kh_store_opts *opts, kh_store **
     if (stat(path, &sb) != 0)
         return kh_err_set(err, KH_EIO, "cannot stat %s: %s", path, strerror(errno));
     for (kh_store *o2 = open_stores; o2; o2 = o2->next_open)
-        if (o2->dev == sb.st_dev && o2->ino == sb.st_ino)
+        if (o2->dev == sb.st_dev && o2->ino == sb.st_ino && o2->pid == getpid())
             return kh_err_set(err, KH_ESTATE,
                               "store %s is already open in this process (as %s): use that "
                               "handle",
@@ -357,6 +357,7 @@ kh_status kh_store_open(const char *path, const kh_store_opts *opts, kh_store **
     }
     s->dev = sb.st_dev;
     s->ino = sb.st_ino;
+    s->pid = getpid();
     s->readonly = o.readonly;
     s->map_size = o.map_size ? o.map_size : DEFAULT_MAP_SIZE;
     kh_status st = KH_OK;

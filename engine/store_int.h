@@ -41,6 +41,7 @@ struct kh_store {
     uint32_t id_salt;
     dev_t dev; /* the directory, for the one-open-per-process registry */
     ino_t ino;
+    pid_t pid; /* the process that opened it (a forked child inherits the list) */
     struct kh_store *next_open;
 };
 

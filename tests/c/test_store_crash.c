@@ -3,7 +3,8 @@
  * small map, so the map grows while it is killed) and reports each committed
  * transaction's ids through a pipe; the parent kills it with SIGKILL at a
  * random moment, then checks that `verify` is clean and that every id whose
- * commit had returned is in the store.  60 kills. */
+ * commit had returned is in the store.  60 kills.  Also: a reader process
+ * beside a writer that grows the map many times over. */
 #include "kh_test.h"
 
 #include "store.h"
@@ -215,6 +216,105 @@ static void test_kill_writer(void **state)
     free(dir);
 }
 
+/* One process writes (growing the map from 256 KiB many times over), another
+ * reads at the same time: the reader follows every growth (MDB_MAP_RESIZED)
+ * and always sees a consistent store. */
+static void grow_writer(const char *path, int fd) __attribute__((noreturn));
+static void grow_writer(const char *path, int fd)
+{
+    kh_store *s;
+    kh_err err;
+    kh_store_opts o = {0};
+    if (kh_store_open(path, &o, &s, &err)) {
+        dprintf(fd, "ERR open: %s\n", err.msg);
+        _exit(3);
+    }
+    unsigned char *buf = malloc(300000);
+    for (int i = 0; i < 60; i++) {
+        struct step st = {.blob = buf, .len = 200000 + (size_t)(rnd() % 100000)};
+        for (size_t k = 0; k < st.len; k += 8) {
+            uint64_t v = rnd();
+            memcpy(buf + k, &v, st.len - k < 8 ? st.len - k : 8);
+        }
+        if (kh_store_update(s, write_step, &st, &err)) {
+            dprintf(fd, "ERR update: %s\n", err.msg);
+            _exit(3);
+        }
+    }
+    kh_store_close(s);
+    free(buf);
+    _exit(0);
+}
+
+static void test_reader_during_growth(void **state)
+{
+    (void)state;
+    char *dir = kh_test_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/store", dir);
+    kh_store *s;
+    kh_err err;
+    kh_store_opts o = {.map_size = 256 * 1024};
+    assert_int_equal(kh_store_open(path, &o, &s, &err), KH_OK); /* create it small */
+    kh_store_close(s);
+    o = (kh_store_opts){.readonly = 1};
+    assert_int_equal(kh_store_open(path, &o, &s, &err), KH_OK);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        grow_writer(path, fds[1]);
+    }
+    close(fds[1]);
+    size_t reads = 0, last = 0;
+    int status = 0;
+    for (;;) {
+        json_t *arr;
+        kh_store_filter q = {.type = "llm_call"};
+        kh_status st = kh_store_query(s, &q, 0, &arr, &err);
+        if (st)
+            fail_msg("reader: %s", err.msg);
+        /* the count only grows, and every blob named is readable */
+        assert_true(json_array_size(arr) >= last);
+        last = json_array_size(arr);
+        if (last) {
+            kh_hash h;
+            const char *hx = json_string_value(
+                json_object_get(json_array_get(arr, rnd() % last), "response_blob"));
+            assert_int_equal(kh_hash_parse(hx, &h, &err), KH_OK);
+            void *got;
+            size_t n;
+            assert_int_equal(kh_store_get_blob(s, &h, &got, &n, &err), KH_OK);
+            kh_hash back;
+            kh_hash_bytes(got, n, &back);
+            assert_memory_equal(back.b, h.b, 16);
+            free(got);
+        }
+        json_decref(arr);
+        reads++;
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            break;
+    }
+    char msg[512] = {0};
+    ssize_t r = read(fds[0], msg, sizeof msg - 1);
+    close(fds[0]);
+    if (r > 0)
+        fail_msg("writer: %s", msg);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    json_t *st;
+    assert_int_equal(kh_store_stats(s, &st, &err), KH_OK);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(st, "records"), "run")),
+                     60);
+    assert_true(json_integer_value(json_object_get(st, "map_size")) >= 16 << 20);
+    json_decref(st);
+    print_message("%zu reads while the writer grew the map\n", reads);
+    kh_store_close(s);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     rng = (uint64_t)time(NULL) * 6364136223846793005ULL + (uint64_t)getpid();
@@ -222,6 +322,9 @@ int main(void)
     unsetenv("KHLUA_API_KEY");
     unsetenv("OPENAI_API_KEY");
     unsetenv("ANTHROPIC_API_KEY");
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_kill_writer)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kill_writer),
+        cmocka_unit_test(test_reader_during_growth),
+    };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
