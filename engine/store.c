@@ -1397,14 +1397,22 @@ static kh_status apply_op(kh_store_txn *tx, const kh_store_op *op, int *full, kh
     }
 }
 
-static void make_id(kh_store *s, const char *type, int64_t *t_us, char out[KH_STORE_ID_MAX])
+/* Creation times strictly increase within a process, so newest-first is a
+ * total order even for records made in the same microsecond. */
+static int64_t next_us(kh_store *s)
 {
-    /* Crockford base32 keeps the lexical order of the numbers. */
-    static const char b32[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
     int64_t us = (int64_t)(kh_wall_now() * 1e6);
     if (us <= s->last_id_us)
         us = s->last_id_us + 1;
     s->last_id_us = us;
+    return us;
+}
+
+static void make_id(kh_store *s, const char *type, int64_t *t_us, char out[KH_STORE_ID_MAX])
+{
+    /* Crockford base32 keeps the lexical order of the numbers. */
+    static const char b32[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    int64_t us = next_us(s);
     *t_us = us;
     char t[12], r[5];
     for (int i = 10; i >= 0; i--)
@@ -1535,7 +1543,7 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
         } else {
             char ts[40];
             if (!t_us)
-                t_us = (int64_t)(kh_wall_now() * 1e6);
+                t_us = next_us(s);
             kh_store_format_time(t_us, ts);
             json_object_set_new(rec, "created_at", json_string(ts));
         }
