@@ -223,9 +223,14 @@ int main(int argc, char **argv)
     double wps = (double)n / wdt;
     /* KH_BENCH_WRITES_ONLY: profile the store's write path alone */
     double aps = getenv("KH_BENCH_WRITES_ONLY") ? 1 : anchor_writes(dir, n, batch);
-    printf("\nrecord writes (batched): %10.0f records/s   anchor (raw LMDB put, no index) "
-           "%10.0f/s   store/anchor %.2f   target 100000/s: %.2fx %s\n",
-           wps, aps, wps / aps, wps / 100000.0, wps >= 100000 ? "MET" : "NOT MET");
+    if (getenv("KH_BENCH_WRITES_ONLY"))
+        printf("\nrecord writes (batched): %10.0f records/s   (no anchor in this mode)   "
+               "target 100000/s: %.2fx %s\n",
+               wps, wps / 100000.0, wps >= 100000 ? "MET" : "NOT MET");
+    else
+        printf("\nrecord writes (batched): %10.0f records/s   anchor (raw LMDB put, no index) "
+               "%10.0f/s   store/anchor %.2f   target 100000/s: %.2fx %s\n",
+               wps, aps, wps / aps, wps / 100000.0, wps >= 100000 ? "MET" : "NOT MET");
     printf("  (write phase: %.2f s wall, %.2f s CPU in this process)\n", wdt, wcpu);
 
     if (getenv("KH_BENCH_WRITES_ONLY")) {
