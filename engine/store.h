@@ -6,7 +6,8 @@
  *            help); blobs over 1 MiB are stored as independent 1 MiB chunks
  *   records  typed JSON records (task, candidate, compile, evaluation, ...),
  *            key = record id
- *   index    secondary keys: by time, type, type+status, task, run, candidate
+ *   index    secondary keys, each ordered by creation time: type, type+status,
+ *            task+type, run+type, candidate+type
  * docs/store.md documents the id scheme, the record types and every field
  * the store itself interprets.
  *
