@@ -20,7 +20,7 @@ enum { KH_BLOB_RAW = 0, KH_BLOB_ZSTD = 1, KH_BLOB_CHUNKED = 2 };
 #define KH_STORE_NOREFCHECK 0x100
 
 #define KH_IDX_KEY_MAX 511
-#define KH_IDX_MAX 9 /* index entries per record at most */
+#define KH_IDX_MAX 5 /* index entries per record at most: T, S, k, r, c */
 
 struct kh_store {
     char *path;
