@@ -92,8 +92,25 @@ typedef struct batch_ctx {
     CUevent e0, e1;
 } batch_ctx;
 
+static kh_status timed_batch_inner(batch_ctx *b, size_t n, double *samples,
+                                   double *win_samples, double *sums, kh_call_span *first,
+                                   kh_bench_result *r, kh_err *err);
+
 static kh_status timed_batch(batch_ctx *b, size_t n, double *samples, double *win_samples,
                              double *sums, kh_call_span *first, kh_bench_result *r, kh_err *err)
+{
+    kh_status st;
+    if (b->t->phase)
+        b->t->phase(b->t->ctx, 1);
+    st = timed_batch_inner(b, n, samples, win_samples, sums, first, r, err);
+    if (b->t->phase)
+        b->t->phase(b->t->ctx, 0);
+    return st;
+}
+
+static kh_status timed_batch_inner(batch_ctx *b, size_t n, double *samples, double *win_samples,
+                                   double *sums, kh_call_span *first, kh_bench_result *r,
+                                   kh_err *err)
 {
     const kh_cuda_api *cu = kh_gpu_api(b->g);
     CUstream s = kh_gpu_stream(b->g);

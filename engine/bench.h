@@ -26,6 +26,9 @@ typedef struct kh_bench_target {
     kh_status (*call)(void *ctx, kh_err *err);
     /* Optional: prepare trial t (fresh inputs) before its calls. */
     kh_status (*trial)(void *ctx, int t, kh_err *err);
+    /* Optional: told when the timed calls start (1) and end (0), so a target
+     * can tell timed calls from warm-up ones (to verify their outputs). */
+    void (*phase)(void *ctx, int timed);
     void *ctx;
 } kh_bench_target;
 
