@@ -55,6 +55,16 @@ void kh_bench_defaults(kh_protocol p, kh_bench_opts *o)
     o->timeout_s = 15;
 }
 
+void kh_bench_definition_flags(const char *definition, kh_bench_opts *o)
+{
+    if (definition && !strncmp(definition, "gdn_prefill", 11) &&
+        o->protocol == KH_PROTO_OFFICIAL) {
+        o->warmup = 1;
+        o->iters = 5;
+        o->trials = 3;
+    }
+}
+
 const char *kh_protocol_name(kh_protocol p)
 {
     return p == KH_PROTO_OFFICIAL ? "official" : p == KH_PROTO_SCREEN ? "screen" : "precise";

@@ -50,6 +50,10 @@ typedef struct kh_bench_opts {
     int use_events;            /* time with CUDA events even if CUPTI is there */
 } kh_bench_opts;
 
+/* The contest's per-definition flags (fib-harness.md §3): GDN prefill runs
+ * with warmup 1, iters 5, trials 3.  Tolerances are the comparison's. */
+void kh_bench_definition_flags(const char *definition, kh_bench_opts *o);
+
 /* Defaults for a protocol. */
 void kh_bench_defaults(kh_protocol p, kh_bench_opts *o);
 const char *kh_protocol_name(kh_protocol p);
