@@ -12,7 +12,8 @@
  *
  * Every finished call yields a transcript: a JSON record plus the raw bytes of
  * the last attempt's response stream.  API keys are read from the environment
- * at send time, sent, and redacted from everything recorded.
+ * at send time, sent, and redacted from everything recorded (the call's own
+ * key and the values of ANTHROPIC_API_KEY, OPENAI_API_KEY, KHLUA_API_KEY).
  *
  * Request (JSON object; unknown top-level fields are errors, so typos show):
  *   provider   "openai" | "openai-responses" | "anthropic" | "compat" |
@@ -57,7 +58,8 @@
  *   text, reasoning, finish_reason, truncated (cut by the token limit),
  *   usage {input, output, cache_read, cache_write, reasoning, total, raw},
  *   latency_s, first_token_s, retries, attempts [{http_status, error, delay_s,
- *   latency_s}], request (the wire body), request_headers (keys redacted),
+ *   latency_s}], request (the wire body; command and replay: the caller's
+ *   request), request_headers (keys redacted),
  *   response_headers, request_id, http_status, raw_bytes, warnings [...],
  *   error {kind, code, message, http_status, type} when ok is false.
  *   error.kind: "http" (not retryable), "quota" (spend limit: stop), "retries"
