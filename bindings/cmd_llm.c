@@ -370,6 +370,7 @@ static int ask(kh_engine *e, int argc, char **argv)
         const char *t = json_string_value(json_object_get(rec, "text"));
         if (t && *t && t[strlen(t) - 1] != '\n')
             putchar('\n');
+        fflush(stdout); /* the reply before the notes on stderr */
         const char *ws = json_string_value(
             json_object_get(json_object_get(rec, "command"), "workspace"));
         if (ws)
