@@ -16,6 +16,7 @@ struct put_arg {
     const char *raw;
     size_t raw_len;
     char *id;
+    json_t *keep; /* the files' contents, moved out of rec, alive until update returns */
 };
 
 static kh_status put_cb(kh_store_txn *tx, void *p, kh_err *err)
@@ -34,6 +35,22 @@ static kh_status put_cb(kh_store_txn *tx, void *p, kh_err *err)
             return err->code;
         kh_hash_hex(&h, hx);
         json_object_set_new(a->rec, "response_blob", json_string(hx));
+    }
+    /* An agent's files (up to 1 MiB each) go to blobs too: the record stays
+     * small, and a file the next call leaves unchanged is stored once.  The
+     * strings are the record's own, alive until update returns. */
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(a->rec, "files"), i, f) {
+        json_t *c = json_object_get(f, "content");
+        if (!json_is_string(c))
+            continue;
+        if (kh_store_txn_put_blob(tx, json_string_value(c), json_string_length(c), &h, err))
+            return err->code;
+        kh_hash_hex(&h, hx);
+        json_object_set_new(f, "content_blob", json_string(hx));
+        json_array_append(a->keep, c);
+        json_object_del(f, "content");
     }
     return kh_store_txn_put(tx, a->rec, 0, a->id, err);
 }
@@ -97,10 +114,13 @@ kh_status kh_llm_store_put(kh_store *s, const json_t *record, const char *raw, s
         }
         json_object_del(rec, "request");
     }
-    /* req and raw stay valid until update returns (a map growth replays) */
-    struct put_arg a = {rec, req, req ? strlen(req) : 0, raw, raw ? raw_len : 0, id};
-    kh_status st = kh_store_update(s, put_cb, &a, err);
+    /* req, raw and the files' contents stay valid until update returns (a
+     * map growth replays the writes from them) */
+    struct put_arg a = {rec, req, req ? strlen(req) : 0, raw, raw ? raw_len : 0, id, json_array()};
+    kh_status st = a.keep ? kh_store_update(s, put_cb, &a, err)
+                          : kh_err_set(err, KH_ENOMEM, "out of memory");
     free(req);
+    json_decref(a.keep);
     json_decref(rec);
     return st;
 }

@@ -8,6 +8,7 @@
  *   "ticket"); status = "ok", or error.kind when the call failed;
  *   request (the wire body) -> request_blob (its compact JSON);
  *   the raw stream -> response_blob (absent when the call got no bytes);
+ *   files[i].content (an agent's files) -> files[i].content_blob;
  *   model = the request's, else "command:<argv[0]>" or "replay";
  *   run / round = the request's, else the recorder's defaults.
  * Keys never reach the store: the client redacts the record and the raw

@@ -297,6 +297,10 @@ T.test("keys are redacted before the store sees them, and never stored", functio
     T.ok(not db:get_blob(rec[f]):find(key, 1, true), "key in " .. f)
   end
   T.match(db:get_blob(rec.response_blob), "key=%*+")
+  -- the agent's file went to a blob, redacted like the rest
+  T.eq(rec.files[1].path, "k.txt")
+  T.eq(rec.files[1].content, nil)
+  T.eq(db:get_blob(rec.files[1].content_blob), ("*"):rep(#key) .. "\n")
   db:close()
   rm(dir)
 end)
