@@ -117,6 +117,11 @@ T.test("record_to checks its arguments; a closed store shows on the result", fun
   assert(kh.llm.record_to(db2))
   r = chat(agent_req("p", "a", { run = "run-NOSUCH" }))
   T.match(r.store_error, "run%-NOSUCH")
+  -- a call that finishes inside a transaction on the same store cannot nest a write
+  db2:update(function()
+    r = chat(agent_req("p", "a"))
+  end)
+  T.match(r.store_error, "transaction is already open")
   kh.llm.record_to(nil)
   db2:close()
   rm(dir)
