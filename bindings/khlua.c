@@ -23,6 +23,7 @@ static const kh_command commands[] = {
     {"worker", "a worker process (started by khlua itself)", kh_cmd_worker},
     {"task", "check task files, packages and FlashInfer-Bench datasets", kh_cmd_task},
     {"compile", "compile a CUDA file with NVRTC and show its kernels' resources", kh_cmd_compile},
+    {"profile", "profiler metrics and the bottleneck state of a launch list", kh_cmd_profile},
 };
 
 static lua_State *g_L;
