@@ -274,6 +274,15 @@ kh_status kh_ncu_run(const kh_ncu_opts *o, json_t **result, kh_err *err)
 
     const char *argv[64];
     int a = 0;
+    /* ncu preloads its injection library into the target; a sanitizer build
+     * of khlua would refuse that ("ASan runtime does not come first") and
+     * report the CUDA driver's allocations at exit.  Harmless otherwise. */
+    char asan[1024];
+    const char *prev = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0:detect_leaks=0",
+             prev ? prev : "", prev && *prev ? ":" : "");
+    argv[a++] = "env";
+    argv[a++] = asan;
     argv[a++] = ncu;
     /* Never lock base clocks: durations must stay comparable with the
      * contest's timing (gpu-facts.md §4). */
