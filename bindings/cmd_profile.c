@@ -101,6 +101,15 @@ static double num(const json_t *o, const char *k)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* A right-aligned number, or "-" when unknown. */
+static void cell(char *buf, int width, int prec, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, 24, "%*.*f", width, prec, v);
+    else
+        snprintf(buf, 24, "%*s", width, "-");
+}
+
 static void print_report(const json_t *rep)
 {
     const json_t *gpu = json_object_get(rep, "gpu");
@@ -126,11 +135,15 @@ static void print_report(const json_t *rep)
     const json_t *k;
     json_array_foreach(json_object_get(rep, "kernels"), i, k) {
         const json_t *m = json_object_get(k, "metrics"), *s = json_object_get(k, "state");
-        printf("%-3zu %-24.24s %10.2f %6.1f %6.1f %6.1f %6.1f %7.1f  %s\n", i,
-               str_or(k, "kernel", "?"), num(s, "time_ns") / 1e3, num(s, "sm_pct"),
-               num(s, "mem_pct"), num(s, "dram_pct"),
-               num(m, "sm__warps_active.avg.pct_of_peak_sustained_active"),
-               num(s, "occupancy_pct"), str_or(s, "signature", "?"));
+        char c[6][24];
+        cell(c[0], 10, 2, num(s, "time_ns") / 1e3);
+        cell(c[1], 6, 1, num(s, "sm_pct"));
+        cell(c[2], 6, 1, num(s, "mem_pct"));
+        cell(c[3], 6, 1, num(s, "dram_pct"));
+        cell(c[4], 6, 1, num(m, "sm__warps_active.avg.pct_of_peak_sustained_active"));
+        cell(c[5], 7, 1, num(s, "occupancy_pct"));
+        printf("%-3zu %-24.24s %s %s %s %s %s %s  %s\n", i, str_or(k, "kernel", "?"), c[0],
+               c[1], c[2], c[3], c[4], c[5], str_or(s, "signature", "?"));
     }
     const json_t *t = json_object_get(rep, "timing");
     if (t)

@@ -132,6 +132,11 @@ kh_status kh_ncu_parse_csv(const char *t, size_t len, json_t **kernels, kh_err *
     }
     long c_id = col(&h, "ID"), c_name = col(&h, "Kernel Name"), c_grid = col(&h, "Grid Size"),
          c_block = col(&h, "Block Size");
+    /* The details page (and older exports) is long: one row per metric,
+     * with "Metric Name", "Metric Unit" and "Metric Value"; read it too. */
+    long c_mname = col(&h, "Metric Name"), c_mval = col(&h, "Metric Value"),
+         c_munit = col(&h, "Metric Unit");
+    int long_form = c_mname >= 0 && c_mval >= 0;
     if (c_name < 0) {
         row_free(&h);
         return kh_err_set(err, KH_EPARSE, "ncu CSV: no \"Kernel Name\" column");
@@ -158,6 +163,37 @@ kh_status kh_ncu_parse_csv(const char *t, size_t len, json_t **kernels, kh_err *
             st = kh_err_set(err, KH_EPARSE, "ncu CSV: record %zu has %zu fields, the header %zu",
                             line, r.n, h.n);
             break;
+        }
+        if (long_form) {
+            json_t *last = json_array_get(out, json_array_size(out) - 1);
+            const char *lid = json_string_value(json_object_get(last, "_id"));
+            const char *rid = c_id >= 0 ? r.f[c_id] : "";
+            if (!last || !lid || strcmp(lid, rid)) {
+                double id;
+                last = json_pack("{s:s, s:s, s:{}, s:{}}", "_id", rid, "kernel", r.f[c_name],
+                                 "metrics", "units");
+                if (kh_bn_parse_number(rid, &id))
+                    json_object_set_new(last, "id", json_integer((json_int_t)id));
+                if (c_grid >= 0)
+                    json_object_set_new(last, "grid", json_string(r.f[c_grid]));
+                if (c_block >= 0)
+                    json_object_set_new(last, "block", json_string(r.f[c_block]));
+                json_array_append_new(out, last);
+            }
+            const char *name = r.f[c_mname];
+            double v;
+            if (name[0]) {
+                json_t *m = json_object_get(last, "metrics");
+                if (kh_bn_parse_number(r.f[c_mval], &v))
+                    json_object_set_new(m, name, json_real(v));
+                else if (r.f[c_mval][0])
+                    json_object_set_new(m, name, json_string(r.f[c_mval]));
+                if (c_munit >= 0 && r.f[c_munit][0])
+                    json_object_set_new(json_object_get(last, "units"), name,
+                                        json_string(r.f[c_munit]));
+            }
+            row_free(&r);
+            continue;
         }
         /* The units row: no ID. */
         if (!units && c_id >= 0 && !r.f[c_id][0]) {
@@ -194,6 +230,10 @@ kh_status kh_ncu_parse_csv(const char *t, size_t len, json_t **kernels, kh_err *
     row_free(&r);
     row_free(&h);
     json_decref(units);
+    size_t i;
+    json_t *k;
+    json_array_foreach(out, i, k)
+        json_object_del(k, "_id");
     if (st) {
         json_decref(out);
         return st;

@@ -387,22 +387,28 @@ static kh_status m_profile(kh_worker *w, const json_t *params, const unsigned ch
     json_object_set_new(res, "launches", launch_info(s, slot, &l));
 
     kh_rprof *rp = profiler(w);
+    char why[600] = "";
     if (rp) {
         kh_rprof_opts o = {names, nm, replay && !strcmp(replay, "kernel")};
         json_t *pr = NULL;
         st = kh_rprof_run(rp, &l, &o, &pr, err);
-        if (st == KH_EUNSUPPORTED) {
-            /* e.g. counters refused at Enable: a verdict, not a failure */
+        if (!st) {
+            json_object_set_new(res, "profiler", pr);
+        } else if (st == KH_EUNSUPPORTED) {
+            /* e.g. counters refused at Enable: remembered, a verdict */
             snprintf(s->no_counters, sizeof s->no_counters, "%s", err->msg);
             st = KH_OK;
-        } else if (!st) {
-            json_object_set_new(res, "profiler", pr);
+        } else if (st == KH_ECUDA && !kh_gpu_poisoned(s->g)) {
+            /* A CUPTI failure costs this call its counters, not its
+             * timing; the reason travels with the state. */
+            snprintf(why, sizeof why, "range profiler failed: %s", err->msg);
+            st = KH_OK;
         }
     }
     json_t *prof = json_object_get(res, "profiler");
     json_object_set_new(res, "counters", json_boolean(prof != NULL));
     if (!prof)
-        json_object_set_new(res, "why", json_string(s->no_counters));
+        json_object_set_new(res, "why", json_string(why[0] ? why : s->no_counters));
 
     /* Timings flow with or without counters: events (no CUPTI here), cold
      * L2, the screen protocol's stop rule. */

@@ -347,6 +347,24 @@ static void test_ncu_csv(void **state)
     assert_string_equal(s.kind, "compute-bound");
     json_decref(ks);
 
+    /* the long form (details page: a row per metric) reads the same */
+    free(text);
+    text = slurp("details_copy.csv", &n);
+    if (kh_ncu_parse_csv(text, n, &ks, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(json_array_size(ks), 2);
+    kh_bn_metrics_from_json(json_object_get(json_array_get(ks, 0), "metrics"), &m);
+    kh_bn_classify(&m, NULL, NULL, NULL, &s);
+    assert_string_equal(s.signature, "memory-bound dram 83%");
+    assert_true(m.time_ns == 534848.0);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ks, 1), "kernel")),
+                        "chase");
+    /* ncu's waves decide "small grid" without launch context */
+    kh_bn_metrics_from_json(json_object_get(json_array_get(ks, 1), "metrics"), &m);
+    kh_bn_classify(&m, NULL, NULL, NULL, &s);
+    assert_string_equal(s.kind, "small-grid");
+    json_decref(ks);
+
     /* malformed input: named, never a crash */
     const char *bad[] = {
         "==PROF== nothing profiled\n",

@@ -158,7 +158,8 @@ static void test_copy_is_memory_bound_and_ncu_agrees(void **state)
     snprintf(extra, sizeof extra, "%s/bin", kh_engine_cuda_home(engine));
     char *ncu = kh_which("ncu", extra);
     json_t *rep = profile(copy_spec(), NULL, ncu != NULL, 2.0 * COPY_BYTES);
-    assert_true(json_is_true(json_object_get(rep, "counters")));
+    if (!json_is_true(json_object_get(rep, "counters")))
+        fail_msg("no counters: %s", json_string_value(json_object_get(rep, "why")));
     const json_t *s = kstate(rep, 0);
     row("chip %s, %lld passes, setup %.2f s, collect %.2f s; peaks: copy %.0f GB/s\n",
         json_string_value(json_object_get(rep, "chip")),
