@@ -44,7 +44,53 @@ struct kh_rprof {
     char chip[64];
     uint8_t *avail;
     size_t avail_n;
+    /* the L2 sweep (see flush_l2) */
+    int sweep_tried;
+    CUmodule sweep_mod;
+    CUfunction sweep_fn;
+    CUdeviceptr sweep_buf;
+    size_t sweep_words;
 };
+
+/* A kernel that reads n 32-bit words (grid-stride) and keeps the loads alive
+ * with a store that practically never happens.  Hand-written PTX, JIT-ed by
+ * the driver: the worker needs no compiler for it. */
+static const char sweep_ptx[] =
+    ".version 7.0\n"
+    ".target sm_75\n"
+    ".address_size 64\n"
+    ".visible .entry kh_l2_sweep(.param .u64 p, .param .u64 n)\n"
+    "{\n"
+    "  .reg .pred %p<3>;\n"
+    "  .reg .b32 %r<8>;\n"
+    "  .reg .b64 %rd<10>;\n"
+    "  ld.param.u64 %rd1, [p];\n"
+    "  ld.param.u64 %rd2, [n];\n"
+    "  mov.u32 %r1, %ctaid.x;\n"
+    "  mov.u32 %r2, %ntid.x;\n"
+    "  mov.u32 %r3, %tid.x;\n"
+    "  mov.u32 %r4, %nctaid.x;\n"
+    "  mul.wide.u32 %rd3, %r1, %r2;\n"
+    "  cvt.u64.u32 %rd4, %r3;\n"
+    "  add.u64 %rd3, %rd3, %rd4;\n"
+    "  mul.wide.u32 %rd5, %r4, %r2;\n"
+    "  mov.u32 %r5, 0;\n"
+    "LOOP:\n"
+    "  setp.ge.u64 %p1, %rd3, %rd2;\n"
+    "  @%p1 bra DONE;\n"
+    "  shl.b64 %rd6, %rd3, 2;\n"
+    "  add.u64 %rd7, %rd1, %rd6;\n"
+    "  ld.global.u32 %r6, [%rd7];\n"
+    "  xor.b32 %r5, %r5, %r6;\n"
+    "  add.u64 %rd3, %rd3, %rd5;\n"
+    "  bra LOOP;\n"
+    "DONE:\n"
+    "  setp.ne.u32 %p2, %r5, 1234567891;\n"
+    "  @%p2 bra END;\n"
+    "  st.global.u32 [%rd1], %r5;\n"
+    "END:\n"
+    "  ret;\n"
+    "}\n";
 
 /* Failures that mean "this machine does not let us count", not "bug". */
 static int no_counters(CUptiResult r)
@@ -192,8 +238,14 @@ void kh_rprof_close(kh_rprof *p)
             .structSize = CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE};
         p->cuptiProfilerDeInitialize(&dp);
     }
-    if (p->ctx_retained && !kh_gpu_poisoned(p->g))
-        kh_gpu_api(p->g)->cuDevicePrimaryCtxRelease(p->dev);
+    if (!kh_gpu_poisoned(p->g)) {
+        if (p->sweep_buf)
+            kh_gpu_api(p->g)->cuMemFree(p->sweep_buf);
+        if (p->sweep_mod)
+            kh_gpu_api(p->g)->cuModuleUnload(p->sweep_mod);
+        if (p->ctx_retained)
+            kh_gpu_api(p->g)->cuDevicePrimaryCtxRelease(p->dev);
+    }
     free(p->avail);
     /* The libraries stay loaded: CUPTI may keep threads and callbacks inside
      * them until the process exits. */
@@ -352,6 +404,50 @@ static kh_status launch_one(kh_rprof *p, kh_launch_list *l, size_t i, kh_err *er
     return KH_OK;
 }
 
+/* Cold L2 before a range, like ncu's --cache-control all.  A write flush
+ * (kh_gpu_flush_l2's memset) would leave 2 x L2 of dirty lines whose
+ * write-back the next range would count as its own DRAM writes (up to the L2
+ * size: a 10 MB kernel would read as several times its traffic).  So: a
+ * kernel that reads 2 x L2, leaving clean lines; the memset only when that
+ * kernel cannot be loaded.  Returns the method used. */
+static const char *flush_l2(kh_rprof *p, kh_err *err, kh_status *st)
+{
+    const kh_cuda_api *cu = kh_gpu_api(p->g);
+    if (!p->sweep_tried) {
+        p->sweep_tried = 1;
+        size_t bytes = 2 * kh_gpu_l2_bytes(p->g);
+        if (!bytes)
+            bytes = 128u << 20;
+        CUmodule mod;
+        if (cu->cuModuleLoadData(&mod, sweep_ptx) == CUDA_SUCCESS) {
+            if (cu->cuModuleGetFunction(&p->sweep_fn, mod, "kh_l2_sweep") == CUDA_SUCCESS &&
+                cu->cuMemAlloc(&p->sweep_buf, bytes) == CUDA_SUCCESS &&
+                cu->cuMemsetD8(p->sweep_buf, 0x5a, bytes) == CUDA_SUCCESS) {
+                p->sweep_mod = mod;
+                p->sweep_words = bytes / 4;
+            } else {
+                if (p->sweep_buf)
+                    cu->cuMemFree(p->sweep_buf);
+                p->sweep_buf = 0;
+                cu->cuModuleUnload(mod);
+            }
+        }
+    }
+    if (p->sweep_mod) {
+        void *args[] = {&p->sweep_buf, &p->sweep_words};
+        json_t *info = kh_gpu_info(p->g);
+        unsigned sms = (unsigned)json_integer_value(json_object_get(info, "sms"));
+        json_decref(info);
+        *st = kh_gpu_check(p->g,
+                           cu->cuLaunchKernel(p->sweep_fn, (sms ? sms : 132) * 8, 1, 1, 256, 1,
+                                              1, 0, kh_gpu_stream(p->g), args, NULL),
+                           "cuLaunchKernel (L2 sweep)", err);
+        return "read-sweep";
+    }
+    *st = kh_gpu_flush_l2(p->g, err);
+    return "memset";
+}
+
 kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, json_t **out,
                        kh_err *err)
 {
@@ -369,6 +465,7 @@ kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, j
     size_t nused = 0, passes = 0, dropped_ranges = 0, nranges = 0;
     int enabled = 0;
     double t_collect = 0;
+    const char *flush = "none";
     if (!used || !vals) {
         st = kh_err_set(err, KH_ENOMEM, "out of memory");
         goto out;
@@ -447,7 +544,8 @@ kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, j
             }
             /* Cold L2 before each range, like ncu's --cache-control all; the
              * flush lies outside the range, so it is not counted. */
-            if ((st = kh_gpu_flush_l2(p->g, err)))
+            flush = flush_l2(p, err, &st);
+            if (st)
                 goto out;
             char name[160];
             snprintf(name, sizeof name, "%zu:%s", i, l->launches[i].kernel);
@@ -547,11 +645,11 @@ out:
         json_t *names = json_array();
         for (size_t k = 0; k < nused; k++)
             json_array_append_new(names, json_string(used[k]));
-        *out = json_pack("{s:s, s:s, s:I, s:o, s:O, s:O, s:I, s:b, s:f, s:f}", "chip",
+        *out = json_pack("{s:s, s:s, s:I, s:o, s:O, s:O, s:I, s:s, s:f, s:f}", "chip",
                          p->chip, "replay", o->kernel_replay ? "kernel" : "user", "passes",
                          (json_int_t)passes, "metrics", names, "dropped", dropped, "ranges",
                          ranges, "dropped_ranges", (json_int_t)dropped_ranges, "l2_flush",
-                         !o->kernel_replay, "setup_s", kh_now() - t0 - t_collect, "collect_s",
+                         flush, "setup_s", kh_now() - t0 - t_collect, "collect_s",
                          t_collect);
     }
     json_decref(dropped);
