@@ -409,8 +409,10 @@ static kh_status launch_one(kh_rprof *p, kh_launch_list *l, size_t i, kh_err *er
  * write-back the next range would count as its own DRAM writes (up to the L2
  * size: a 10 MB kernel would read as several times its traffic).  So: a
  * kernel that reads 2 x L2, leaving clean lines; the memset only when that
- * kernel cannot be loaded.  Returns the method used. */
-static const char *flush_l2(kh_rprof *p, kh_err *err, kh_status *st)
+ * kernel cannot be loaded.  sweep_init runs before the profiler is enabled
+ * (no module load or allocation inside a pass); flush_l2 returns the method
+ * used. */
+static void sweep_init(kh_rprof *p)
 {
     const kh_cuda_api *cu = kh_gpu_api(p->g);
     if (!p->sweep_tried) {
@@ -433,6 +435,11 @@ static const char *flush_l2(kh_rprof *p, kh_err *err, kh_status *st)
             }
         }
     }
+}
+
+static const char *flush_l2(kh_rprof *p, kh_err *err, kh_status *st)
+{
+    const kh_cuda_api *cu = kh_gpu_api(p->g);
     if (p->sweep_mod) {
         void *args[] = {&p->sweep_buf, &p->sweep_words};
         json_t *info = kh_gpu_info(p->g);
@@ -470,6 +477,8 @@ kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, j
         st = kh_err_set(err, KH_ENOMEM, "out of memory");
         goto out;
     }
+    if (!o->kernel_replay)
+        sweep_init(p);
     if ((st = config(p, s, o, used, &nused, dropped, err)))
         goto out;
     kh_host_num_passes np = {.structSize = KH_SZ(kh_host_num_passes, numOfPasses)};
