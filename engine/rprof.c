@@ -486,6 +486,10 @@ kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, j
     np.pConfigImage = s->config;
     CK(p->cuptiProfilerHostGetNumOfPasses(&np), "cuptiProfilerHostGetNumOfPasses");
 
+    /* Before the profiler is enabled: no allocation inside a session. */
+    if (!o->kernel_replay && (st = snapshot(p, s, l, err)))
+        goto out;
+
     CUpti_RangeProfiler_Enable_Params ep = {
         .structSize = CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
     ep.ctx = p->ctx;
@@ -531,8 +535,6 @@ kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, j
     sc.targetNestingLevel = 1;
     CK(p->cuptiRangeProfilerSetConfig(&sc), "cuptiRangeProfilerSetConfig");
 
-    if (!o->kernel_replay && (st = snapshot(p, s, l, err)))
-        goto out;
     if ((st = kh_gpu_sync(p->g, err)))
         goto out;
     double tc = kh_now();
