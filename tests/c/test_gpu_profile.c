@@ -45,7 +45,7 @@ static unsigned char *cubin;
 static size_t cubin_len;
 static char table[8192];
 
-static void row(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static void row(const char *fmt, ...)
 {
     size_t l = strlen(table);
     va_list ap;
