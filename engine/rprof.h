@@ -9,8 +9,9 @@
  * Two replay modes:
  *   user    (default) user range + user replay: the list runs once per pass;
  *           every buffer is snapshotted first and restored before each pass
- *           (so in-place kernels are safe), and L2 is flushed before each
- *           range, as ncu's --cache-control all does;
+ *           (so in-place kernels are safe), and L2 is made cold before each
+ *           range by a kernel that reads 2 x L2 (rprof.c says why not a
+ *           memset), as ncu's --cache-control all does;
  *   kernel  auto range + kernel replay: CUPTI replays each kernel, saving and
  *           restoring memory itself; no snapshot, no flush.
  * Sequence (gpu-facts.md §3): ProfilerInitialize, DeviceGetChipName,
@@ -48,7 +49,8 @@ typedef struct kh_rprof_opts {
  *   {"chip", "replay", "passes", "metrics": [names used],
  *    "dropped": [{"metric", "why"}],   metrics this chip does not know
  *    "ranges": [{"index", "kernel", "range", "metrics": {name: value}}],
- *    "dropped_ranges", "l2_flush", "setup_s", "collect_s"}
+ *    "dropped_ranges", "l2_flush": "read-sweep" | "memset" | "none",
+ *    "setup_s", "collect_s"}
  * Unknown metric names are dropped and listed, not fatal (the list is
  * configurable and names drift between versions).  The device must be idle
  * of other work of this process. */
