@@ -85,7 +85,7 @@ static json_t *measure_peaks(kh_gpu *g)
         }
         st = kh_gpu_memset8(g, a.ptr, 0x3c, bytes, &err);
         copy_target ct = {g, a.ptr, b.ptr, bytes};
-        kh_bench_target t = {ct_call, NULL, &ct};
+        kh_bench_target t = {.call = ct_call, .ctx = &ct};
         kh_bench_opts o;
         kh_bench_defaults(KH_PROTO_SCREEN, &o);
         o.max_iters = 20;
@@ -413,7 +413,7 @@ static kh_status m_profile(kh_worker *w, const json_t *params, const unsigned ch
     /* Timings flow with or without counters: events (no CUPTI here), cold
      * L2, the screen protocol's stop rule. */
     if (!st && !json_is_false(json_object_get(params, "time"))) {
-        kh_bench_target t = {lt_call, NULL, &l};
+        kh_bench_target t = {.call = lt_call, .ctx = &l};
         kh_bench_opts bo;
         kh_bench_defaults(KH_PROTO_SCREEN, &bo);
         bo.use_events = 1;
