@@ -43,6 +43,12 @@ void kh_lua_push_tensor(lua_State *L, kh_engine *e, struct kh_tensor *t);
  * pointer stays valid while the userdata is open and reachable. */
 struct kh_tensor *kh_lua_check_tensor(lua_State *L, int idx);
 
+/* ---- stores (l_store.c) --------------------------------------------------- */
+struct kh_store;
+/* The open kh.Store at idx for one call made outside its transactions;
+ * raises on a wrong type, a closed store, or inside db:update/db:view. */
+struct kh_store *kh_lua_check_store(lua_State *L, int idx);
+
 /* ---- modules: push the module table ------------------------------------ */
 void kh_open_json(lua_State *L, kh_engine *e);
 void kh_open_time(lua_State *L, kh_engine *e);

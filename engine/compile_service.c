@@ -500,7 +500,7 @@ static kh_status check_kernels(const kh_compile_req *req, kh_artifact *a, kh_err
 static void verdict(kh_compile_service *s, kh_store *store, job *j, kh_status st,
                     const kh_err *err, kh_artifact *a)
 {
-    if (a && store && (st == KH_OK || (st == KH_ECOMPILE && !a->ok)))
+    if (a && store && !j->req->no_cache && (st == KH_OK || (st == KH_ECOMPILE && !a->ok)))
         store_put(s, store, j->req, a);
     kh_err kerr = *err;
     if (st == KH_OK && a)
@@ -515,6 +515,7 @@ static void prepare(kh_compile_service *s, kh_store *store, job *j)
     kh_err err;
     kh_status st;
     s->st.jobs++;
+    double t0 = kh_now();
     if ((st = kh_compile_key(s->local, req, j->key, &err))) {
         finish(j, st, &err, NULL);
         return;
@@ -525,6 +526,7 @@ static void prepare(kh_compile_service *s, kh_store *store, job *j)
         j->hash[2 * i + 1] = hx[j->key[i] & 15];
     }
     j->hash[32] = '\0';
+    double tk = kh_now() - t0, tc = kh_now();
     if (!req->trusted) {
         const char *name = req->name && req->name[0] ? req->name : "candidate.cu";
         kh_srccheck_opts so = {.name = name, .max_bytes = req->max_source_bytes,
@@ -547,8 +549,12 @@ static void prepare(kh_compile_service *s, kh_store *store, job *j)
     }
     if (store && !req->no_cache) {
         kh_artifact *a = NULL;
+        tc = kh_now() - tc;
         st = store_get(s, store, j->hash, &a, &err);
         if (st != KH_ENOTFOUND) {
+            /* this answer's timings, as for an in-memory hit (the record
+             * keeps the compile's) */
+            a->t = (kh_compile_timings){.check = tc, .key = tk, .total = kh_now() - t0};
             if (st == KH_OK)
                 st = check_kernels(req, a, &err);
             finish(j, st, &err, a);
