@@ -8,6 +8,8 @@
 #include "srccheck.h"
 #include "supervisor.h"
 
+#include <dirent.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,46 @@ struct kh_compile_service {
     server_slot slot[KH_COMPILE_SERVICE_MAX_SERVERS];
     double grace;
     kh_compile_service_stats st;
+    /* The servers' TMPDIR: NVRTC keeps its automatic PCH in
+     * $TMPDIR/__nvrtc_auto_pch_<pid>_N/ and removes it at a clean exit only,
+     * so a killed server's files are removed here (local servers only). */
+    char tmp[600];
+    char tmp_env[620];
+    const char **env;
 };
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Remove what a dead server left in the servers' TMPDIR. */
+static void remove_pch_of(kh_compile_service *s, int pid)
+{
+    if (!s->tmp[0] || pid <= 0)
+        return;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "__nvrtc_auto_pch_%d_", pid);
+    DIR *d = opendir(s->tmp);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)))
+            continue;
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", s->tmp, de->d_name);
+        rm_tree(path);
+    }
+    closedir(d);
+}
 
 size_t kh_compile_service_default_servers(void)
 {
@@ -68,9 +109,37 @@ kh_compile_service *kh_compile_service_new(kh_engine *e, const kh_compile_servic
         return NULL;
     }
     if (!o->in_process) {
+        const char *const *env = o->env;
+        if (!o->launch || !o->launch[0]) {
+            /* a TMPDIR of this service's own (a remote launch has its own disks) */
+            const char *t = getenv("TMPDIR");
+            snprintf(s->tmp, sizeof s->tmp, "%s/khlua-csrv-XXXXXX", t && t[0] ? t : "/tmp");
+            size_t ne = 0;
+            while (o->env && o->env[ne])
+                ne++;
+            int made = mkdtemp(s->tmp) != NULL;
+            if (!made || !(s->env = calloc(ne + 2, sizeof *s->env))) {
+                kh_err_set(err, made ? KH_ENOMEM : KH_EIO, "compile service: cannot make a "
+                           "temporary folder for the servers under %s",
+                           t && t[0] ? t : "/tmp");
+                if (made)
+                    rmdir(s->tmp);
+                kh_compile_free(s->local);
+                free(s);
+                return NULL;
+            }
+            for (size_t i = 0; i < ne; i++)
+                s->env[i] = o->env[i];
+            snprintf(s->tmp_env, sizeof s->tmp_env, "TMPDIR=%s", s->tmp);
+            s->env[ne] = s->tmp_env;
+            env = s->env;
+        }
         kh_wproc_opts wo = {.role = "compile", .launch = o->launch, .exe = o->exe,
-                            .env = o->env, .hello_timeout_s = 60};
+                            .env = env, .hello_timeout_s = 60};
         if (!(s->pool = kh_pool_new(&wo, n, err))) {
+            if (s->tmp[0])
+                rm_tree(s->tmp);
+            free(s->env);
             kh_compile_free(s->local);
             free(s);
             return NULL;
@@ -86,6 +155,9 @@ void kh_compile_service_free(kh_compile_service *s)
     if (!s)
         return;
     kh_pool_free(s->pool);
+    if (s->tmp[0])
+        rm_tree(s->tmp); /* the servers are gone: nothing of theirs is in use */
+    free(s->env);
     kh_compile_free(s->local);
     free(s);
 }
@@ -101,6 +173,8 @@ void kh_compile_service_stats_get(const kh_compile_service *s, kh_compile_servic
         st->timeouts = ps.timeouts;
     }
 }
+
+const char *kh_compile_service_tmpdir(const kh_compile_service *s) { return s->tmp; }
 
 int kh_compile_service_server_pid(const kh_compile_service *s, size_t i)
 {
@@ -688,6 +762,7 @@ static void server_answer(kh_compile_service *s, kh_store *store, job *j, kh_poo
         return;
     }
     s->slot[d->slot].pid = 0; /* its PCH died with it */
+    remove_pch_of(s, d->pid);
     char log[1400];
     kh_status st;
     if (d->d.status == KH_ETIMEOUT) {

@@ -26,6 +26,10 @@
  * has no servers and compiles in this process (isolated for model-written
  * source); the store cache works the same.
  *
+ * Local servers get a TMPDIR of the service's own (NVRTC keeps its PCH files
+ * there); what a killed server leaves is removed, and the folder with the
+ * service.
+ *
  * Not thread-safe: one caller at a time.  The store (when given) is the
  * caller's and must stay open during the call. */
 #ifndef KH_COMPILE_SERVICE_H
@@ -43,7 +47,8 @@ typedef struct kh_compile_service_opts {
     int in_process;          /* 1: no servers; compile here */
     const char *launch;      /* worker launch template (supervisor.h); NULL: local */
     const char *exe;         /* NULL: this executable */
-    const char *const *env;  /* extra environment for the servers, NULL-terminated */
+    const char *const *env;  /* extra environment for the servers, NULL-terminated;
+                                must outlive the service */
     double grace_s;          /* past a job's deadline before its server is killed; 0: 2 s */
 } kh_compile_service_opts;
 
@@ -87,6 +92,10 @@ void kh_compile_service_stats_get(const kh_compile_service *s, kh_compile_servic
 
 /* The pid of the live server in slot i (0: none running there). */
 int kh_compile_service_server_pid(const kh_compile_service *s, size_t i);
+
+/* The servers' TMPDIR ("" when there is none: in process, or a custom launch).
+ * Valid until the service is freed, which removes it. */
+const char *kh_compile_service_tmpdir(const kh_compile_service *s);
 
 /* ---- the wire form, shared with the compile role (role_compile.c) -------- */
 /* The request's fields as JSON (the source travels as the payload). */

@@ -9,6 +9,7 @@
 
 #include "compile_service.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,6 +293,21 @@ static void wait_dead(int pid)
     fail_msg("process %d did not die", pid);
 }
 
+/* 1 if dir holds NVRTC's PCH folder of process pid. */
+static int has_pch_of(const char *dir, int pid)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "__nvrtc_auto_pch_%d_", pid);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    int found = 0;
+    while ((de = readdir(d)))
+        found |= !strncmp(de->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return found;
+}
+
 static void test_killed_server_is_replaced(void **state)
 {
     fx *f = *state;
@@ -335,6 +351,7 @@ static void test_killed_server_is_replaced(void **state)
         fail_msg("got: %s", err.msg);
     assert_non_null(strstr(a->log, "will be replaced"));
     assert_true(took < delay + 5);
+    assert_false(has_pch_of(kh_compile_service_tmpdir(s), pid));
     kh_artifact_free(a);
     a = build_ok(s, NULL, &req);
     assert_true(a->server_pid != pid);
@@ -370,12 +387,20 @@ static void test_hung_server_times_out(void **state)
     char src[4096];
     bf16_kernel(src, sizeof src, 16 + rand() % 2000, 2);
     kh_compile_req req = {.source = src, .source_len = strlen(src)};
-    kh_artifact_free(build_ok(s, NULL, &req));
+    a = build_ok(s, NULL, &req);
+    /* the servers' PCH files live in the service's folder: the live server
+     * has its own, and the folder goes with the service */
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s", kh_compile_service_tmpdir(s));
+    assert_true(tmp[0] != '\0');
+    assert_true(has_pch_of(tmp, a->server_pid));
+    kh_artifact_free(a);
     kh_compile_service_stats st;
     kh_compile_service_stats_get(s, &st);
     assert_int_equal(st.timeouts, 1);
     assert_int_equal(st.started, 2);
     kh_compile_service_free(s);
+    assert_int_not_equal(access(tmp, F_OK), 0);
 }
 
 static void test_two_servers_overlap(void **state)
