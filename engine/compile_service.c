@@ -52,6 +52,42 @@ static void rm_tree(const char *path)
     nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Folders of live services, removed at exit too: a Lua script that ends with
+ * os.exit never frees the services it holds.  Only the process that made a
+ * folder removes it (a forked child exiting must not). */
+#define MAX_LIVE 64
+static struct {
+    pid_t owner;
+    char path[600];
+} g_live[MAX_LIVE];
+static int g_atexit;
+
+static void remove_live_at_exit(void)
+{
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (g_live[i].path[0] && g_live[i].owner == getpid())
+            rm_tree(g_live[i].path);
+}
+
+static void live_add(const char *path)
+{
+    if (!g_atexit)
+        g_atexit = atexit(remove_live_at_exit) == 0;
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (!g_live[i].path[0]) {
+            g_live[i].owner = getpid();
+            snprintf(g_live[i].path, sizeof g_live[i].path, "%s", path);
+            return;
+        }
+}
+
+static void live_remove(const char *path)
+{
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (!strcmp(g_live[i].path, path))
+            g_live[i].path[0] = '\0';
+}
+
 /* Remove what a dead server left in the servers' TMPDIR. */
 static void remove_pch_of(kh_compile_service *s, int pid)
 {
@@ -130,6 +166,7 @@ kh_compile_service *kh_compile_service_new(kh_engine *e, const kh_compile_servic
             }
             for (size_t i = 0; i < ne; i++)
                 s->env[i] = o->env[i];
+            live_add(s->tmp);
             snprintf(s->tmp_env, sizeof s->tmp_env, "TMPDIR=%s", s->tmp);
             s->env[ne] = s->tmp_env;
             env = s->env;
@@ -137,8 +174,10 @@ kh_compile_service *kh_compile_service_new(kh_engine *e, const kh_compile_servic
         kh_wproc_opts wo = {.role = "compile", .launch = o->launch, .exe = o->exe,
                             .env = env, .hello_timeout_s = 60};
         if (!(s->pool = kh_pool_new(&wo, n, err))) {
-            if (s->tmp[0])
+            if (s->tmp[0]) {
                 rm_tree(s->tmp);
+                live_remove(s->tmp);
+            }
             free(s->env);
             kh_compile_free(s->local);
             free(s);
@@ -155,8 +194,10 @@ void kh_compile_service_free(kh_compile_service *s)
     if (!s)
         return;
     kh_pool_free(s->pool);
-    if (s->tmp[0])
+    if (s->tmp[0]) {
         rm_tree(s->tmp); /* the servers are gone: nothing of theirs is in use */
+        live_remove(s->tmp);
+    }
     free(s->env);
     kh_compile_free(s->local);
     free(s);
@@ -777,6 +818,11 @@ static void server_answer(kh_compile_service *s, kh_store *store, job *j, kh_poo
     }
     snprintf(log, sizeof log, "%s\n", err.msg);
     kh_artifact *a = bare_artifact(s, j, log);
+    if (a) {
+        a->served_by = "server";
+        a->server_pid = d->pid;
+        a->t.total = d->d.seconds;
+    }
     finish(j, a ? st : KH_ENOMEM, &err, a);
 }
 
