@@ -421,20 +421,12 @@ static void test_two_servers_overlap(void **state)
         assert_int_equal(r[i].status, KH_OK);
         kh_artifact_free(r[i].a);
     }
-    /* two cooperative-groups kernels: long enough that start-up is noise */
-    char src[2][1024];
+    /* two bf16 kernels (the first with these includes on each server: it
+     * creates the PCH, a few hundred ms, so pipe and start-up costs are noise) */
+    char src[2][4096];
     kh_compile_req req[2];
     for (int i = 0; i < 2; i++) {
-        snprintf(src[i], sizeof src[i],
-                 "#include <cooperative_groups.h>\n"
-                 "#include <cooperative_groups/reduce.h>\n"
-                 "namespace cg = cooperative_groups;\n"
-                 "extern \"C\" __global__ void r%d(const float *x, float *y) {\n"
-                 "  auto b = cg::this_thread_block();\n"
-                 "  auto t = cg::tiled_partition<32>(b);\n"
-                 "  float v = cg::reduce(t, x[b.thread_rank()] * %d.f, cg::plus<float>());\n"
-                 "  if (t.thread_rank() == 0) atomicAdd(y, v);\n"
-                 "}\n", i, rand() % 1000);
+        bf16_kernel(src[i], sizeof src[i], 16 + rand() % 2000, i);
         req[i] = (kh_compile_req){.source = src[i], .source_len = strlen(src[i]),
                                   .no_cache = 1, .deadline_s = 120};
     }
