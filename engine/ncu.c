@@ -114,6 +114,28 @@ static long col(const row *h, const char *name)
     return -1;
 }
 
+/* ncu prints times and sizes in whatever unit reads best ("usecond",
+ * "Mbyte"); the engine wants ns and bytes.  Returns the factor, and sets
+ * *norm to the unit the value is normalized to (u itself if unknown). */
+static double unit_scale(const char *u, const char **norm)
+{
+    static const struct {
+        const char *name, *norm;
+        double f;
+    } t[] = {
+        {"nsecond", "nsecond", 1}, {"usecond", "nsecond", 1e3}, {"msecond", "nsecond", 1e6},
+        {"second", "nsecond", 1e9}, {"byte", "byte", 1},        {"Kbyte", "byte", 1e3},
+        {"Mbyte", "byte", 1e6},     {"Gbyte", "byte", 1e9},     {"Tbyte", "byte", 1e12},
+    };
+    *norm = u;
+    for (size_t i = 0; u && i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(u, t[i].name)) {
+            *norm = t[i].norm;
+            return t[i].f;
+        }
+    return 1;
+}
+
 kh_status kh_ncu_parse_csv(const char *t, size_t len, json_t **kernels, kh_err *err)
 {
     *kernels = NULL;
@@ -141,7 +163,7 @@ kh_status kh_ncu_parse_csv(const char *t, size_t len, json_t **kernels, kh_err *
         row_free(&h);
         return kh_err_set(err, KH_EPARSE, "ncu CSV: no \"Kernel Name\" column");
     }
-    json_t *out = json_array(), *units = NULL;
+    json_t *out = json_array(), *units = NULL, *raw_units = NULL;
     kh_status st = KH_OK;
     size_t line = 1;
     for (;;) {
@@ -184,13 +206,16 @@ kh_status kh_ncu_parse_csv(const char *t, size_t len, json_t **kernels, kh_err *
             double v;
             if (name[0]) {
                 json_t *m = json_object_get(last, "metrics");
+                const char *unit = c_munit >= 0 && r.f[c_munit][0] ? r.f[c_munit] : NULL;
+                const char *norm = unit;
+                double f = unit_scale(unit, &norm);
                 if (kh_bn_parse_number(r.f[c_mval], &v))
-                    json_object_set_new(m, name, json_real(v));
+                    json_object_set_new(m, name, json_real(v * f));
                 else if (r.f[c_mval][0])
                     json_object_set_new(m, name, json_string(r.f[c_mval]));
-                if (c_munit >= 0 && r.f[c_munit][0])
+                if (norm)
                     json_object_set_new(json_object_get(last, "units"), name,
-                                        json_string(r.f[c_munit]));
+                                        json_string(norm));
             }
             row_free(&r);
             continue;
@@ -198,9 +223,14 @@ kh_status kh_ncu_parse_csv(const char *t, size_t len, json_t **kernels, kh_err *
         /* The units row: no ID. */
         if (!units && c_id >= 0 && !r.f[c_id][0]) {
             units = json_object();
+            raw_units = json_object();
             for (size_t i = 0; i < h.n; i++)
-                if (strstr(h.f[i], "__") && r.f[i][0])
-                    json_object_set_new(units, h.f[i], json_string(r.f[i]));
+                if (strstr(h.f[i], "__") && r.f[i][0]) {
+                    const char *norm;
+                    unit_scale(r.f[i], &norm);
+                    json_object_set_new(units, h.f[i], json_string(norm));
+                    json_object_set_new(raw_units, h.f[i], json_string(r.f[i]));
+                }
             row_free(&r);
             continue;
         }
@@ -217,8 +247,10 @@ kh_status kh_ncu_parse_csv(const char *t, size_t len, json_t **kernels, kh_err *
             if (!strstr(h.f[i], "__"))
                 continue;
             double v;
+            const char *norm;
+            double f = unit_scale(json_string_value(json_object_get(raw_units, h.f[i])), &norm);
             if (kh_bn_parse_number(r.f[i], &v))
-                json_object_set_new(m, h.f[i], json_real(v));
+                json_object_set_new(m, h.f[i], json_real(v * f));
             else if (r.f[i][0])
                 json_object_set_new(m, h.f[i], json_string(r.f[i]));
         }
@@ -230,6 +262,7 @@ kh_status kh_ncu_parse_csv(const char *t, size_t len, json_t **kernels, kh_err *
     row_free(&r);
     row_free(&h);
     json_decref(units);
+    json_decref(raw_units);
     size_t i;
     json_t *k;
     json_array_foreach(out, i, k)

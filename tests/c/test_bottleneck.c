@@ -391,9 +391,35 @@ static void test_ncu_csv(void **state)
     free(text);
 }
 
+/* ncu prints readable units ("usecond", "Mbyte"); values come out in ns and
+ * bytes whatever unit it chose (a copy misread as 0.5 ns once gave sol 99815%). */
+static void test_ncu_units_normalized(void **state)
+{
+    (void)state;
+    const char *csv =
+        "\"ID\",\"Kernel Name\",\"dram__bytes_read.sum\",\"gpu__time_duration.sum\","
+        "\"dram__throughput.avg.pct_of_peak_sustained_elapsed\"\n"
+        "\"\",\"\",\"Mbyte\",\"usecond\",\"%\"\n"
+        "\"0\",\"copy\",\"1,073.75\",\"534.85\",\"82.6\"\n";
+    json_t *ks = NULL;
+    kh_err err;
+    assert_int_equal(kh_ncu_parse_csv(csv, strlen(csv), &ks, &err), KH_OK);
+    json_t *m = json_object_get(json_array_get(ks, 0), "metrics");
+    json_t *u = json_object_get(json_array_get(ks, 0), "units");
+    assert_true(fabs(json_real_value(json_object_get(m, "dram__bytes_read.sum")) - 1.07375e9) < 1);
+    assert_true(fabs(json_real_value(json_object_get(m, "gpu__time_duration.sum")) - 534850) < 1e-6);
+    assert_true(fabs(json_real_value(json_object_get(
+                    m, "dram__throughput.avg.pct_of_peak_sustained_elapsed")) - 82.6) < 1e-9);
+    assert_string_equal(json_string_value(json_object_get(u, "gpu__time_duration.sum")),
+                        "nsecond");
+    assert_string_equal(json_string_value(json_object_get(u, "dram__bytes_read.sum")), "byte");
+    json_decref(ks);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ncu_units_normalized),
         cmocka_unit_test(test_recorded_copy_fma_chase),
         cmocka_unit_test(test_ncu_copy_at_the_dram_roof),
         cmocka_unit_test(test_rule_edges),
