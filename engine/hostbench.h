@@ -4,7 +4,7 @@
  * Same protocols, same options (kh_bench_opts) and the same result
  * (kh_bench_result, timer = "monotonic"); the clock is CLOCK_MONOTONIC read
  * right around each call, and the "cold cache" flush writes a buffer larger
- * than the last-level cache (twice its size, at least 8 MiB) before each
+ * than the last-level cache (5/4 of its size, at least 8 MiB) before each
  * flushed call, outside the timed window:
  *
  *   official  per trial: call; 5 x (flush; call); warmup x (flush; call);
@@ -46,7 +46,7 @@ kh_status kh_hostbench_run(kh_engine *e, const kh_hostbench_target *t, const kh_
 
 /* The last-level cache size in bytes (sysconf, else sysfs, else 32 MiB). */
 size_t kh_hostbench_llc_bytes(void);
-/* Write the flush buffer once (allocated on first use; 2 x LLC, >= 8 MiB). */
+/* Write the flush buffer once (allocated on first use; 5/4 x LLC, >= 8 MiB). */
 kh_status kh_hostbench_flush(kh_err *err);
 /* Best memcpy bandwidth in bytes/s for a block of `bytes` copied reps times
  * (a cache-resident block gives the fastest the host can move data: the
