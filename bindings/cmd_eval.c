@@ -34,6 +34,7 @@ static void usage(FILE *f)
             "  --rotate N        timing input sets (default 2)\n"
             "  --verify F        share of timed calls whose outputs are checked (default 0.1)\n"
             "  --deadline S      seconds per workload and worker request (default 300)\n"
+            "  --host-memory MB  memory limit of the host worker (default 8192)\n"
             "  --atol X, --rtol X, --ratio X   tolerance overrides (required matched ratio)\n"
             "  --json            FlashInfer-Bench Trace JSONL, one line per workload\n"
             "\n"
@@ -118,6 +119,8 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             o.rotate_inputs = (int)x;
         else if (!strcmp(a, "--verify"))
             o.verify_timed_fraction = x;
+        else if (!strcmp(a, "--host-memory"))
+            o.host_memory_bytes = (uint64_t)(x * 1048576.0);
         else if (!strcmp(a, "--deadline"))
             o.deadline_s = x;
         else if (!strcmp(a, "--atol"))

@@ -182,9 +182,14 @@ kh_status kh_eval_record(kh_eval *ev, json_t *trace, const double *samples, size
 }
 
 /* ---- pools ---------------------------------------------------------------- */
-static kh_pool *pool_for(kh_eval *ev, int host, kh_err *err)
+static kh_pool *pool_for(kh_eval *ev, int host, uint64_t mem, kh_err *err)
 {
     kh_pool **pp = host ? &ev->host : &ev->gpu;
+    if (host && mem && mem != ev->host_as) {
+        kh_pool_free(ev->host);
+        ev->host = NULL;
+        ev->host_as = mem;
+    }
     if (*pp)
         return *pp;
     /* the pool keeps pointers to these: they live in ev */
@@ -665,7 +670,7 @@ typedef struct wres {
 static void call_worker(wctx *c, int host, const json_t *params, const art *a, wres *r)
 {
     memset(r, 0, sizeof *r);
-    kh_pool *p = pool_for(c->ev, host, &r->err);
+    kh_pool *p = pool_for(c->ev, host, c->o->host_memory_bytes, &r->err);
     if (!p) {
         r->st = r->err.code ? r->err.code : KH_ECHILD;
         return;
@@ -676,7 +681,9 @@ static void call_worker(wctx *c, int host, const json_t *params, const art *a, w
         return;
     }
     double t0 = kh_now();
-    r->st = kh_pool_call(p, "evaluate", params, c->pl, c->pl_len, c->o->deadline_s + 5,
+    /* the worker's own limits (CPU time) sit above the deadline, so an
+     * overrun is seen here first, as a TIMEOUT */
+    r->st = kh_pool_call(p, "evaluate", params, c->pl, c->pl_len, c->o->deadline_s + 1,
                          &r->reply, &r->err);
     r->seconds = kh_now() - t0;
 }
@@ -927,14 +934,17 @@ static kh_status compare_set(wctx *c, const kh_msg *m, const json_t *outs, const
             return st;
         }
         if (r.status != KH_CHECK_PASSED && poison && !*untouched_fail) {
-            int64_t idx = r.first_fail >= 0 ? r.first_fail : r.worst_index;
-            /* non-finite outputs stop before the per-element pass: look for
-             * the first poisoned element directly */
-            if (idx < 0)
-                for (uint64_t i = 0; i < tx->numel && idx < 0; i++)
-                    if (untouched(tx, (int64_t)i, poison))
-                        idx = (int64_t)i;
-            *untouched_fail = untouched(tx, idx, poison);
+            /* Elements still holding the poison were never written.  For
+             * float outputs any such element counts (no arithmetic result
+             * has those bits: 0xFF.. is a NaN nobody computes, 0x7F.. the
+             * largest finite); for integers, where -1 is a value, only the
+             * first failing element is looked at. */
+            if (kh_dtype_is_float(dt)) {
+                for (uint64_t i = 0; i < tx->numel && !*untouched_fail; i++)
+                    *untouched_fail = untouched(tx, (int64_t)i, poison);
+            } else {
+                *untouched_fail = untouched(tx, r.first_fail, poison);
+            }
         }
         if (r.status != KH_CHECK_PASSED) {
             size_t l = strlen(r.reason);
@@ -959,7 +969,10 @@ static const char *fault_kind(const char *msg)
         snprintf(kind, sizeof kind, "%.*s", (int)(n < 47 ? n : 47), k);
         return kind;
     }
-    if (strstr(msg, "rss limit") || strstr(msg, "out of memory") || strstr(msg, "out-of-memory"))
+    /* AddressSanitizer builds: its hard_rss_limit_mb report ends with the
+     * process memory map */
+    if (strstr(msg, "rss limit") || strstr(msg, "out of memory") || strstr(msg, "out-of-memory") ||
+        strstr(msg, "End of process memory map"))
         return "out_of_memory";
     if (strstr(msg, "SIGSEGV"))
         return "segfault";
@@ -1515,7 +1528,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         c.w = ws[i];
         uint64_t wh = fnv(ws[i]->uuid);
         for (size_t t = 0; t < c.ntrials; t++)
-            c.seeds[t] = kh_rng_derive_seed(o->seed, wh, t);
+            c.seeds[t] = kh_rng_derive_seed(o->seed, wh, t) & INT64_MAX; /* JSON, Lua: signed */
         json_t *tr = NULL;
         st = eval_workload(&c, sol, ref, sol_hash, &tr, err);
         if (!st)

@@ -52,6 +52,8 @@ typedef struct kh_eval_opts {
     double deadline_s;         /* per workload and per worker request; 300 */
     double atol, rtol, required_matched_ratio; /* < 0: the definition's */
     int time_reference;        /* time the reference too (reference_latency_ms); 1 */
+    uint64_t host_memory_bytes; /* host worker memory limit; 0: the evaluator's (8 GiB);
+                                   a change restarts the host worker */
 } kh_eval_opts;
 
 void kh_eval_opts_default(kh_eval_opts *o);

@@ -914,7 +914,9 @@ static void set_cpu_limit(double deadline_s)
     if (deadline_s <= 0 || getrusage(RUSAGE_SELF, &ru) || getrlimit(RLIMIT_CPU, &rl))
         return;
     double used = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + 1;
-    rlim_t soft = (rlim_t)(used + deadline_s + 1);
+    /* twice the wall deadline: the supervisor's deadline fires first (a
+     * TIMEOUT); this catches a worker whose coordinator is gone */
+    rlim_t soft = (rlim_t)(used + 2 * deadline_s + 1);
     if (rl.rlim_max != RLIM_INFINITY && soft > rl.rlim_max)
         soft = rl.rlim_max;
     rl.rlim_cur = soft;
@@ -966,7 +968,11 @@ static kh_status t_pre(void *ctx, long ti, kh_err *err)
     x->cur_values = v;
     x->timed_i = ti;
     x->sampled = ti >= 0 && sampled(x->r, ti);
-    prep_outputs(x, slot, x->sampled && x->r->poison ? POISON_A : -1);
+    /* Every call's outputs are poisoned (outside the window, before the
+     * flush), not only the verified ones: a candidate cannot tell which
+     * calls are checked, nor skip work because the output already holds a
+     * result. */
+    prep_outputs(x, slot, x->r->poison ? POISON_A : -1);
     return KH_OK;
 }
 
@@ -1013,6 +1019,16 @@ static json_t *timing_json(const kh_bench_result *r, const kh_bench_opts *o, dou
                      "trials", r->trials, "n", (json_int_t)r->n, "samples_ns", samples,
                      "trial_median_ns", tm, "copy_bandwidth_Bps", bw, "llc_bytes",
                      (json_int_t)kh_hostbench_llc_bytes(), "cold", o->cold_l2);
+}
+
+/* The most bytes per second this host can move, for the speed-of-light
+ * bound: one core's best copy of a cache-resident block, times the cores (a
+ * multi-threaded candidate on hot caches may use them all).  Generous on
+ * purpose: a bound that rejects honest work would be worse than none. */
+static double host_bandwidth(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return kh_hostbench_copy_bandwidth((size_t)256 << 10, 200) * (double)(cpus > 0 ? cpus : 1);
 }
 
 static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned char *payload,
@@ -1102,7 +1118,7 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
             if ((st = set_alloc(&x, &x.sets[r->ntrials + (size_t)k], err)))
                 goto out;
         if (!x.s->copy_bw)
-            x.s->copy_bw = kh_hostbench_copy_bandwidth((size_t)256 << 10, 200);
+            x.s->copy_bw = host_bandwidth();
         kh_hostbench_target t = {.call = t_call, .pre = t_pre, .post = t_post, .ctx = &x};
         kh_bench_result br;
         st = kh_hostbench_run(kh_worker_engine(w), &t, &r->bo, &br, err);
@@ -1144,7 +1160,7 @@ static kh_status m_info(kh_worker *w, const json_t *params, const unsigned char 
     (void)params; (void)payload; (void)n; (void)out; (void)out_n; (void)err;
     host_state *s = S(w);
     if (!s->copy_bw)
-        s->copy_bw = kh_hostbench_copy_bandwidth((size_t)256 << 10, 200);
+        s->copy_bw = host_bandwidth();
     *result = json_pack("{s:s, s:s, s:f, s:I, s:I}", "network", s->network, "memory", s->memory,
                         "copy_bandwidth_Bps", s->copy_bw, "llc_bytes",
                         (json_int_t)kh_hostbench_llc_bytes(), "cpus",
