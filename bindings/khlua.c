@@ -23,6 +23,8 @@ static const kh_command commands[] = {
     {"worker", "a worker process (started by khlua itself)", kh_cmd_worker},
     {"task", "check task files, packages and FlashInfer-Bench datasets", kh_cmd_task},
     {"compile", "compile a CUDA file with NVRTC and show its kernels' resources", kh_cmd_compile},
+    {"store", "the artifact store: ls, show, cat, stats, verify, export, import, gc, backup",
+     kh_cmd_store},
     {"eval", "evaluate a solution on a task's workloads: verdicts, checks, timing", kh_cmd_eval},
 };
 

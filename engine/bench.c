@@ -55,6 +55,16 @@ void kh_bench_defaults(kh_protocol p, kh_bench_opts *o)
     o->timeout_s = 15;
 }
 
+void kh_bench_definition_flags(const char *definition, kh_bench_opts *o)
+{
+    if (definition && !strncmp(definition, "gdn_prefill", 11) &&
+        o->protocol == KH_PROTO_OFFICIAL) {
+        o->warmup = 1;
+        o->iters = 5;
+        o->trials = 3;
+    }
+}
+
 const char *kh_protocol_name(kh_protocol p)
 {
     return p == KH_PROTO_OFFICIAL ? "official" : p == KH_PROTO_SCREEN ? "screen" : "precise";
@@ -92,8 +102,25 @@ typedef struct batch_ctx {
     CUevent e0, e1;
 } batch_ctx;
 
+static kh_status timed_batch_inner(batch_ctx *b, size_t n, double *samples,
+                                   double *win_samples, double *sums, kh_call_span *first,
+                                   kh_bench_result *r, kh_err *err);
+
 static kh_status timed_batch(batch_ctx *b, size_t n, double *samples, double *win_samples,
                              double *sums, kh_call_span *first, kh_bench_result *r, kh_err *err)
+{
+    kh_status st;
+    if (b->t->phase)
+        b->t->phase(b->t->ctx, 1);
+    st = timed_batch_inner(b, n, samples, win_samples, sums, first, r, err);
+    if (b->t->phase)
+        b->t->phase(b->t->ctx, 0);
+    return st;
+}
+
+static kh_status timed_batch_inner(batch_ctx *b, size_t n, double *samples, double *win_samples,
+                                   double *sums, kh_call_span *first, kh_bench_result *r,
+                                   kh_err *err)
 {
     const kh_cuda_api *cu = kh_gpu_api(b->g);
     CUstream s = kh_gpu_stream(b->g);

@@ -26,6 +26,9 @@ typedef struct kh_bench_target {
     kh_status (*call)(void *ctx, kh_err *err);
     /* Optional: prepare trial t (fresh inputs) before its calls. */
     kh_status (*trial)(void *ctx, int t, kh_err *err);
+    /* Optional: told when the timed calls start (1) and end (0), so a target
+     * can tell timed calls from warm-up ones (to verify their outputs). */
+    void (*phase)(void *ctx, int timed);
     void *ctx;
 } kh_bench_target;
 
@@ -46,6 +49,10 @@ typedef struct kh_bench_opts {
     double timeout_s;          /* precise: 15 */
     int use_events;            /* time with CUDA events even if CUPTI is there */
 } kh_bench_opts;
+
+/* The contest's per-definition flags (fib-harness.md §3): GDN prefill runs
+ * with warmup 1, iters 5, trials 3.  Tolerances are the comparison's. */
+void kh_bench_definition_flags(const char *definition, kh_bench_opts *o);
 
 /* Defaults for a protocol. */
 void kh_bench_defaults(kh_protocol p, kh_bench_opts *o);

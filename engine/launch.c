@@ -130,7 +130,7 @@ static kh_status prepare_launch(kh_launch_list *l, CUmodule module, size_t k, co
         json_t *val;
         int ok = json_object_size(a) == 1;
         json_object_foreach(a, key, val) {
-            if (!strcmp(key, "buf")) {
+            if (!strcmp(key, "buf") || !strcmp(key, "tensor")) {
                 kh_launch_buf *b = find_buf(l, json_string_value(val) ? json_string_value(val)
                                                                       : "");
                 if (!b)
@@ -255,11 +255,39 @@ kh_status kh_launch_check_guards(kh_launch_list *l, kh_err *err)
     return KH_OK;
 }
 
+kh_status kh_launch_bind(kh_gpu *g, CUmodule module, const json_t *launches,
+                         kh_launch_buf *bufs, size_t nbufs, kh_launch_list *l, kh_err *err)
+{
+    memset(l, 0, sizeof *l);
+    l->g = g;
+    l->bufs = bufs;
+    l->nbufs = nbufs;
+    l->borrowed = 1;
+    if (!json_is_array(launches) || json_array_size(launches) == 0)
+        return kh_err_set(err, KH_EINVAL, "launches: a non-empty array is required");
+    l->launches = calloc(json_array_size(launches), sizeof *l->launches);
+    if (!l->launches)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    size_t i;
+    json_t *lj;
+    json_array_foreach(launches, i, lj) {
+        kh_status st = prepare_launch(l, module, i, lj, err);
+        if (st) {
+            kh_launch_free(l);
+            return st;
+        }
+        l->nlaunches++;
+    }
+    return KH_OK;
+}
+
 void kh_launch_free(kh_launch_list *l)
 {
-    for (size_t i = 0; i < l->nbufs; i++)
-        kh_gpu_buf_free(l->g, &l->bufs[i].buf);
-    free(l->bufs);
+    if (!l->borrowed) {
+        for (size_t i = 0; i < l->nbufs; i++)
+            kh_gpu_buf_free(l->g, &l->bufs[i].buf);
+        free(l->bufs);
+    }
     free(l->launches);
     memset(l, 0, sizeof *l);
 }

@@ -45,6 +45,7 @@ typedef struct kh_launch_list {
     kh_gpu *g;
     kh_launch_buf *bufs;
     size_t nbufs;
+    int borrowed;        /* bufs belong to someone else: free neither them nor their memory */
     kh_launch_one *launches;
     size_t nlaunches;
 } kh_launch_list;
@@ -54,6 +55,12 @@ typedef struct kh_launch_list {
  * and the field. */
 kh_status kh_launch_prepare(kh_gpu *g, CUmodule module, const json_t *spec, size_t guard,
                             kh_launch_list *l, kh_err *err);
+/* Bind launches (a JSON array, as in a spec) against buffers that already
+ * exist: bufs[0..nbufs) are borrowed (the caller frees them after the list).
+ * Arguments may name a buffer as {"buf": name} or {"tensor": name}. */
+kh_status kh_launch_bind(kh_gpu *g, CUmodule module, const json_t *launches,
+                         kh_launch_buf *bufs, size_t nbufs, kh_launch_list *l, kh_err *err);
+
 /* Enqueue every launch on the GPU's stream (a kh_bench_target call). */
 kh_status kh_launch_enqueue(kh_launch_list *l, kh_err *err);
 /* Check every buffer's guard bands; names the buffer on failure. */

@@ -9,6 +9,7 @@
  * A sticky CUDA error is reported, then the process exits (the supervisor
  * starts a fresh one): its context can never be trusted again. */
 #include "bench.h"
+#include "gpu_eval.h"
 #include "launch.h"
 #include "worker.h"
 
@@ -22,6 +23,7 @@
 typedef struct gpu_state {
     kh_gpu *g;
     kh_cupti *c;
+    kh_gpu_eval *ev;
     char cupti_note[256];
     struct {
         char key[96];
@@ -66,6 +68,7 @@ static void gpu_fini(kh_worker *w)
     gpu_state *s = S(w);
     if (!s)
         return;
+    kh_gpu_eval_free(s->ev);
     kh_cupti_close(s->c);
     if (!kh_gpu_poisoned(s->g))
         for (int i = 0; i < MAX_MODULES; i++)
@@ -218,7 +221,7 @@ static kh_status m_time(kh_worker *w, const json_t *params, const unsigned char 
     kh_status st = prepare_target(s, params, &t, err);
     if (st)
         return after(w, st);
-    kh_bench_target bt = {lt_call, lt_trial, &t};
+    kh_bench_target bt = {.call = lt_call, .trial = lt_trial, .ctx = &t};
     kh_bench_result r;
     /* Noise guards: no persisting L2 lines left by an earlier candidate;
      * clocks read around the set; a set during which the GPU throttled
@@ -292,7 +295,7 @@ static kh_status m_paired(kh_worker *w, const json_t *params, const unsigned cha
     double margin = (v = json_object_get(params, "margin")) ? json_number_value(v) : 0.0;
     uint64_t seed = (v = json_object_get(params, "seed")) ? (uint64_t)json_integer_value(v)
                                                           : 1;
-    kh_bench_target a = {lt_call, NULL, &ta}, b = {lt_call, NULL, &tb};
+    kh_bench_target a = {.call = lt_call, .ctx = &ta}, b = {.call = lt_call, .ctx = &tb};
     kh_paired_result r;
     st = kh_bench_paired(s->g, s->c, &a, &b, rounds, block, margin, seed, &r, err);
     if (!st)
@@ -341,7 +344,7 @@ static kh_status m_peaks(kh_worker *w, const json_t *params, const unsigned char
     }
     kh_gpu_memset8(s->g, a.ptr, 0x3c, bytes, err);
     copy_target ct = {s->g, a.ptr, b.ptr, bytes};
-    kh_bench_target t = {ct_call, NULL, &ct};
+    kh_bench_target t = {.call = ct_call, .ctx = &ct};
     kh_bench_opts o;
     kh_bench_defaults(KH_PROTO_SCREEN, &o);
     o.max_iters = 20;
@@ -359,7 +362,19 @@ static kh_status m_peaks(kh_worker *w, const json_t *params, const unsigned char
     return after(w, st);
 }
 
+/* evaluate: docs/evaluation.md */
+static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned char *payload,
+                            size_t n, json_t **result, unsigned char **out, size_t *out_n,
+                            kh_err *err)
+{
+    gpu_state *s = S(w);
+    if (!s->ev && !(s->ev = kh_gpu_eval_new(kh_worker_engine(w), s->g, s->c, err)))
+        return err->code;
+    return after(w, kh_gpu_evaluate(s->ev, params, payload, n, result, out, out_n, err));
+}
+
 static const kh_worker_method_entry gpu_methods[] = {
+    {"evaluate", m_evaluate},
     {"info", m_info},     {"load", m_load},     {"unload", m_unload}, {"time", m_time},
     {"paired", m_paired}, {"peaks", m_peaks},   {NULL, NULL},
 };

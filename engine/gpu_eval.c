@@ -1,0 +1,812 @@
+/* gpu_eval.c: `evaluate` in the gpu worker (see gpu_eval.h and
+ * docs/evaluation.md).  Owns the evaluation's buffers, the per-call checks and
+ * the timed-output sampling; the timing loop itself is bench.c's and the
+ * comparison with the reference is the coordinator's. */
+#include "gpu_eval.h"
+
+#include "bench.h"
+#include "compile.h"
+#include "dtype.h"
+#include "launch.h"
+#include "rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TENSORS 64
+#define MAX_SETS 8
+#define MAX_SAMPLES 8
+#define GUARD 4096
+
+enum { ROLE_IN, ROLE_OUT, ROLE_WS };
+enum { GEN_NONE, GEN_RANDOM, GEN_SCALAR, GEN_BYTES };
+
+typedef struct ev_tensor {
+    char name[64];
+    int role;
+    kh_dtype dtype;
+    int has_dtype;
+    uint64_t numel;
+    size_t bytes;
+    int gen;
+    uint32_t stream;
+    double scalar;
+    size_t pay_off, pay_len;
+    int zero;
+} ev_tensor;
+
+struct kh_gpu_eval {
+    kh_engine *e;
+    kh_gpu *g;
+    kh_cupti *c;
+    CUmodule rng_mod, util_mod;
+    CUfunction rng_fill, checksum;
+    CUdeviceptr sum_buf;
+};
+
+static const char *checksum_src =
+    "extern \"C\" __global__ void kh_checksum(const unsigned long long *p,\n"
+    "    unsigned long long nwords, const unsigned char *tail, unsigned int ntail,\n"
+    "    unsigned long long *out) {\n"
+    "  unsigned long long acc = 0;\n"
+    "  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+    "       i < nwords; i += (unsigned long long)gridDim.x * blockDim.x) {\n"
+    "    unsigned long long x = p[i] ^ (i * 0x9E3779B97F4A7C15ull);\n"
+    "    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33;\n"
+    "    x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33; acc += x; }\n"
+    "  if (blockIdx.x == 0 && threadIdx.x == 0)\n"
+    "    for (unsigned int j = 0; j < ntail; j++)\n"
+    "      acc += ((unsigned long long)tail[j] + 1) * (0x100000001B3ull + j);\n"
+    "  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);\n"
+    "  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc); }\n";
+
+kh_gpu_eval *kh_gpu_eval_new(kh_engine *e, kh_gpu *g, kh_cupti *c, kh_err *err)
+{
+    kh_gpu_eval *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        kh_err_set(err, KH_ENOMEM, "out of memory");
+        return NULL;
+    }
+    ev->e = e;
+    ev->g = g;
+    ev->c = c;
+    return ev;
+}
+
+void kh_gpu_eval_free(kh_gpu_eval *ev)
+{
+    if (!ev)
+        return;
+    if (!kh_gpu_poisoned(ev->g)) {
+        const kh_cuda_api *cu = kh_gpu_api(ev->g);
+        if (ev->sum_buf)
+            cu->cuMemFree(ev->sum_buf);
+        if (ev->rng_mod)
+            cu->cuModuleUnload(ev->rng_mod);
+        if (ev->util_mod)
+            cu->cuModuleUnload(ev->util_mod);
+    }
+    free(ev);
+}
+
+/* The generator and the checksum kernel, compiled for this GPU once. */
+static kh_status ensure_utils(kh_gpu_eval *ev, kh_err *err)
+{
+    if (ev->rng_fill)
+        return KH_OK;
+    const kh_cuda_api *cu = kh_gpu_api(ev->g);
+    json_t *info = kh_gpu_info(ev->g);
+    char arch[16];
+    const char *cc = json_string_value(json_object_get(info, "compute_capability"));
+    snprintf(arch, sizeof arch, "sm_%c%c", cc[0], cc[2]);
+    json_decref(info);
+    void *cubin = NULL;
+    size_t n = 0;
+    kh_status st = kh_rng_compile(ev->e, arch, &cubin, &n, err);
+    if (st)
+        return kh_err_prefix(err, "compiling the input generator");
+    st = kh_gpu_check(ev->g, cu->cuModuleLoadData(&ev->rng_mod, cubin), "cuModuleLoadData", err);
+    free(cubin);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->rng_fill, ev->rng_mod,
+                                                         KH_RNG_KERNEL),
+                          "cuModuleGetFunction", err);
+    if (st)
+        return st;
+    kh_compiler *cc_ = kh_compile_new(ev->e, err);
+    if (!cc_)
+        return err->code;
+    const char *kernels[] = {"kh_checksum"};
+    kh_compile_req req = {.source = checksum_src, .source_len = strlen(checksum_src),
+                          .name = "kh_checksum.cu", .arch = arch, .kernels = kernels,
+                          .n_kernels = 1, .trusted = 1, .no_pch = 1, .no_cache = 1};
+    kh_artifact *a = NULL;
+    st = kh_compile_build(cc_, &req, &a, err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuModuleLoadData(&ev->util_mod, a->cubin),
+                          "cuModuleLoadData", err);
+    kh_artifact_free(a);
+    kh_compile_free(cc_);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->checksum, ev->util_mod,
+                                                         "kh_checksum"),
+                          "cuModuleGetFunction", err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuMemAlloc(&ev->sum_buf, 8), "cuMemAlloc", err);
+    return st;
+}
+
+static kh_status checksum(kh_gpu_eval *ev, CUdeviceptr p, size_t bytes, uint64_t *out,
+                          kh_err *err)
+{
+    const kh_cuda_api *cu = kh_gpu_api(ev->g);
+    unsigned long long nwords = bytes / 8;
+    CUdeviceptr tail = p + nwords * 8;
+    unsigned int ntail = (unsigned int)(bytes % 8);
+    void *args[] = {&p, &nwords, &tail, &ntail, &ev->sum_buf};
+    kh_status st = kh_gpu_check(ev->g, cu->cuMemsetD8Async(ev->sum_buf, 0, 8,
+                                                           kh_gpu_stream(ev->g)),
+                                "cuMemsetD8Async", err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuLaunchKernel(ev->checksum, 264, 1, 1, 256, 1, 1, 0,
+                                                    kh_gpu_stream(ev->g), args, NULL),
+                          "cuLaunchKernel (checksum)", err);
+    if (!st)
+        st = kh_gpu_sync(ev->g, err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuMemcpyDtoH(out, ev->sum_buf, 8), "cuMemcpyDtoH", err);
+    return st;
+}
+
+static kh_status generate(kh_gpu_eval *ev, const ev_tensor *t, CUdeviceptr p, uint64_t seed,
+                          const unsigned char *payload, kh_err *err)
+{
+    const kh_cuda_api *cu = kh_gpu_api(ev->g);
+    switch (t->gen) {
+    case GEN_RANDOM: {
+        unsigned long long n = t->numel, s = seed;
+        unsigned int stream = t->stream;
+        int kind = kh_rng_kind(t->dtype);
+        void *args[] = {&p, &n, &s, &stream, &kind};
+        return kh_gpu_check(ev->g, cu->cuLaunchKernel(ev->rng_fill, 528, 1, 1, 256, 1, 1, 0,
+                                                      kh_gpu_stream(ev->g), args, NULL),
+                            "cuLaunchKernel (input generator)", err);
+    }
+    case GEN_SCALAR: {
+        unsigned char buf[8] = {0};
+        kh_dtype_store(t->dtype, buf, 0, t->scalar);
+        return kh_gpu_check(ev->g, cu->cuMemcpyHtoD(p, buf, t->bytes), "cuMemcpyHtoD", err);
+    }
+    case GEN_BYTES:
+        return kh_gpu_check(ev->g, cu->cuMemcpyHtoD(p, payload + t->pay_off, t->bytes),
+                            "cuMemcpyHtoD", err);
+    default:
+        return KH_OK;
+    }
+}
+
+/* ---- request parsing -------------------------------------------------------- */
+static kh_status parse_slice(const json_t *j, size_t payload_len, size_t *off, size_t *len,
+                             const char *what, kh_err *err)
+{
+    if (!json_is_array(j) || json_array_size(j) != 2 ||
+        !json_is_integer(json_array_get(j, 0)) || !json_is_integer(json_array_get(j, 1)))
+        return kh_err_set(err, KH_EINVAL, "%s: payload slice [offset, length] required", what);
+    json_int_t o = json_integer_value(json_array_get(j, 0)),
+               l = json_integer_value(json_array_get(j, 1));
+    if (o < 0 || l < 0 || (size_t)o > payload_len || (size_t)l > payload_len - (size_t)o)
+        return kh_err_set(err, KH_EINVAL, "%s: slice [%lld, %lld] outside the %zu-byte payload",
+                          what, (long long)o, (long long)l, payload_len);
+    *off = (size_t)o;
+    *len = (size_t)l;
+    return KH_OK;
+}
+
+static kh_status parse_tensors(const json_t *arr, size_t payload_len, ev_tensor *ts, size_t *nt,
+                               kh_err *err)
+{
+    if (!json_is_array(arr) || json_array_size(arr) == 0 ||
+        json_array_size(arr) > MAX_TENSORS)
+        return kh_err_set(err, KH_EINVAL, "tensors: 1 to %d entries required", MAX_TENSORS);
+    size_t i;
+    json_t *j;
+    json_array_foreach(arr, i, j) {
+        ev_tensor *t = &ts[i];
+        memset(t, 0, sizeof *t);
+        const char *name = json_string_value(json_object_get(j, "name"));
+        const char *role = json_string_value(json_object_get(j, "role"));
+        if (!name || !role)
+            return kh_err_set(err, KH_EINVAL, "tensors[%zu]: name and role required", i);
+        snprintf(t->name, sizeof t->name, "%s", name);
+        t->role = !strcmp(role, "input") ? ROLE_IN : !strcmp(role, "output") ? ROLE_OUT
+                  : !strcmp(role, "workspace")                       ? ROLE_WS
+                                                                     : -1;
+        if (t->role < 0)
+            return kh_err_set(err, KH_EINVAL, "tensors[%zu].role: input, output or workspace", i);
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(ts[k].name, name))
+                return kh_err_set(err, KH_EINVAL, "tensors[%zu]: duplicate name '%s'", i, name);
+        if (t->role == ROLE_WS) {
+            json_t *b = json_object_get(j, "bytes");
+            if (!json_is_integer(b) || json_integer_value(b) < 0)
+                return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): bytes required", i, name);
+            t->bytes = (size_t)json_integer_value(b);
+            t->zero = json_is_true(json_object_get(j, "zero"));
+            continue;
+        }
+        const char *dt = json_string_value(json_object_get(j, "dtype"));
+        if (!dt || kh_dtype_parse(dt, &t->dtype, err))
+            return kh_err_prefix(err, "tensors[%zu] (%s).dtype", i, name);
+        t->has_dtype = 1;
+        json_t *shape = json_object_get(j, "shape");
+        if (!json_is_array(shape))
+            return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).shape: an array", i, name);
+        t->numel = 1;
+        size_t k;
+        json_t *d;
+        json_array_foreach(shape, k, d) {
+            if (!json_is_integer(d) || json_integer_value(d) < 0)
+                return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).shape[%zu]: a size >= 0",
+                                  i, name, k);
+            uint64_t v = (uint64_t)json_integer_value(d);
+            if (v && t->numel > UINT64_MAX / v)
+                return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): shape overflows", i, name);
+            t->numel *= v;
+        }
+        t->bytes = kh_dtype_nbytes(t->dtype, t->numel);
+        if (t->role == ROLE_IN) {
+            json_t *gen = json_object_get(j, "gen");
+            const char *kind = json_string_value(json_object_get(gen, "kind"));
+            if (!kind)
+                return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).gen.kind required", i, name);
+            if (!strcmp(kind, "random")) {
+                t->gen = GEN_RANDOM;
+                t->stream = (uint32_t)json_integer_value(json_object_get(gen, "stream"));
+            } else if (!strcmp(kind, "scalar")) {
+                t->gen = GEN_SCALAR;
+                t->scalar = json_number_value(json_object_get(gen, "value"));
+                if (t->bytes > 8)
+                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): a scalar has one "
+                                      "element", i, name);
+            } else if (!strcmp(kind, "bytes")) {
+                t->gen = GEN_BYTES;
+                if (parse_slice(json_object_get(gen, "payload"), payload_len, &t->pay_off,
+                                &t->pay_len, name, err))
+                    return err->code;
+                if (t->pay_len != t->bytes)
+                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): %zu payload bytes "
+                                      "for a %zu-byte tensor", i, name, t->pay_len, t->bytes);
+            } else {
+                return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).gen.kind: random, scalar "
+                                  "or bytes", i, name);
+            }
+        }
+    }
+    *nt = json_array_size(arr);
+    return KH_OK;
+}
+
+/* ---- buffers ------------------------------------------------------------------ */
+typedef struct ev_run {
+    kh_gpu_eval *ev;
+    const json_t *launches;
+    const unsigned char *payload;
+    ev_tensor ts[MAX_TENSORS];
+    size_t nt;
+    /* bufs[set] holds every tensor's buffer for that input set; outputs and
+     * workspace are shared by all sets except the sample sets */
+    kh_launch_buf in[MAX_SETS][MAX_TENSORS];
+    kh_launch_buf samples[MAX_SAMPLES][MAX_TENSORS];
+    kh_launch_buf shared[MAX_TENSORS]; /* outputs and workspace */
+    int nsets, nsamples;
+    CUmodule mod;
+    kh_launch_list lists[MAX_SETS], sample_lists[MAX_SAMPLES];
+    int nlists, nsample_lists;
+    uint64_t set_seed[MAX_SETS];
+    /* timing state */
+    int timed, trial;
+    long call, timed_call;
+    long sample_at[MAX_SAMPLES];
+    int sample_set[MAX_SAMPLES];
+    uint64_t sample_seed[MAX_SAMPLES];
+    int sample_done[MAX_SAMPLES];
+    uint64_t timing_seed;
+    /* what the launch lists were bound against */
+    kh_launch_buf views[MAX_SETS + MAX_SAMPLES][MAX_TENSORS];
+} ev_run;
+
+/* The view of set k (or sample j) that a launch list binds against: inputs of
+ * the set, outputs of the sample (or the shared ones), shared workspace. */
+static void view(ev_run *r, int set, int sample, kh_launch_buf *out)
+{
+    for (size_t i = 0; i < r->nt; i++) {
+        if (r->ts[i].role == ROLE_IN)
+            out[i] = r->in[set][i];
+        else if (r->ts[i].role == ROLE_OUT && sample >= 0)
+            out[i] = r->samples[sample][i];
+        else
+            out[i] = r->shared[i];
+    }
+}
+
+static kh_status alloc_set(ev_run *r, kh_launch_buf *bufs, int roles_mask, kh_err *err)
+{
+    for (size_t i = 0; i < r->nt; i++) {
+        if (!(roles_mask & (1 << r->ts[i].role)))
+            continue;
+        snprintf(bufs[i].name, sizeof bufs[i].name, "%s", r->ts[i].name);
+        kh_status st = kh_gpu_buf_alloc(r->ev->g, r->ts[i].bytes, GUARD, &bufs[i].buf, err);
+        if (st)
+            return kh_err_prefix(err, "tensor '%s' (%zu bytes)", r->ts[i].name, r->ts[i].bytes);
+    }
+    return KH_OK;
+}
+
+static void free_set(ev_run *r, kh_launch_buf *bufs)
+{
+    for (size_t i = 0; i < r->nt; i++)
+        if (bufs[i].buf.base)
+            kh_gpu_buf_free(r->ev->g, &bufs[i].buf);
+}
+
+static kh_status fill_inputs(ev_run *r, int set, uint64_t seed, kh_err *err)
+{
+    r->set_seed[set] = seed;
+    for (size_t i = 0; i < r->nt; i++) {
+        if (r->ts[i].role != ROLE_IN)
+            continue;
+        kh_status st = generate(r->ev, &r->ts[i], r->in[set][i].buf.ptr, seed, r->payload, err);
+        if (st)
+            return kh_err_prefix(err, "generating input '%s'", r->ts[i].name);
+    }
+    return kh_gpu_sync(r->ev->g, err);
+}
+
+static kh_status zero_workspace(ev_run *r, kh_err *err)
+{
+    for (size_t i = 0; i < r->nt; i++)
+        if (r->ts[i].role == ROLE_WS && r->ts[i].zero && r->ts[i].bytes) {
+            kh_status st = kh_gpu_memset8(r->ev->g, r->shared[i].buf.ptr, 0, r->ts[i].bytes, err);
+            if (st)
+                return st;
+        }
+    return KH_OK;
+}
+
+static kh_status bind_lists(ev_run *r, kh_err *err)
+{
+    for (int k = 0; k < r->nlists; k++)
+        kh_launch_free(&r->lists[k]);
+    for (int k = 0; k < r->nsample_lists; k++)
+        kh_launch_free(&r->sample_lists[k]);
+    r->nlists = r->nsample_lists = 0;
+    for (int k = 0; k < r->nsets; k++) {
+        view(r, k, -1, r->views[k]);
+        kh_status st = kh_launch_bind(r->ev->g, r->mod, r->launches, r->views[k], r->nt,
+                                      &r->lists[k], err);
+        if (st)
+            return st;
+        r->nlists++;
+    }
+    for (int j = 0; j < r->nsamples; j++) {
+        view(r, r->sample_set[j], j, r->views[MAX_SETS + j]);
+        kh_status st = kh_launch_bind(r->ev->g, r->mod, r->launches, r->views[MAX_SETS + j],
+                                      r->nt,
+                                      &r->sample_lists[j], err);
+        if (st)
+            return st;
+        r->nsample_lists++;
+    }
+    return KH_OK;
+}
+
+/* ---- the reply payload ------------------------------------------------------- */
+typedef struct obuf {
+    unsigned char *p;
+    size_t n, cap;
+} obuf;
+
+static kh_status obuf_reserve(obuf *o, size_t add, kh_err *err)
+{
+    if (o->n + add <= o->cap)
+        return KH_OK;
+    size_t nc = o->cap ? o->cap : 65536;
+    while (nc < o->n + add)
+        nc *= 2;
+    unsigned char *np = realloc(o->p, nc);
+    if (!np)
+        return kh_err_set(err, KH_ENOMEM, "out of memory for %zu bytes of outputs", o->n + add);
+    o->p = np;
+    o->cap = nc;
+    return KH_OK;
+}
+
+/* Copy every output in bufs to the payload; returns {name: [off, len]}. */
+static json_t *copy_outputs(ev_run *r, const kh_launch_buf *bufs, obuf *o, kh_err *err)
+{
+    json_t *m = json_object();
+    for (size_t i = 0; i < r->nt; i++) {
+        if (r->ts[i].role != ROLE_OUT)
+            continue;
+        size_t n = r->ts[i].bytes;
+        if (obuf_reserve(o, n, err) ||
+            kh_gpu_check(r->ev->g, kh_gpu_api(r->ev->g)->cuMemcpyDtoH(o->p + o->n, bufs[i].buf.ptr,
+                                                                        n),
+                         "cuMemcpyDtoH", err)) {
+            json_decref(m);
+            return NULL;
+        }
+        json_object_set_new(m, r->ts[i].name, json_pack("[I, I]", (json_int_t)o->n,
+                                                        (json_int_t)n));
+        o->n += n;
+    }
+    return m;
+}
+
+static int guards_ok(ev_run *r, const kh_launch_buf *bufs, char *why, size_t whyn)
+{
+    for (size_t i = 0; i < r->nt; i++) {
+        if (!bufs[i].buf.base)
+            continue;
+        kh_err gerr;
+        if (!kh_gpu_buf_guards_ok(r->ev->g, &bufs[i].buf, NULL, &gerr)) {
+            snprintf(why, whyn, "tensor '%s': %s", r->ts[i].name, gerr.msg);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static kh_status input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err)
+{
+    for (size_t i = 0; i < r->nt; i++) {
+        sums[i] = 0;
+        if (r->ts[i].role == ROLE_IN && r->ts[i].bytes) {
+            kh_status st = checksum(r->ev, r->in[set][i].buf.ptr, r->ts[i].bytes, &sums[i], err);
+            if (st)
+                return st;
+        }
+    }
+    return KH_OK;
+}
+
+static void add_failure(json_t *failures, const char *check, int trial, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_failure(json_t *failures, const char *check, int trial, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    json_array_append_new(failures, json_pack("{s:s, s:i, s:s}", "check", check, "trial", trial,
+                                              "detail", buf));
+}
+
+/* ---- the timing target ----------------------------------------------------------- */
+static kh_status tgt_call(void *ctx, kh_err *err)
+{
+    ev_run *r = ctx;
+    kh_status st = zero_workspace(r, err);
+    if (st)
+        return st;
+    long k = r->call++;
+    if (r->timed) {
+        long tc = r->timed_call++;
+        /* A sampled timed call writes its own output buffers (read back after
+         * the timing) and reads the input set its list was bound to. */
+        for (int j = 0; j < r->nsamples; j++)
+            if (!r->sample_done[j] && r->sample_at[j] == tc) {
+                r->sample_done[j] = 1;
+                r->sample_seed[j] = r->set_seed[r->sample_set[j]];
+                return kh_launch_enqueue(&r->sample_lists[j], err);
+            }
+    }
+    return kh_launch_enqueue(&r->lists[k % r->nsets], err);
+}
+
+static kh_status tgt_trial(void *ctx, int t, kh_err *err)
+{
+    ev_run *r = ctx;
+    r->trial = t;
+    for (int k = 0; k < r->nsets; k++) {
+        kh_status st = fill_inputs(r, k, kh_rng_derive_seed(r->timing_seed, (uint64_t)t,
+                                                            (uint64_t)k), err);
+        if (st)
+            return st;
+    }
+    return KH_OK;
+}
+
+static void tgt_phase(void *ctx, int timed) { ((ev_run *)ctx)->timed = timed; }
+
+static json_t *bench_json(const kh_bench_result *b)
+{
+    json_t *j = json_pack("{s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i, s:I}",
+                          "status", b->status, "why", b->why, "timer", b->timer, "latency_ns",
+                          b->latency_ns, "window_latency_ns", b->window_latency_ns, "median_ns",
+                          b->median_ns, "mean_ns", b->mean_ns, "stdev_ns", b->stdev_ns,
+                          "min_ns", b->min_ns, "sum_kernel_ns", b->sum_kernel_ns,
+                          "kernels_per_call", b->kernels_per_call, "trials", b->trials, "n",
+                          (json_int_t)b->n);
+    json_t *s = json_array();
+    for (size_t i = 0; i < b->n; i++)
+        json_array_append_new(s, json_real(b->samples_ns[i]));
+    json_object_set_new(j, "samples_ns", s);
+    json_t *tm = json_array();
+    for (int i = 0; i < b->trials; i++)
+        json_array_append_new(tm, json_real(b->trial_median_ns[i]));
+    json_object_set_new(j, "trial_median_ns", tm);
+    return j;
+}
+
+static kh_status load_module(ev_run *r, const unsigned char *img, size_t n, kh_err *err)
+{
+    const kh_cuda_api *cu = kh_gpu_api(r->ev->g);
+    if (r->mod) {
+        cu->cuModuleUnload(r->mod);
+        r->mod = NULL;
+    }
+    unsigned char *copy = malloc(n + 1);
+    if (!copy)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    memcpy(copy, img, n);
+    copy[n] = 0;
+    kh_status st = kh_gpu_check(r->ev->g, cu->cuModuleLoadData(&r->mod, copy),
+                                "cuModuleLoadData", err);
+    free(copy);
+    return st;
+}
+
+kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned char *payload,
+                          size_t payload_len, json_t **result, unsigned char **out,
+                          size_t *out_len, kh_err *err)
+{
+    ev_run *r = calloc(1, sizeof *r);
+    if (!r)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    r->ev = ev;
+    r->payload = payload;
+    obuf o = {0};
+    json_t *res = NULL, *failures = json_array(), *trials_out = json_array();
+    kh_status st = ensure_utils(ev, err);
+    size_t aoff = 0, alen = 0;
+    json_t *art = json_object_get(params, "artifact");
+    const char *kind = json_string_value(json_object_get(art, "kind"));
+    if (!st && (!kind || strcmp(kind, "cubin")))
+        st = kh_err_set(err, KH_EINVAL, "artifact.kind must be \"cubin\" for the gpu worker");
+    if (!st)
+        st = parse_slice(json_object_get(art, "payload"), payload_len, &aoff, &alen, "artifact",
+                         err);
+    if (!st)
+        st = parse_tensors(json_object_get(params, "tensors"), payload_len, r->ts, &r->nt, err);
+    r->launches = json_object_get(params, "launches");
+    if (!st && !json_is_array(r->launches))
+        st = kh_err_set(err, KH_EINVAL, "launches: an array is required for the gpu worker");
+    json_t *trials = json_object_get(params, "trials");
+    if (!st && (!json_is_array(trials) || json_array_size(trials) == 0))
+        st = kh_err_set(err, KH_EINVAL, "trials: a non-empty array of {seed} is required");
+    json_t *checks = json_object_get(params, "checks");
+    int poison = json_is_true(json_object_get(checks, "poison"));
+    int inputs_check = json_is_true(json_object_get(checks, "inputs_unchanged"));
+    int guards_check = json_is_true(json_object_get(checks, "guards"));
+    int det_check = json_is_true(json_object_get(checks, "deterministic"));
+    int reload = json_is_true(json_object_get(checks, "reload_before_timing"));
+    json_t *timing = json_object_get(params, "timing");
+    if (json_is_null(timing))
+        timing = NULL;
+
+    /* set 0 serves the correctness trials */
+    r->nsets = 1;
+    if (!st)
+        st = load_module(r, payload + aoff, alen, err);
+    if (!st)
+        st = alloc_set(r, r->in[0], 1 << ROLE_IN, err);
+    if (!st)
+        st = alloc_set(r, r->shared, (1 << ROLE_OUT) | (1 << ROLE_WS), err);
+    if (!st)
+        st = bind_lists(r, err);
+
+    /* ---- correctness trials ---- */
+    size_t ti;
+    json_t *tj;
+    json_array_foreach(trials, ti, tj) {
+        if (st)
+            break;
+        uint64_t seed = (uint64_t)json_integer_value(json_object_get(tj, "seed"));
+        json_t *trial = json_pack("{s:I}", "seed", (json_int_t)seed);
+        json_t *tchecks = json_object();
+        uint64_t before[MAX_TENSORS], after[MAX_TENSORS];
+        st = fill_inputs(r, 0, seed, err);
+        if (!st)
+            st = input_sums(r, 0, before, err);
+        const unsigned char patterns[2] = {0xFF, 0x7F};
+        int npat = poison ? 2 : 1;
+        size_t first_off = 0, first_len = 0;
+        for (int pi = 0; pi < npat && !st; pi++) {
+            /* Poison the outputs (parity runs leave them as they are, like
+             * FlashInfer-Bench's torch.empty). */
+            for (size_t i = 0; i < r->nt && !st && poison; i++)
+                if (r->ts[i].role == ROLE_OUT && r->ts[i].bytes)
+                    st = kh_gpu_memset8(ev->g, r->shared[i].buf.ptr, patterns[pi],
+                                        r->ts[i].bytes, err);
+            if (!st)
+                st = zero_workspace(r, err);
+            if (!st)
+                st = kh_launch_enqueue(&r->lists[0], err);
+            if (!st)
+                st = kh_gpu_sync(ev->g, err);
+            if (st)
+                break;
+            size_t start = o.n;
+            json_t *outs = copy_outputs(r, r->shared, &o, err);
+            if (!outs) {
+                st = err->code;
+                break;
+            }
+            json_object_set_new(trial, pi == 0 ? "outputs" : "outputs_b", outs);
+            if (pi == 0) {
+                first_off = start;
+                first_len = o.n - start;
+            } else if (det_check) {
+                int same = first_len == o.n - start &&
+                           !memcmp(o.p + first_off, o.p + start, first_len);
+                json_object_set_new(tchecks, "deterministic", json_string(same ? "ok" : "differs"));
+            }
+            if (guards_check) {
+                kh_launch_buf all[MAX_TENSORS];
+                view(r, 0, -1, all);
+                char why[600];
+                if (!guards_ok(r, all, why, sizeof why)) {
+                    json_object_set_new(tchecks, "guards", json_string(why));
+                    add_failure(failures, "guards", (int)ti, "%s", why);
+                } else if (!json_object_get(tchecks, "guards")) {
+                    json_object_set_new(tchecks, "guards", json_string("ok"));
+                }
+            }
+            if (inputs_check) {
+                st = input_sums(r, 0, after, err);
+                for (size_t i = 0; i < r->nt && !st; i++)
+                    if (r->ts[i].role == ROLE_IN && before[i] != after[i] &&
+                        !json_object_get(tchecks, "inputs_unchanged")) {
+                        char why[160];
+                        snprintf(why, sizeof why, "input '%s' changed during the call",
+                                 r->ts[i].name);
+                        json_object_set_new(tchecks, "inputs_unchanged", json_string(why));
+                        add_failure(failures, "inputs_unchanged", (int)ti, "%s", why);
+                    }
+                /* The next pattern starts from the true inputs again. */
+                if (!st && pi + 1 < npat && json_object_get(tchecks, "inputs_unchanged"))
+                    st = fill_inputs(r, 0, seed, err);
+            }
+        }
+        if (inputs_check && !json_object_get(tchecks, "inputs_unchanged"))
+            json_object_set_new(tchecks, "inputs_unchanged", json_string("ok"));
+        json_object_set_new(trial, "checks", tchecks);
+        json_array_append_new(trials_out, trial);
+    }
+
+    /* ---- timing ---- */
+    json_t *timing_out = NULL, *timed_outputs = json_array();
+    if (!st && timing) {
+        kh_protocol proto = KH_PROTO_OFFICIAL;
+        const char *ps = json_string_value(json_object_get(timing, "protocol"));
+        if (ps && !kh_protocol_parse(ps, &proto))
+            st = kh_err_set(err, KH_EINVAL, "timing.protocol: official, screen or precise");
+        kh_bench_opts bo;
+        kh_bench_defaults(proto, &bo);
+        json_t *v;
+        if ((v = json_object_get(timing, "warmup"))) bo.warmup = (int)json_integer_value(v);
+        if ((v = json_object_get(timing, "iters"))) bo.iters = (int)json_integer_value(v);
+        if ((v = json_object_get(timing, "trials"))) bo.trials = (int)json_integer_value(v);
+        if ((v = json_object_get(timing, "max_iters"))) bo.max_iters = (int)json_integer_value(v);
+        if ((v = json_object_get(timing, "use_events"))) bo.use_events = json_is_true(v);
+        int rot = (v = json_object_get(timing, "rotate_inputs")) ? (int)json_integer_value(v) : 1;
+        rot = rot < 1 ? 1 : rot > MAX_SETS ? MAX_SETS : rot;
+        double frac = json_number_value(json_object_get(timing, "verify_timed_fraction"));
+        r->timing_seed = (v = json_object_get(timing, "seed"))
+                             ? (uint64_t)json_integer_value(v)
+                             : kh_rng_derive_seed(
+                                   (uint64_t)json_integer_value(json_object_get(
+                                       json_array_get(trials, 0), "seed")), 0x7171, 0);
+        /* Sampled timed calls: the first timed calls of the first trial get
+         * checked outputs, spread over the input sets. */
+        long expected = proto == KH_PROTO_OFFICIAL ? bo.iters : 10;
+        int ns = frac > 0 ? (int)ceil(frac * (double)expected) : 0;
+        ns = ns > MAX_SAMPLES ? MAX_SAMPLES : ns;
+        for (int j = 0; j < ns; j++) {
+            r->sample_at[j] = (long)((double)j * (double)expected / ns);
+            r->sample_set[j] = j % rot;
+        }
+        r->nsamples = ns;
+        for (int k = 1; k < rot && !st; k++, r->nsets++)
+            st = alloc_set(r, r->in[k], 1 << ROLE_IN, err);
+        for (int j = 0; j < ns && !st; j++)
+            st = alloc_set(r, r->samples[j], 1 << ROLE_OUT, err);
+        if (!st && reload)
+            st = load_module(r, payload + aoff, alen, err);
+        if (!st)
+            st = bind_lists(r, err);
+        kh_bench_result br;
+        memset(&br, 0, sizeof br);
+        kh_gpu_clocks cb, ca;
+        if (!st) {
+            kh_bench_target t = {.call = tgt_call, .trial = tgt_trial, .phase = tgt_phase,
+                                 .ctx = r};
+            kh_gpu_reset_l2_persisting(ev->g, NULL);
+            kh_gpu_read_clocks(ev->g, &cb);
+            st = kh_bench_run(ev->g, ev->c, &t, &bo, &br, err);
+            kh_gpu_read_clocks(ev->g, &ca);
+        }
+        if (!st) {
+            timing_out = bench_json(&br);
+            json_object_set_new(timing_out, "protocol", json_string(kh_protocol_name(proto)));
+            json_object_set_new(timing_out, "rotate_inputs", json_integer(rot));
+            json_object_set_new(timing_out, "clocks_before", kh_gpu_clocks_json(&cb));
+            json_object_set_new(timing_out, "clocks_after", kh_gpu_clocks_json(&ca));
+            for (int j = 0; j < ns && !st; j++) {
+                if (!r->sample_done[j])
+                    continue;
+                json_t *outs = copy_outputs(r, r->samples[j], &o, err);
+                if (!outs) {
+                    st = err->code;
+                    break;
+                }
+                json_array_append_new(timed_outputs,
+                                      json_pack("{s:I, s:i, s:I, s:o}", "seed",
+                                                (json_int_t)r->sample_seed[j], "set",
+                                                r->sample_set[j], "call",
+                                                (json_int_t)r->sample_at[j], "outputs", outs));
+            }
+            if (guards_check && !st) {
+                char why[600];
+                for (int k = 0; k < r->nsets; k++) {
+                    kh_launch_buf all[MAX_TENSORS];
+                    view(r, k, -1, all);
+                    if (!guards_ok(r, all, why, sizeof why)) {
+                        add_failure(failures, "guards", -1, "during timing: %s", why);
+                        break;
+                    }
+                }
+            }
+        }
+        kh_bench_result_free(&br);
+    }
+
+    if (!st) {
+        res = json_pack("{s:o, s:o, s:o}", "trials", trials_out, "timed_outputs", timed_outputs,
+                        "failures", failures);
+        trials_out = timed_outputs = failures = NULL;
+        json_object_set_new(res, "timing", timing_out ? timing_out : json_null());
+        timing_out = NULL;
+        json_object_set_new(res, "gpu", kh_gpu_info(ev->g));
+        *result = res;
+        *out = o.p;
+        *out_len = o.n;
+        o.p = NULL;
+    } else {
+        json_decref(timed_outputs);
+    }
+    json_decref(timing_out);
+    json_decref(trials_out);
+    json_decref(failures);
+    free(o.p);
+    /* After a sticky error nothing on the device may be touched again. */
+    if (!kh_gpu_poisoned(ev->g)) {
+        for (int k = 0; k < r->nlists; k++)
+            kh_launch_free(&r->lists[k]);
+        for (int k = 0; k < r->nsample_lists; k++)
+            kh_launch_free(&r->sample_lists[k]);
+        for (int k = 0; k < MAX_SETS; k++)
+            free_set(r, r->in[k]);
+        for (int j = 0; j < MAX_SAMPLES; j++)
+            free_set(r, r->samples[j]);
+        free_set(r, r->shared);
+        if (r->mod)
+            kh_gpu_api(ev->g)->cuModuleUnload(r->mod);
+    }
+    free(r);
+    return st;
+}
