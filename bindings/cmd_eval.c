@@ -36,6 +36,7 @@ static void usage(FILE *f)
             "  --deadline S      seconds per workload and worker request (default 300)\n"
             "  --host-memory MB  memory limit of the host worker (default 8192)\n"
             "  --atol X, --rtol X, --ratio X   tolerance overrides (required matched ratio)\n"
+            "  --no-store        do not record the verdicts in the store\n"
             "  --json            FlashInfer-Bench Trace JSONL, one line per workload\n"
             "\n"
             "Exit 0 when every workload PASSED, 1 otherwise, 2 on usage errors.\n");
@@ -85,6 +86,9 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             takes = 0;
         } else if (!strcmp(a, "--parity")) {
             o.parity = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--no-store")) {
+            o.record = 0;
             takes = 0;
         } else if (!strcmp(a, "--no-timing")) {
             o.timing = 0;

@@ -160,6 +160,7 @@ static int l_run(lua_State *L)
                                            o.required_matched_ratio);
         o.time_reference = opt_bool(L, t, "time_reference", o.time_reference);
         o.host_memory_bytes = (uint64_t)opt_num(L, t, "host_memory_bytes", 0);
+        o.record = opt_bool(L, t, "record", o.record);
         o.workloads = opt_workloads(L, t); /* stays on the stack */
     }
     kh_eval *ev = get_eval(L);

@@ -14,6 +14,7 @@
 #include "hostcc.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "store.h"
 #include "supervisor.h"
 #include "task.h"
 #include "tensor.h"
@@ -75,6 +76,8 @@ struct kh_eval {
     refperf *perfs;
     char as_env[64], asan_env[1024];
     const char *env[3];
+    kh_store *store;   /* borrowed (cfg) or opened here on first record */
+    int own_store;
 };
 
 static char *dupstr(const char *s)
@@ -105,6 +108,7 @@ kh_eval *kh_eval_new(kh_engine *e, const kh_eval_config *cfg, kh_err *err)
         return NULL;
     }
     ev->e = e;
+    ev->store = cfg ? cfg->store : NULL;
     ev->host_as = cfg && cfg->host_as_bytes ? cfg->host_as_bytes : (uint64_t)8 << 30;
     if ((cfg && cfg->exe && !(ev->exe = dupstr(cfg->exe))) ||
         (cfg && cfg->launch && !(ev->launch = dupstr(cfg->launch)))) {
@@ -121,6 +125,8 @@ void kh_eval_free(kh_eval *ev)
         return;
     kh_pool_free(ev->host);
     kh_pool_free(ev->gpu);
+    if (ev->own_store)
+        kh_store_close(ev->store);
     if (ev->cc)
         kh_compile_free(ev->cc);
     for (art *a = ev->arts, *n; a; a = n) {
@@ -169,16 +175,137 @@ void kh_eval_opts_default(kh_eval_opts *o)
     o->deadline_s = 300;
     o->atol = o->rtol = o->required_matched_ratio = -1;
     o->time_reference = 1;
+    o->record = 1;
 }
 
-/* The store is being finished on its own branch: this is the one place that
- * will write verdicts and sample blobs through it. */
-kh_status kh_eval_record(kh_eval *ev, json_t *trace, const double *samples, size_t n,
-                         char blob_hash[33], kh_err *err)
+/* ---- the store ------------------------------------------------------------
+ * One update per verdict: the task (named by its definition) and the candidate
+ * (content-addressed by the solution JSON) if not there yet, the raw samples
+ * as a blob (float64 little-endian, one per timed call, in call order), and
+ * the evaluation record. */
+typedef struct rec_ctx {
+    const kh_task_def *d;
+    const json_t *sol_json;
+    const char *sol_name;
+    json_t *trace;
+    const void *samples;
+    size_t samples_len;
+    char blob[33];
+    char cand_id[KH_STORE_ID_MAX], eval_id[KH_STORE_ID_MAX];
+} rec_ctx;
+
+static kh_status put_if_absent(kh_store_txn *tx, const char *id, json_t *rec, kh_err *err)
 {
-    (void)ev; (void)trace; (void)samples; (void)n;
-    blob_hash[0] = 0;
-    return kh_err_set(err, KH_EUNSUPPORTED, "the artifact store is not merged yet");
+    json_t *have = NULL;
+    kh_status st = kh_store_txn_get(tx, id, &have, err);
+    json_decref(have);
+    if (st == KH_OK) {
+        json_decref(rec);
+        return KH_OK;
+    }
+    if (st != KH_ENOTFOUND) {
+        json_decref(rec);
+        return st;
+    }
+    char out[KH_STORE_ID_MAX];
+    st = kh_store_txn_put(tx, rec, 0, out, err);
+    json_decref(rec);
+    return st;
+}
+
+static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
+{
+    rec_ctx *r = arg;
+    char task_id[KH_STORE_ID_MAX];
+    snprintf(task_id, sizeof task_id, "task-%s", r->d->name);
+    kh_status st = put_if_absent(tx, task_id,
+                                 json_pack("{s:s, s:s, s:s, s:O}", "type", "task", "id", task_id,
+                                           "name", r->d->name, "definition", r->d->json),
+                                 err);
+    if (st)
+        return st;
+    char *sj = json_dumps(r->sol_json, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!sj)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    kh_hash sh;
+    st = kh_store_txn_put_blob(tx, sj, strlen(sj), &sh, err);
+    /* the bytes must stay valid until the update returns (write replay) */
+    char shex[33];
+    kh_hash_hex(&sh, shex);
+    snprintf(r->cand_id, sizeof r->cand_id, "candidate-%s", shex);
+    if (!st)
+        st = put_if_absent(tx, r->cand_id,
+                           json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:{s:s}}", "type",
+                                     "candidate", "id", r->cand_id, "task", task_id, "name",
+                                     r->sol_name, "source_blob", shex, "origin", "file",
+                                     "provenance", "source_hash", shex),
+                           err);
+    if (st) {
+        free(sj);
+        return st;
+    }
+    r->blob[0] = 0;
+    if (r->samples_len) {
+        kh_hash bh;
+        if ((st = kh_store_txn_put_blob(tx, r->samples, r->samples_len, &bh, err))) {
+            free(sj);
+            return st;
+        }
+        kh_hash_hex(&bh, r->blob);
+    }
+    json_t *evj = json_object_get(r->trace, "evaluation");
+    json_t *kl = json_object_get(evj, "khlua");
+    if (r->blob[0])
+        json_object_set_new(kl, "samples_blob", json_string(r->blob));
+    json_t *rec = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s?, s:s, s:s, s:O, s:O, s:{s:O, s:O, s:O}}", "type", "evaluation",
+        "task", task_id, "candidate", r->cand_id, "status",
+        json_string_value(json_object_get(evj, "status")), "samples_blob",
+        r->blob[0] ? r->blob : NULL, "definition", r->d->name, "solution", r->sol_name,
+        "workload", json_object_get(r->trace, "workload"), "evaluation", evj, "provenance",
+        "hashes", json_object_get(kl, "hashes"), "seeds", json_object_get(kl, "seeds"),
+        "worker", json_object_get(kl, "worker") ? json_object_get(kl, "worker") : json_null());
+    json_t *proto = json_object_get(kl, "protocol");
+    if (proto)
+        json_object_set(rec, "protocol", proto);
+    st = kh_store_txn_put(tx, rec, 0, r->eval_id, err);
+    json_decref(rec);
+    /* sj must outlive the transaction: freed by the caller's cleanup */
+    r->sol_json = (const json_t *)(void *)sj;
+    return st;
+}
+
+/* Record a verdict; on success the trace carries khlua.record and
+ * khlua.samples_blob. */
+static kh_status record(kh_eval *ev, const kh_task_def *d, const kh_task_solution *sol,
+                        json_t *trace, const double *samples, size_t n, kh_err *err)
+{
+    if (!ev->store) {
+        kh_status st = kh_store_open(kh_engine_store_path(ev->e), NULL, &ev->store, err);
+        if (st)
+            return st;
+        ev->own_store = 1;
+    }
+    unsigned char *raw = n ? malloc(n * 8) : NULL;
+    if (n && !raw)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, &samples[i], 8);
+        for (int b = 0; b < 8; b++)
+            raw[i * 8 + (size_t)b] = (unsigned char)(u >> (8 * b));
+    }
+    rec_ctx r = {.d = d, .sol_json = sol->json, .sol_name = sol->name, .trace = trace,
+                 .samples = raw, .samples_len = n * 8};
+    const json_t *sol_json = r.sol_json;
+    kh_status st = kh_store_update(ev->store, rec_fn, &r, err);
+    if (r.sol_json != sol_json)
+        free((void *)r.sol_json); /* the dumped solution text, kept for the replay */
+    free(raw);
+    if (!st)
+        json_object_set_new(json_object_get(json_object_get(trace, "evaluation"), "khlua"),
+                            "record", json_string(r.eval_id));
+    return st;
 }
 
 /* ---- pools ---------------------------------------------------------------- */
@@ -721,6 +848,24 @@ static refout *ref_find(kh_eval *ev, const char *def, const char *uuid, uint64_t
 }
 
 static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs, char hash[33],
+                             kh_err *err);
+
+/* Reference outputs for the given seeds (the same request, other trials). */
+static kh_status ref_outputs_for(wctx *c, const kh_task_solution *ref, const uint64_t *seeds,
+                                 size_t n, refout **outs, char hash[33], kh_err *err)
+{
+    uint64_t saved[64];
+    size_t saved_n = c->ntrials;
+    memcpy(saved, c->seeds, sizeof saved);
+    memcpy(c->seeds, seeds, n * sizeof *seeds);
+    c->ntrials = n;
+    kh_status st = ref_outputs(c, ref, outs, hash, err);
+    memcpy(c->seeds, saved, sizeof saved);
+    c->ntrials = saved_n;
+    return st;
+}
+
+static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs, char hash[33],
                              kh_err *err)
 {
     size_t missing = 0;
@@ -1080,7 +1225,7 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
             json_t *f;
             json_array_foreach(failures, fi, f) {
                 json_t *ft = json_object_get(f, "trial");
-                if (!ft || (size_t)json_integer_value(ft) != t)
+                if (!ft || json_integer_value(ft) < 0 || (size_t)json_integer_value(ft) != t)
                     continue;
                 const char *ck = json_string_value(json_object_get(f, "check"));
                 const char *d = json_string_value(json_object_get(f, "detail"));
@@ -1158,7 +1303,8 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
             size_t fi;
             json_t *f;
             json_array_foreach(failures, fi, f) {
-                if (json_object_get(f, "trial"))
+                json_t *ft = json_object_get(f, "trial"); /* absent or -1: timing */
+                if (ft && json_integer_value(ft) >= 0)
                     continue;
                 const char *ck = json_string_value(json_object_get(f, "check"));
                 const char *d = json_string_value(json_object_get(f, "detail"));
@@ -1171,13 +1317,41 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
             json_t *tos = json_object_get(res, "timed_outputs");
             size_t ti, nverified = 0, nbad = 0;
             json_t *to;
+            /* A timed output names the seed of its input set ("seed"), or
+             * the trial whose inputs it used ("set" alone, the host worker's
+             * sets are the trials' inputs).  Seeds not seen in correctness
+             * (the gpu worker's timing sets) get reference outputs now. */
+            uint64_t tseeds[64];
+            size_t ntseeds = 0;
             json_array_foreach(tos, ti, to) {
+                json_t *sj = json_object_get(to, "seed");
                 json_int_t set = json_integer_value(json_object_get(to, "set"));
-                if (set < 0 || (size_t)set >= c->ntrials)
+                uint64_t sd = sj ? (uint64_t)json_integer_value(sj)
+                              : set >= 0 && (size_t)set < c->ntrials ? c->seeds[set] : 0;
+                int have = 0;
+                for (size_t k = 0; k < ntseeds; k++)
+                    have |= tseeds[k] == sd;
+                if (!have && ntseeds < 64)
+                    tseeds[ntseeds++] = sd;
+            }
+            refout *tro[64] = {0};
+            char unused[33];
+            if (ntseeds && (st = ref_outputs_for(c, ref, tseeds, ntseeds, tro, unused, err)))
+                goto out;
+            json_array_foreach(tos, ti, to) {
+                json_t *sj = json_object_get(to, "seed");
+                json_int_t set = json_integer_value(json_object_get(to, "set"));
+                uint64_t sd = sj ? (uint64_t)json_integer_value(sj)
+                              : set >= 0 && (size_t)set < c->ntrials ? c->seeds[set] : 0;
+                refout *rref = NULL;
+                for (size_t k = 0; k < ntseeds; k++)
+                    if (tseeds[k] == sd)
+                        rref = tro[k];
+                if (!rref)
                     continue;
                 kh_check_result rt;
                 int ut = 0;
-                if ((st = compare_set(c, &r.reply, json_object_get(to, "outputs"), ro[set], &rt,
+                if ((st = compare_set(c, &r.reply, json_object_get(to, "outputs"), rref, &rt,
                                       0xFF, &ut, err)))
                     goto out;
                 nverified++;
@@ -1186,7 +1360,7 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                     fail(&v, "INCORRECT_NUMERICAL", "timed_outputs",
                          "timed call %lld (input set %lld, seed %llu): %s",
                          (long long)json_integer_value(json_object_get(to, "call")),
-                         (long long)set, (unsigned long long)c->seeds[set], rt.reason);
+                         (long long)set, (unsigned long long)sd, rt.reason);
                     if (!v.has_correctness || v.acc.max_abs_error < rt.max_abs_error)
                         v.acc.max_abs_error = rt.max_abs_error;
                     if (v.acc.max_rel_error < rt.max_rel_error)
@@ -1301,22 +1475,25 @@ verdict:
                        "solution", sol->name, "evaluation", ev);
     ev = NULL;
     {
-        /* raw samples: a store blob once the store is there, else inline */
-        char blob[33];
+        /* raw samples: a store blob; inline when the verdict is not stored */
         json_t *evj = json_object_get(*trace, "evaluation");
         json_t *kj = json_object_get(evj, "khlua");
+        json_object_set_new(kj, "samples_blob", json_null());
         size_t ns = json_array_size(samples);
         double *sv = ns ? malloc(ns * sizeof *sv) : NULL;
         for (size_t i = 0; sv && i < ns; i++)
             sv[i] = json_number_value(json_array_get(samples, i));
         kh_err rerr;
-        if (kh_eval_record(c->ev, *trace, sv, sv ? ns : 0, blob, &rerr) == KH_OK) {
-            json_object_set_new(kj, "samples_blob", blob[0] ? json_string(blob) : json_null());
-        } else {
-            json_object_set_new(kj, "samples_blob", json_null());
+        if (!o->record) {
+            json_object_set_new(kj, "stored", json_string("no (record = false)"));
+            if (samples)
+                json_object_set(kj, "samples_ns", samples);
+        } else if (record(c->ev, c->d, sol, *trace, sv, sv ? ns : 0, &rerr) != KH_OK) {
             json_object_set_new(kj, "stored", json_string(rerr.msg));
             if (samples)
                 json_object_set(kj, "samples_ns", samples);
+        } else {
+            json_object_set_new(kj, "stored", json_string("yes"));
         }
         free(sv);
     }

@@ -15,7 +15,15 @@
  * The coordinator never runs candidate code: worker crashes and overruns
  * become RUNTIME_ERROR / TIMEOUT verdicts, and the next candidate gets a
  * fresh worker.  A kh_eval keeps its worker pools, built artifacts and
- * reference outputs between calls; it is not thread-safe. */
+ * reference outputs between calls; it is not thread-safe.
+ *
+ * Every verdict is recorded in the store (unless opts.record = 0): the task,
+ * the candidate (content-addressed by its Solution JSON), the raw timing
+ * samples as a blob (float64 LE per timed call) and an `evaluation` record;
+ * the trace then carries khlua.record (its id) and khlua.samples_blob.  When
+ * it cannot be stored (the store refused, or is open elsewhere in this
+ * process) the trace says why in khlua.stored and keeps the samples inline
+ * (khlua.samples_ns). */
 #ifndef KH_EVAL_H
 #define KH_EVAL_H
 
@@ -26,7 +34,11 @@
 
 typedef struct kh_eval kh_eval;
 
+struct kh_store;
+
 typedef struct kh_eval_config {
+    struct kh_store *store;    /* borrowed, outlives the evaluator; NULL: the engine's
+                                  store path, opened on the first verdict recorded */
     const char *exe;           /* worker executable (NULL: this one; tests pass khlua) */
     const char *launch;        /* worker launch template (NULL: local) */
     uint64_t host_as_bytes;    /* host worker address-space limit; 0: 8 GiB */
@@ -52,6 +64,7 @@ typedef struct kh_eval_opts {
     double deadline_s;         /* per workload and per worker request; 300 */
     double atol, rtol, required_matched_ratio; /* < 0: the definition's */
     int time_reference;        /* time the reference too (reference_latency_ms); 1 */
+    int record;                /* store every verdict (1, the default) */
     uint64_t host_memory_bytes; /* host worker memory limit; 0: the evaluator's (8 GiB);
                                    a change restarts the host worker */
 } kh_eval_opts;
@@ -65,11 +78,5 @@ void kh_eval_opts_default(kh_eval_opts *o);
  * (compile error, crash, wrong output, overrun) is a verdict, KH_OK. */
 kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
                       const kh_eval_opts *o, json_t **traces, kh_err *err);
-
-/* Where raw samples and verdicts go.  Until the artifact store is merged
- * this records nothing and returns KH_EUNSUPPORTED; the samples then stay
- * inline in the verdict (khlua.samples_ns). */
-kh_status kh_eval_record(kh_eval *ev, json_t *trace, const double *samples, size_t n,
-                         char blob_hash[33], kh_err *err);
 
 #endif

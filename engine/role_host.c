@@ -996,8 +996,10 @@ static kh_status t_post(void *ctx, long ti, kh_err *err)
             json_decref(o);
             return st;
         }
-        json_array_append_new(x->timed_outputs, json_pack("{s:i, s:I, s:o}", "set", x->cur_values,
-                                                          "call", (json_int_t)ti, "outputs", o));
+        json_array_append_new(x->timed_outputs,
+                              json_pack("{s:i, s:I, s:I, s:o}", "set", x->cur_values, "seed",
+                                        (json_int_t)x->r->seeds[x->cur_values], "call",
+                                        (json_int_t)ti, "outputs", o));
     }
     return KH_OK;
 }

@@ -21,7 +21,7 @@ local function opts(extra)
   local o = {
     seed = math.random(1, 1 << 40), trials = 3, warmup = 1, iters = 6, timing_trials = 1,
     cold = false, rotate_inputs = 3, verify_timed_fraction = 1.0, deadline_s = 30,
-    time_reference = false,
+    time_reference = false, record = false,
   }
   for k, v in pairs(extra or {}) do o[k] = v end
   return o
