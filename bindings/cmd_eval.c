@@ -31,7 +31,8 @@ static void usage(FILE *f)
             "  --trials N        input sets for correctness (default 3)\n"
             "  --seed N          base seed of the inputs (default fixed; recorded)\n"
             "  --warmup N, --iters N, --timing-trials N   protocol overrides\n"
-            "  --rotate N        timing input sets (default 2)\n"
+            "  --rotate N        timing input sets (default 3)\n"
+            "  --warm            no cache flush before timed calls (default: flush)\n"
             "  --verify F        share of timed calls whose outputs are checked (default 0.1)\n"
             "  --deadline S      seconds per workload and worker request (default 300)\n"
             "  --host-memory MB  memory limit of the host worker (default 8192)\n"
@@ -89,6 +90,9 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             takes = 0;
         } else if (!strcmp(a, "--no-store")) {
             o.record = 0;
+            takes = 0;
+        } else if (!strcmp(a, "--warm")) {
+            o.cold = 0;
             takes = 0;
         } else if (!strcmp(a, "--no-timing")) {
             o.timing = 0;

@@ -144,6 +144,8 @@ static int l_run(lua_State *L)
         o.warmup = opt_int(L, t, "warmup", o.warmup);
         o.iters = opt_int(L, t, "iters", o.iters);
         o.timing_trials = opt_int(L, t, "timing_trials", o.timing_trials);
+        o.max_iters = opt_int(L, t, "max_iters", o.max_iters);
+        o.timing_timeout_s = opt_num(L, t, "timing_timeout_s", o.timing_timeout_s);
         o.rotate_inputs = opt_int(L, t, "rotate_inputs", o.rotate_inputs);
         o.verify_timed_fraction = opt_num(L, t, "verify_timed_fraction", o.verify_timed_fraction);
         o.cold = opt_bool(L, t, "cold", o.cold);

@@ -168,7 +168,7 @@ void kh_eval_opts_default(kh_eval_opts *o)
     o->trials = 3;
     o->seed = 0x6b686c7561ull; /* "khlua" */
     o->warmup = o->iters = o->timing_trials = -1;
-    o->rotate_inputs = 2;
+    o->rotate_inputs = 3;
     o->verify_timed_fraction = 0.1;
     o->cold = 1;
     o->deterministic = -1;
@@ -783,6 +783,10 @@ static void add_timing(wctx *c, json_t *p, int verify)
         json_object_set_new(t, "iters", json_integer(o->iters));
     if (o->timing_trials >= 0)
         json_object_set_new(t, "trials", json_integer(o->timing_trials));
+    if (o->max_iters > 0)
+        json_object_set_new(t, "max_iters", json_integer(o->max_iters));
+    if (o->timing_timeout_s > 0)
+        json_object_set_new(t, "timeout_s", json_real(o->timing_timeout_s));
     json_object_set_new(p, "timing", t);
 }
 
@@ -792,6 +796,7 @@ typedef struct wres {
     kh_err err;
     kh_msg reply;
     double seconds;
+    int not_run;
 } wres;
 
 static void call_worker(wctx *c, int host, const json_t *params, const art *a, wres *r)
@@ -807,12 +812,19 @@ static void call_worker(wctx *c, int host, const json_t *params, const art *a, w
         r->st = kh_err_set(&r->err, KH_ESTATE, "request payload out of order");
         return;
     }
+    kh_pool_stats before, after;
+    kh_pool_stats_get(p, &before);
     double t0 = kh_now();
     /* the worker's own limits (CPU time) sit above the deadline, so an
      * overrun is seen here first, as a TIMEOUT */
     r->st = kh_pool_call(p, "evaluate", params, c->pl, c->pl_len, c->o->deadline_s + 1,
                          &r->reply, &r->err);
     r->seconds = kh_now() - t0;
+    kh_pool_stats_get(p, &after);
+    /* No request went out: the pool could not start a worker (no GPU, the
+     * role's init failed, a role that keeps dying).  Not the candidate's
+     * doing, so not a verdict. */
+    r->not_run = after.calls == before.calls;
 }
 
 /* [offset, length] of the reply payload, or NULL when out of range. */
@@ -892,8 +904,9 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
         call_worker(c, is_host(ref), p, a, &r);
         json_decref(p);
         if (r.st) {
-            st = kh_err_set(err, r.st, "the trusted reference '%s' failed on workload %s: %s",
-                            ref->name, c->w->uuid, r.err.msg);
+            st = kh_err_set(err, r.not_run && r.st == KH_ECHILD ? KH_ENODEV : r.st,
+                            "the trusted reference '%s' %s on workload %s: %s", ref->name,
+                            r.not_run ? "could not be run" : "failed", c->w->uuid, r.err.msg);
             kh_msg_free(&r.reply);
             return st;
         }
@@ -1182,6 +1195,11 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     call_worker(c, is_host(sol), p, a, &r);
     json_decref(p);
     json_object_set_new(kl, "worker_seconds", json_real(r.seconds));
+    if (r.st && r.not_run) {
+        st = kh_err_set(err, r.st == KH_ECHILD ? KH_ENODEV : r.st, "no %s worker: %s",
+                        is_host(sol) ? "host" : "gpu", r.err.msg);
+        goto out;
+    }
     if (r.st == KH_ETIMEOUT) {
         fail(&v, "TIMEOUT", NULL, "%s", r.err.msg);
         goto verdict;

@@ -57,7 +57,9 @@ typedef struct kh_eval_opts {
     uint64_t seed;             /* base seed; trial seeds derive from (seed, workload, trial) */
     int warmup, iters;         /* -1: the protocol's */
     int timing_trials;         /* official: -1: 3 */
-    int rotate_inputs;         /* timing input sets (values and addresses); 2 */
+    int max_iters;             /* screen / precise cap on timed calls; 0: the protocol's */
+    double timing_timeout_s;   /* precise: stop after this long; 0: the protocol's (15 s) */
+    int rotate_inputs;         /* timing input sets (values and addresses); 3, at most trials */
     double verify_timed_fraction; /* share of timed calls whose outputs are verified; 0.1 */
     int cold;                  /* flush caches before each timed call; 1 */
     int deterministic;         /* -1: host on, cuda off (atomics reorder float sums); 0/1 */
