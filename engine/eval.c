@@ -895,7 +895,7 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
         free(c->pl);
         c->pl = NULL;
         c->pl_len = 0;
-        size_t off;
+        size_t off = 0;
         json_t *p = NULL;
         if ((st = pl_add(c, a->bytes, a->len, &off, err)) ||
             (st = make_request(c, ref, a, 1, &p, err)))
@@ -984,7 +984,7 @@ static kh_status ref_latency(wctx *c, const kh_task_solution *ref, double *ns, k
     free(c->pl);
     c->pl = NULL;
     c->pl_len = 0;
-    size_t off;
+    size_t off = 0;
     json_t *p = NULL;
     if ((st = pl_add(c, a->bytes, a->len, &off, err)) || (st = make_request(c, ref, a, 1, &p, err)))
         return st;
@@ -1186,7 +1186,7 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     free(c->pl);
     c->pl = NULL;
     c->pl_len = 0;
-    size_t off;
+    size_t off = 0;
     json_t *p = NULL;
     if ((st = pl_add(c, a->bytes, a->len, &off, err)) || (st = make_request(c, sol, a, 0, &p, err)))
         goto out;

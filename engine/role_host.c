@@ -897,7 +897,7 @@ static kh_status capture_outputs(run *x, bset *b, json_t **obj, kh_err *err)
     for (size_t i = 0; i < x->r->nt; i++) {
         if (x->r->t[i].role != T_OUTPUT)
             continue;
-        size_t off;
+        size_t off = 0;
         kh_status st = out_add(&x->out, b->b[i].data, x->r->t[i].nbytes, &off, err);
         if (st)
             return st;
