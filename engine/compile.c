@@ -867,7 +867,7 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
                 goto fail;
             }
             a->t.total = kh_now() - t0;
-            kh_err_prefix(err, "static check: ");
+            kh_err_prefix(err, "static check");
             *out = a;
             return KH_ECOMPILE;
         }
