@@ -76,6 +76,7 @@ struct kh_eval {
     refperf *perfs;
     char as_env[64], asan_env[1024];
     const char *env[3];
+    double gpu_bw;     /* gpu "peaks" copy bandwidth x margin, bytes/s; 0: not asked yet */
     kh_store *store;   /* borrowed (cfg) or opened here on first record */
     int own_store;
 };
@@ -1012,6 +1013,30 @@ static kh_status ref_latency(wctx *c, const kh_task_solution *ref, double *ns, k
     return KH_OK;
 }
 
+/* The gpu worker measures a device-to-device copy ("peaks"): its median
+ * bandwidth, with a 1.5x margin because a tuned kernel may beat that copy and
+ * a bound that rejects honest work is worse than none.  Asked once; 0 when
+ * the worker cannot say (the check is then "unknown"). */
+static double gpu_bandwidth(wctx *c)
+{
+    if (c->ev->gpu_bw != 0)
+        return c->ev->gpu_bw > 0 ? c->ev->gpu_bw : 0;
+    c->ev->gpu_bw = -1;
+    kh_err err;
+    kh_pool *p = pool_for(c->ev, 0, 0, &err);
+    kh_msg m;
+    json_t *params = json_object();
+    if (p && kh_pool_call(p, "peaks", params, NULL, 0, 120, &m, &err) == KH_OK) {
+        double bw = json_number_value(json_object_get(json_object_get(m.head, "result"),
+                                                      "copy_bytes_per_s"));
+        if (bw > 0)
+            c->ev->gpu_bw = 1.5 * bw;
+        kh_msg_free(&m);
+    }
+    json_decref(params);
+    return c->ev->gpu_bw > 0 ? c->ev->gpu_bw : 0;
+}
+
 /* ---- comparison ----------------------------------------------------------- */
 static json_t *num(double x)
 {
@@ -1400,6 +1425,8 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
             kh_err serr;
             if (kh_task_speed_of_light(c->d, c->w->axes, &sb, &sf, &serr) == KH_OK) {
                 double bw = json_number_value(json_object_get(timing, "copy_bandwidth_Bps"));
+                if (bw <= 0 && !is_host(sol))
+                    bw = gpu_bandwidth(c);
                 double pk = json_number_value(json_object_get(timing, "peak_flops"));
                 double bound = 0;
                 if (bw > 0)
