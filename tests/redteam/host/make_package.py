@@ -168,7 +168,7 @@ CANDIDATES = {
     out[rows * h] = 0x1234;
 }
 '''),
-    "oob_write_far": ("Right output, plus a write 8 KiB past the end of the output.", SIG + r'''
+    "oob_write_far": ("Right output, plus a write 12 KiB past the end of the output.", SIG + r'''
 {
     for (int64_t r = 0; r < rows; r++)
         row(x + r * h, w, eps, out + r * h, h);
