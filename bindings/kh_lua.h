@@ -51,6 +51,9 @@ struct kh_store;
 struct kh_store *kh_lua_check_store(lua_State *L, int idx);
 /* The same without raising: NULL when idx is not an open kh.Store. */
 struct kh_store *kh_lua_to_store(lua_State *L, int idx);
+/* The open kh.Store at idx for one call made outside its transactions;
+ * raises on a wrong type, a closed store, or inside db:update/db:view. */
+struct kh_store *kh_lua_check_store_idle(lua_State *L, int idx);
 
 /* ---- modules: push the module table ------------------------------------ */
 void kh_open_json(lua_State *L, kh_engine *e);

@@ -133,6 +133,11 @@ static int l_tostring(lua_State *L)
     return 1;
 }
 
+struct kh_store *kh_lua_check_store_idle(lua_State *L, int idx)
+{
+    return check_store_idle(L, idx)->s;
+}
+
 static int l_path(lua_State *L)
 {
     lua_pushstring(L, kh_store_path(check_store(L, 1)->s));
