@@ -4,7 +4,9 @@
  *
  * Returns an array of FlashInfer-Bench Trace tables (evaluation.status, ...,
  * evaluation.khlua.{checks, failed_check, seeds, hashes, ...}); nil, msg,
- * code when it could not run.  The evaluator (its worker pools, built
+ * code when it could not run.  Verdicts are recorded in opts.store (an open
+ * kh.Store) when given, else in the engine's store; record = false skips
+ * that.  The evaluator (its worker pools, built
  * artifacts and reference outputs) is one per Lua state, kept in the
  * registry and freed by its __gc at lua_close, like kh.compile's compiler. */
 #include "kh_lua.h"
@@ -163,6 +165,9 @@ static int l_run(lua_State *L)
         o.time_reference = opt_bool(L, t, "time_reference", o.time_reference);
         o.host_memory_bytes = (uint64_t)opt_num(L, t, "host_memory_bytes", 0);
         o.record = opt_bool(L, t, "record", o.record);
+        if (lua_getfield(L, t, "store") != LUA_TNIL) /* anchored by the table */
+            o.store = kh_lua_check_store_idle(L, -1);
+        lua_pop(L, 1);
         o.workloads = opt_workloads(L, t); /* stays on the stack */
     }
     kh_eval *ev = get_eval(L);

@@ -278,10 +278,11 @@ static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
 
 /* Record a verdict; on success the trace carries khlua.record and
  * khlua.samples_blob. */
-static kh_status record(kh_eval *ev, const kh_task_def *d, const kh_task_solution *sol,
-                        json_t *trace, const double *samples, size_t n, kh_err *err)
+static kh_status record(kh_eval *ev, kh_store *use, const kh_task_def *d,
+                        const kh_task_solution *sol, json_t *trace, const double *samples,
+                        size_t n, kh_err *err)
 {
-    if (!ev->store) {
+    if (!use && !ev->store) {
         kh_status st = kh_store_open(kh_engine_store_path(ev->e), NULL, &ev->store, err);
         if (st)
             return st;
@@ -299,7 +300,7 @@ static kh_status record(kh_eval *ev, const kh_task_def *d, const kh_task_solutio
     rec_ctx r = {.d = d, .sol_json = sol->json, .sol_name = sol->name, .trace = trace,
                  .samples = raw, .samples_len = n * 8};
     const json_t *sol_json = r.sol_json;
-    kh_status st = kh_store_update(ev->store, rec_fn, &r, err);
+    kh_status st = kh_store_update(use ? use : ev->store, rec_fn, &r, err);
     if (r.sol_json != sol_json)
         free((void *)r.sol_json); /* the dumped solution text, kept for the replay */
     free(raw);
@@ -1533,7 +1534,7 @@ verdict:
             json_object_set_new(kj, "stored", json_string("no (record = false)"));
             if (samples)
                 json_object_set(kj, "samples_ns", samples);
-        } else if (record(c->ev, c->d, sol, *trace, sv, sv ? ns : 0, &rerr) != KH_OK) {
+        } else if (record(c->ev, o->store, c->d, sol, *trace, sv, sv ? ns : 0, &rerr) != KH_OK) {
             json_object_set_new(kj, "stored", json_string(rerr.msg));
             if (samples)
                 json_object_set(kj, "samples_ns", samples);

@@ -67,6 +67,8 @@ typedef struct kh_eval_opts {
     double atol, rtol, required_matched_ratio; /* < 0: the definition's */
     int time_reference;        /* time the reference too (reference_latency_ms); 1 */
     int record;                /* store every verdict (1, the default) */
+    struct kh_store *store;    /* record into this open store (borrowed, this call only);
+                                  NULL: the evaluator's (cfg.store, else the engine's) */
     uint64_t host_memory_bytes; /* host worker memory limit; 0: the evaluator's (8 GiB);
                                    a change restarts the host worker */
 } kh_eval_opts;

@@ -101,6 +101,21 @@ T.test("a Solution file outside the task, and a compile error as a verdict", fun
   os.execute("rm -rf " .. T.quote(dir))
 end)
 
+T.test("verdicts recorded into an open kh.Store given as opts.store", function()
+  local dir = T.tmpdir()
+  local db <close> = assert(kh.store.open(dir .. "/s"))
+  local tr = assert(kh.eval(FIX, "rmsnorm_h512_ref_c", quick { workloads = 1, record = true, store = db }))
+  local k = tr[1].evaluation.khlua
+  T.eq(k.stored, "yes")
+  local rec = assert(db:get(k.record))
+  T.eq(rec.solution, "rmsnorm_h512_ref_c")
+  T.eq(rec.evaluation.status, "PASSED")
+  T.eq(#assert(db:get_blob(k.samples_blob)), 8 * #rec.evaluation.khlua.timing.trial_median_ns * 5)
+  T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", { store = 5 }) end)
+  db:close()
+  os.execute("rm -rf " .. T.quote(dir))
+end)
+
 T.test("could not run: nil, msg, code; misuse raises", function()
   local r, msg, code = kh.eval(FIX, "no_such_solution")
   T.eq(r, nil)
