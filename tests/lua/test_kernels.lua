@@ -1,39 +1,21 @@
 -- test_kernels.lua: the task library under kernels/.  Every package passes
 -- `khlua task check`; its packed solutions match their sources under src/;
 -- every CUDA source compiles with NVRTC under the model-code checks; every
--- replay reply extracts as its ladder says and, where it extracts, makes a
--- candidate the package accepts.  Where kh.eval exists, the host packages'
--- references and baselines PASS on every workload and each host replay
--- candidate gets the verdict (and the failed check) its ladder promises.
+-- replay reply extracts, compiles and validates as its ladder says.  Where
+-- kh.eval exists, the host packages' references and baselines PASS on every
+-- workload and each host replay candidate gets the verdict (and the failed
+-- check) its ladder promises.  The CUDA side of this is gpu_kernels.lua.
 local T = require "testlib"
 local kh = require "kh"
+local L = require "ladder"
 
 local SRC = os.getenv("KH_SOURCE_DIR") or "."
 local KDIR = SRC .. "/kernels"
-local NULL = kh.json.null
-
-local function lines(cmd)
-  local p = assert(io.popen(cmd .. " 2>/dev/null", "r"))
-  local t = {}
-  for l in p:lines() do t[#t + 1] = l end
-  p:close()
-  return t
-end
-
-local function packages()
-  local t = {}
-  for _, l in ipairs(lines("ls -d " .. T.quote(KDIR) .. "/*/definition.json")) do
-    t[#t + 1] = l:match("^(.*)/definition%.json$")
-  end
-  table.sort(t)
-  return t
-end
+local lines, decode_file = L.lines, L.decode_file
 
 local function base(path) return path:match("([^/]+)$") end
-local function decode_file(path) return assert(kh.json.decode(T.read(path))) end
-local function is_null(v) return v == nil or v == NULL end
 
-local PKGS = packages()
+local PKGS = L.packages(KDIR)
 
 T.test("the library holds the packages issue 12 asks for first", function()
   local have = {}
@@ -129,50 +111,6 @@ end)
 
 -- ---- replay ladders -------------------------------------------------------------
 
-local function ladder(dir)
-  local t = {}
-  for l in T.read(dir .. "/ladder.jsonl"):gmatch("[^\n]+") do t[#t + 1] = assert(kh.json.decode(l)) end
-  return t
-end
-
-local function reply(dir, file)
-  local text = T.read(dir .. "/" .. file)
-  if file:match("%.json$") then
-    local r = assert(kh.json.decode(text))
-    return r.text, r.finish_reason
-  end
-  return text, "stop"
-end
-
--- A FlashInfer-Bench Solution from an extracted candidate, as a policy makes one.
-local function solution_of(def, name, cand)
-  local m = cand.manifest
-  local host = m.backend == "host"
-  local path = host and "candidate.c" or "candidate.cu"
-  local fn = host and (m["function"] or "run") or (m.launches and m.launches[1] and m.launches[1].kernel or "k")
-  return {
-    name = name, definition = def.name, author = "replay",
-    spec = { language = host and "cpp" or "cuda", target_hardware = { host and "cpu" or "cuda" },
-             entry_point = path .. "::" .. fn, destination_passing_style = true, khlua = m },
-    sources = { { path = path, content = cand.source } },
-  }
-end
-
--- A scratch package: the definition and workloads of p, plus the given solutions.
-local function scratch_package(p, sols)
-  local dir = T.tmpdir()
-  assert(os.execute("mkdir -p " .. T.quote(dir .. "/solutions")))
-  assert(os.execute("cp " .. T.quote(p .. "/definition.json") .. " " .. T.quote(p) .. "/*.jsonl " .. T.quote(dir)))
-  for _, s in ipairs(sols) do
-    T.write(dir .. "/solutions/" .. s.name .. ".json", kh.json.encode(s))
-  end
-  -- the trusted reference and baseline must be there for khlua.reference to resolve
-  assert(os.execute("cp " .. T.quote(p) .. "/solutions/*.json " .. T.quote(dir .. "/solutions/")))
-  return dir
-end
-
-local function rmdir(d) os.execute("rm -rf " .. T.quote(d)) end
-
 local LADDERS = {}
 for _, p in ipairs(PKGS) do
   local f = io.open(p .. "/replay/ladder.jsonl", "r")
@@ -180,16 +118,14 @@ for _, p in ipairs(PKGS) do
 end
 
 T.test("replay ladders cover every controller path", function()
-  T.ok(#LADDERS >= 2, "expected at least the two host ladders")
+  T.ok(#LADDERS >= 3, "expected the two host ladders and at least one CUDA ladder")
   for _, p in ipairs(LADDERS) do
-    local kinds, extracts = {}, {}
-    local files = {}
-    for _, e in ipairs(ladder(p .. "/replay")) do
+    local kinds, files = {}, {}
+    for _, e in ipairs(L.ladder(p .. "/replay")) do
       kinds[e.kind] = true
-      extracts[e.extract] = true
       files[e.file] = true
     end
-    for _, k in ipairs({ "correct-slow", "faster", "wrong", "slower", "cheating" }) do
+    for _, k in ipairs({ "correct-slow", "faster", "wrong", "slower", "cheating", "compile-error" }) do
       T.ok(kinds[k], p .. ": no " .. k .. " reply")
     end
     -- every reply in the folder is in the ladder (the replay provider serves them all)
@@ -199,21 +135,39 @@ T.test("replay ladders cover every controller path", function()
   end
 end)
 
-T.test("every reply extracts as its ladder says and makes a candidate the package accepts", function()
+T.test("every reply extracts as its ladder says and makes the candidate it promises", function()
   for _, p in ipairs(LADDERS) do
     local def = decode_file(p .. "/definition.json")
-    local sols = {}
-    for _, e in ipairs(ladder(p .. "/replay")) do
-      local text, finish = reply(p .. "/replay", e.file)
+    local valid = {}
+    for _, e in ipairs(L.ladder(p .. "/replay")) do
+      local where = p .. "/" .. e.file
+      local text, finish = L.reply(p .. "/replay", e.file)
       local c = kh.llm.extract(text, { finish_reason = finish })
-      T.eq(c.status, e.extract, p .. "/" .. e.file .. ": " .. tostring(c.message))
+      T.eq(c.status, e.extract, where .. ": " .. tostring(c.message))
       if c.status == "ok" then
-        sols[#sols + 1] = solution_of(def, "replay_" .. e.file:gsub("%.%w+$", ""):gsub("%-", "_"), c)
+        local s = L.solution_of(def, "replay_" .. e.file:gsub("%.%w+$", ""):gsub("%-", "_"), c)
+        if e.manifest == "invalid" then
+          local dir = L.scratch_package(p, { s })
+          local out, code = T.khlua("task", "check", dir)
+          L.rmdir(dir)
+          T.eq(code, 1, where .. ": the manifest should be refused:\n" .. out)
+          T.match(out, "block", where)
+        else
+          valid[#valid + 1] = s
+        end
+        if e.compile and s.spec.language == "cuda" then
+          local f = os.tmpname() .. ".cu"
+          T.write(f, c.source)
+          local out, code = T.khlua("compile", f)
+          os.remove(f)
+          if code ~= 0 and nvrtc_missing(out) then T.skip("NVRTC unavailable: " .. out) end
+          T.eq(code == 0 and "ok" or "error", e.compile, where .. ":\n" .. out)
+        end
       end
     end
-    local dir = scratch_package(p, sols)
+    local dir = L.scratch_package(p, valid)
     local out, code = T.khlua("task", "check", dir)
-    rmdir(dir)
+    L.rmdir(dir)
     T.eq(code, 0, p .. ": candidates from the replies:\n" .. out)
   end
 end)
@@ -224,70 +178,35 @@ local function need_eval()
   if type(kh.eval) == "nil" then T.skip("kh.eval is not in this build yet") end
 end
 
-local function eval_run(task, sol, opts)
-  local f = kh.eval
-  if type(f) == "table" then f = f.run end
-  return f(task, sol, opts)
-end
-
-local function host_packages()
-  local t = {}
-  for _, p in ipairs(PKGS) do
-    local d = decode_file(p .. "/definition.json")
-    local ref = decode_file(p .. "/solutions/" .. d.khlua.reference .. ".json")
-    if ref.spec.khlua.backend == "host" then t[#t + 1] = p end
-  end
-  return t
+local function backend_of(p)
+  local d = decode_file(p .. "/definition.json")
+  local ref = decode_file(p .. "/solutions/" .. d.khlua.reference .. ".json")
+  return ref.spec.khlua.backend or (ref.spec.language == "cpp" and "host" or "cuda"), d
 end
 
 T.test("host references and baselines PASS on every workload", function()
   need_eval()
-  for _, p in ipairs(host_packages()) do
-    local d = decode_file(p .. "/definition.json")
-    for _, s in ipairs({ d.khlua.reference, d.khlua.baseline }) do
-      local traces = assert(eval_run(p, s, { timing = false, record = false }))
-      T.ok(#traces > 0, p .. " " .. s)
-      for _, tr in ipairs(traces) do
-        T.eq(tr.evaluation.status, "PASSED", p .. " " .. s .. " " .. tr.workload.uuid .. ": " ..
-             tostring(tr.evaluation.khlua and tr.evaluation.khlua.detail))
+  local n = 0
+  for _, p in ipairs(PKGS) do
+    local backend, d = backend_of(p)
+    if backend == "host" then
+      for _, s in ipairs({ d.khlua.reference, d.khlua.baseline }) do
+        local traces = assert(L.eval(p, s, { timing = false, record = false }))
+        T.ok(#traces > 0, p .. " " .. s)
+        for _, tr in ipairs(traces) do
+          n = n + 1
+          T.eq(tr.evaluation.status, "PASSED", p .. " " .. s .. " " .. tr.workload.uuid .. ": " ..
+               tostring(tr.evaluation.khlua and tr.evaluation.khlua.detail))
+        end
       end
     end
   end
+  T.ok(n >= 20, "too few host verdicts: " .. n)
 end)
 
 T.test("host replay candidates get the verdicts their ladders promise", function()
   need_eval()
   for _, p in ipairs(LADDERS) do
-    local def = decode_file(p .. "/definition.json")
-    local ref = decode_file(p .. "/solutions/" .. def.khlua.reference .. ".json")
-    if ref.spec.khlua.backend == "host" then
-      for _, e in ipairs(ladder(p .. "/replay")) do
-        if e.extract == "ok" then
-          local text, finish = reply(p .. "/replay", e.file)
-          local s = solution_of(def, "replay_candidate", kh.llm.extract(text, { finish_reason = finish }))
-          local dir = scratch_package(p, { s })
-          local where = p .. "/" .. e.file
-          for _, parity in ipairs({ false, true }) do
-            local want = parity and e.parity_status or e.status
-            local traces, msg = eval_run(dir, "replay_candidate",
-                                         { timing = false, record = false, parity = parity, workloads = 3 })
-            T.ok(traces, where .. ": " .. tostring(msg))
-            local got, check = "PASSED", nil
-            for _, tr in ipairs(traces) do
-              if tr.evaluation.status ~= "PASSED" then
-                got = tr.evaluation.status
-                check = tr.evaluation.khlua and tr.evaluation.khlua.failed_check
-                break
-              end
-            end
-            if not is_null(want) then T.eq(got, want, where .. (parity and " (parity)" or "")) end
-            if not parity and not is_null(e.failed_check) then
-              T.eq(check, e.failed_check, where .. ": failed check")
-            end
-          end
-          rmdir(dir)
-        end
-      end
-    end
+    if backend_of(p) == "host" then L.check_verdicts(p, 3) end
   end
 end)
