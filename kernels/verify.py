@@ -215,6 +215,27 @@ def fib_random(torch, shape, dtype, device, gen):
     return torch.randint(-1024, 1024, shape, device=device, generator=gen).to(dtype)
 
 
+def read_safetensors(torch, path, key):
+    """One tensor of a safetensors file (the format is 8 bytes of header
+    length, a JSON header, then the raw little-endian data)."""
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    if key not in header:
+        raise RuntimeError("%s: no tensor %s" % (path, key))
+    t = header[key]
+    dt = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64,
+          "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+          "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}[t["dtype"]]
+    a, b = t["data_offsets"]
+    buf = bytearray(data[a:b])
+    if not buf:
+        return torch.empty(t["shape"], dtype=dt)
+    return torch.frombuffer(buf, dtype=dt).reshape(t["shape"]).clone()
+
+
 def make_inputs(torch, pkg_dir, defn, wl, ax, device, seed):
     """Inputs in definition order: tensors, or Python scalars for shape null."""
     gen = torch.Generator(device=device)
@@ -239,8 +260,12 @@ def make_inputs(torch, pkg_dir, defn, wl, ax, device, seed):
             continue
         shape = [ax[a] for a in t["shape"]]
         if spec.get("type") == "safetensors":
-            raise RuntimeError("input %s comes from safetensors and the package has no inputs.py "
-                               "stand-in" % name)
+            out[name] = read_safetensors(torch, os.path.join(pkg_dir, spec["path"]),
+                                         spec["tensor_key"]).to(device)
+            if list(out[name].shape) != shape:
+                raise RuntimeError("input %s: blob shape %s, definition %s" % (
+                    name, list(out[name].shape), shape))
+            continue
         out[name] = fib_random(torch, shape, torch_dtype(torch, t["dtype"]), device, gen)
     return out
 
