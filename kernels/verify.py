@@ -374,7 +374,8 @@ def alloc_outputs(torch, defn, sh, device):
     outs = {}
     for name, t in defn["outputs"].items():
         o = torch.empty(sh[name], dtype=torch_dtype(torch, t["dtype"]), device=device)
-        o.view(torch.uint8).fill_(0xFF) if o.numel() else None  # NaN / -1 poison
+        if o.numel():
+            o.view(torch.uint8).fill_(0xFF)  # NaN for floats, -1 for integers: never a right answer
         outs[name] = o
     return outs
 
@@ -564,7 +565,7 @@ def verify_package(mods, pkg_dir, args, tmp):
                     bound, nbytes, flops = sol_bound_ms(defn, ax, sh)
                     row.update(latency_ms=ms, sol_ms=bound, sol_fraction=bound / ms if ms > 0 else 0.0)
                     anchor = getattr(args, "anchors", {}).get(defn["op_type"])
-                    if anchor and sname == names[0]:
+                    if anchor:
                         row["anchor"] = anchor(torch, inputs)
             except Exception as e:  # noqa: BLE001
                 row["status"] = "ERROR"
@@ -589,9 +590,20 @@ def fmt_row(task, r):
         g("max_abs", "%.3g"), g("max_rel", "%.3g"), g("matched", "%.6f"), r["status"])
     if "latency_ms" in r:
         s += "  %.4f ms (SoL %.1f%%)" % (r["latency_ms"], 100 * r["sol_fraction"])
+    if r.get("anchor"):
+        s += "  " + json.dumps(r["anchor"])
     if r.get("why"):
         s += "  " + r["why"].splitlines()[0][:200]
     return s
+
+
+def note(r):
+    parts = []
+    if r.get("why"):
+        parts.append(r["why"])
+    if r.get("anchor"):
+        parts.append(json.dumps(r["anchor"]))
+    return "; ".join(parts)
 
 
 def write_record(out_dir, pkg, defn, rows, env, args):
@@ -630,8 +642,7 @@ def write_record(out_dir, pkg, defn, rows, env, args):
             "%.6f" % r["matched"] if "matched" in r else "-", r["status"],
             "%.4f" % r["latency_ms"] if "latency_ms" in r else "-",
             "%.1f" % (100 * r["sol_fraction"]) if "sol_fraction" in r else "-",
-            (r.get("why") or json.dumps(r.get("anchor", "")) if r.get("anchor") else r.get("why", ""))
-            .replace("|", "/").replace("\n", " ")[:300]))
+            note(r).replace("|", "/").replace("\n", " ")[:300]))
     with open(os.path.join(d, "VERIFY.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
