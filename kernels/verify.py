@@ -247,7 +247,8 @@ def make_inputs(torch, pkg_dir, defn, wl, ax, device, seed):
             exec(compile(f.read(), hook, "exec"), ns)
         if "make_inputs" in ns:
             return ns["make_inputs"](torch=torch, definition=defn, workload=wl, axes=ax,
-                                     device=device, gen=gen, fib_random=fib_random)
+                                     device=device, gen=gen, fib_random=fib_random,
+                                     read_safetensors=read_safetensors, pkg_dir=pkg_dir)
     out = {}
     for name, t in defn["inputs"].items():
         spec = wl.get("inputs", {}).get(name, {"type": "random"})
