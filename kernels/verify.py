@@ -35,8 +35,10 @@ package under kernels/ (a folder with definition.json):
 
 It prints one table row per (package, solution, workload) and writes
 DIR/<pkg>/VERIFY.md (the record to copy over kernels/<pkg>/VERIFY.md) and
-DIR/<pkg>/verify.json.  A failing package never stops the others; the exit
-status is 1 when any check failed or errored.
+DIR/<pkg>/verify.json.  Each package runs in its own process (a kernel that
+faults leaves the CUDA context unusable), under --timeout seconds, so a
+failing package never stops the others; the exit status is 1 when any check
+failed or errored.  A package without a reference yet is a SKIP row.
 """
 import argparse
 import ast
@@ -371,6 +373,12 @@ def dims(v, ax, sh):
     return tuple(v)
 
 
+def as_bytes(torch, t):
+    """The raw bytes of a tensor (torch.equal lacks some dtypes, fp8 among them)."""
+    t = t.contiguous()
+    return t.reshape(-1).view(torch.uint8) if t.dim() else t.reshape(1).view(torch.uint8)
+
+
 def alloc_outputs(torch, defn, sh, device):
     outs = {}
     for name, t in defn["outputs"].items():
@@ -562,6 +570,12 @@ def verify_package(mods, pkg_dir, args, tmp):
     elif args.solutions == "ref":
         names = names[:1]
     rows = []
+    if not names:
+        rows.append({"solution": "-", "workload": "-", "status": "SKIP",
+                     "why": "no reference or baseline in the package yet (PLAN.md)"})
+        print(fmt_row(defn["name"], rows[0]), flush=True)
+        return defn, rows
+    want_cache = {}  # (workload uuid, device) -> the Python reference's outputs (same seed, same inputs)
     chosen = pick_workloads(defn, wls, args.workloads)
     for sname in names:
         sol = sols.get(sname)
@@ -593,8 +607,10 @@ def verify_package(mods, pkg_dir, args, tmp):
                 sh = shapes_of(defn, ax)
                 inputs = make_inputs(torch, pkg_dir, defn, wl, ax, device, args.seed)
                 snapshot = {k: v.clone() for k, v in inputs.items() if hasattr(v, "clone")}
-                want = run_python_reference(defn, {k: (v.clone() if hasattr(v, "clone") else v)
-                                                   for k, v in inputs.items()})
+                if (wl["uuid"], device) not in want_cache:
+                    want_cache[(wl["uuid"], device)] = run_python_reference(
+                        defn, {k: (v.clone() if hasattr(v, "clone") else v) for k, v in inputs.items()})
+                want = want_cache[(wl["uuid"], device)]
                 outs = alloc_outputs(torch, defn, sh, device)
                 if host:
                     run_host_solution(np, torch, so, sol, defn, ax, sh, inputs, outs)
@@ -605,7 +621,8 @@ def verify_package(mods, pkg_dir, args, tmp):
                     runner.call(plan, ws, runner.man.get("workspace", {}))
                     cp.cuda.Device().synchronize()
                     torch.cuda.synchronize()
-                changed = [k for k, v in snapshot.items() if not torch.equal(v, inputs[k])]
+                changed = [k for k, v in snapshot.items()
+                           if not torch.equal(as_bytes(torch, v), as_bytes(torch, inputs[k]))]
                 if defn.get("khlua", {}).get("evaluator") == "dsa_topk_indexer":
                     c = compare_topk(torch, defn, inputs, outs, want)
                 else:
@@ -745,6 +762,8 @@ def main():
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(HERE, "verify-out"))
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per package")
+    ap.add_argument("--single", default="", help=argparse.SUPPRESS)
     ap.add_argument("--plan", action="store_true",
                     help="no torch, no GPU: show the chosen workloads and resolved launches only")
     args = ap.parse_args()
@@ -772,21 +791,46 @@ def main():
         pkgs = [p for p in pkgs if p in want]
     bad = 0
     summary = []
-    with tempfile.TemporaryDirectory(prefix="khlua-verify-") as tmp:
-        for pkg in pkgs:
-            pkg_dir = os.path.join(HERE, pkg)
+    if args.single:
+        # the child: one package, in this process
+        with tempfile.TemporaryDirectory(prefix="khlua-verify-") as tmp:
+            pkg_dir = os.path.join(HERE, args.single)
             try:
                 defn, rows = verify_package((torch, np, cp), pkg_dir, args, tmp)
-                write_record(args.out, pkg, defn, rows, env, args)
-            except Exception as e:  # noqa: BLE001 - one package never stops the others
-                rows = [{"solution": "-", "workload": "-", "status": "ERROR",
-                         "why": "".join(traceback.format_exception_only(type(e), e)).strip()}]
-                print(fmt_row(pkg, rows[0]), flush=True)
-            n_bad = sum(1 for r in rows if r["status"] != "PASS")
-            bad += n_bad
-            summary.append((pkg, len(rows) - n_bad, len(rows)))
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+                write_record(args.out, args.single, defn, rows, env, args)
+            except Exception as e:  # noqa: BLE001
+                print(fmt_row(args.single, {"solution": "-", "workload": "-", "status": "ERROR",
+                                            "why": "".join(traceback.format_exception_only(type(e), e))}))
+                return 1
+        return 0 if all(r["status"] in ("PASS", "SKIP") for r in rows) else 1
+    for pkg in pkgs:
+        # a fresh process per package: a kernel that faults leaves the CUDA
+        # context unusable, and must not take the other packages with it
+        cmd = [sys.executable, os.path.abspath(__file__), "--single", pkg, "--out", args.out,
+               "--workloads", str(args.workloads), "--seed", str(args.seed),
+               "--solutions", args.solutions, "--arch", args.arch]
+        if args.no_timing:
+            cmd.append("--no-timing")
+        rec = os.path.join(args.out, pkg, "verify.json")
+        if os.path.exists(rec):
+            os.remove(rec)
+        try:
+            r = subprocess.run(cmd, timeout=args.timeout)
+            code = r.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout after %d s" % args.timeout
+        if os.path.exists(rec):
+            with open(rec) as f:
+                rows = json.load(f)["rows"]
+        else:
+            rows = []
+        if not rows or (code not in (0, 1)):
+            rows.append({"solution": "-", "workload": "-", "status": "ERROR",
+                         "why": "verify process for %s ended with %s" % (pkg, code)})
+            print(fmt_row(pkg, rows[-1]), flush=True)
+        n_bad = sum(1 for r in rows if r["status"] not in ("PASS", "SKIP"))
+        bad += n_bad
+        summary.append((pkg, sum(1 for r in rows if r["status"] == "PASS"), len(rows)))
     print()
     for pkg, ok, n in summary:
         print("%-52s %d/%d PASS" % (pkg, ok, n))

@@ -70,6 +70,33 @@ T.test("speed-of-light bounds are positive and never shrink as a workload grows"
   end
 end)
 
+-- kernels/verify.py (the GPU check) evaluates manifests and speed-of-light
+-- expressions itself; its --plan mode must agree with kh.task on every workload.
+T.test("verify.py --plan agrees with kh.task on every speed-of-light bound", function()
+  local py = lines("command -v python3")[1]
+  if not py then T.skip("python3 not installed") end
+  local p = assert(io.popen(T.quote(py) .. " " .. T.quote(KDIR .. "/verify.py") .. " --plan --workloads 0 2>&1"))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  T.eq(code, 0, out)
+  local got = {}
+  for def, nbytes in out:gmatch("\n?([%w_]+) {[^\n]-}: (%d+) bytes") do
+    got[def] = got[def] or {}
+    table.insert(got[def], tonumber(nbytes))
+  end
+  for _, pk in ipairs(PKGS) do
+    local ts <close> = assert(kh.task.load(pk))
+    local name = ts:definitions()[1]
+    local want = {}
+    for _, w in ipairs(ts:workloads(name)) do want[#want + 1] = assert(ts:speed_of_light(name, w)).bytes end
+    table.sort(want)
+    local g = got[name] or {}
+    table.sort(g)
+    T.eq(#g, #want, name .. ": workloads in the plan")
+    for i = 1, #want do T.eq(g[i], want[i], name .. ": bytes") end
+  end
+end)
+
 T.test("packed solutions match their sources under src/", function()
   for _, p in ipairs(PKGS) do
     for _, skel in ipairs(lines("ls " .. T.quote(p) .. "/src/*.solution.json")) do
