@@ -25,6 +25,7 @@ static const kh_command commands[] = {
     {"compile", "compile a CUDA file with NVRTC and show its kernels' resources", kh_cmd_compile},
     {"store", "the artifact store: ls, show, cat, stats, verify, export, import, gc, backup",
      kh_cmd_store},
+    {"profile", "profiler metrics and the bottleneck state of a launch list", kh_cmd_profile},
 };
 
 static lua_State *g_L;
