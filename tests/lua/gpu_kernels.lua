@@ -14,8 +14,10 @@ local SRC = os.getenv("KH_SOURCE_DIR") or "."
 local PKGS = {}
 for _, p in ipairs(L.packages(SRC .. "/kernels")) do
   local d = L.decode_file(p .. "/definition.json")
-  local ref = L.decode_file(p .. "/solutions/" .. d.khlua.reference .. ".json")
-  if ref.spec.language == "cuda" then PKGS[#PKGS + 1] = { dir = p, def = d } end
+  if d.khlua.reference then -- packages with a PLAN.md only have none yet
+    local ref = L.decode_file(p .. "/solutions/" .. d.khlua.reference .. ".json")
+    if ref.spec.language == "cuda" then PKGS[#PKGS + 1] = { dir = p, def = d } end
+  end
 end
 
 -- Packages whose random inputs cannot give finite results yet (their PLAN.md

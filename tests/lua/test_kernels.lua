@@ -207,6 +207,7 @@ end
 
 local function backend_of(p)
   local d = decode_file(p .. "/definition.json")
+  if not d.khlua.reference then return nil, d end -- a package with a PLAN.md only
   local ref = decode_file(p .. "/solutions/" .. d.khlua.reference .. ".json")
   return ref.spec.khlua.backend or (ref.spec.language == "cpp" and "host" or "cuda"), d
 end
