@@ -12,8 +12,9 @@
 --    incumbent / candidate latency, and a percentile bootstrap (seeded, so a
 --    decision replays from its evidence) of their geometric mean gives a
 --    one-sided lower bound.  Pass: correct everywhere sampled and lower bound
---    > 1 + margin.  The incumbent's same-round latencies also come back, for
---    regression detection.
+--    > 1 + margin.  Both are measured in every repetition, even when the
+--    candidate fails, so the incumbent's same-round latencies always come
+--    back, for regression detection.
 -- 2. sweep(): every workload, correct on all; the score
 --    S_d = c_d * mean_w(b_w / l_w), c_d the pass rate, b the reference
 --    (baseline) latency and l the candidate's.
@@ -61,7 +62,7 @@ function M.representative(measure, cand, inc, workloads, o)
     evidence = {}, ratios = {}, incumbent_ms = {}, candidate_ms = {} }
   for r = 1, reps do
     local order = (r % 2 == 1) and { "candidate", "incumbent" } or { "incumbent", "candidate" }
-    local got = {}
+    local got, bad = {}, nil
     for _, who in ipairs(order) do
       local sol = who == "candidate" and cand or inc
       local m, msg, code = measure(sol, { workloads = uuids, protocol = "screen", trials = 1,
@@ -69,20 +70,28 @@ function M.representative(measure, cand, inc, workloads, o)
       if not m then return nil, msg, code end
       for _, id in ipairs(m.ids) do g.evidence[#g.evidence + 1] = id end
       if not m.summary.ok then
-        g.pass = false
-        g.reason = fail_reason(who, m.summary)
-        g.rejected_for = who == "candidate" and "incorrect" or "incumbent_failed"
-        return g
+        bad = bad or { who = who, summary = m.summary }
       end
       got[who] = m.summary.by_uuid
     end
     for _, u in ipairs(uuids) do
       local lc, li = got.candidate[u].latency_ms, got.incumbent[u].latency_ms
-      g.candidate_ms[u] = g.candidate_ms[u] or {}
-      g.incumbent_ms[u] = g.incumbent_ms[u] or {}
-      table.insert(g.candidate_ms[u], lc)
-      table.insert(g.incumbent_ms[u], li)
-      g.ratios[#g.ratios + 1] = li / lc
+      if li then
+        g.incumbent_ms[u] = g.incumbent_ms[u] or {}
+        table.insert(g.incumbent_ms[u], li)
+      end
+      if not bad then
+        g.candidate_ms[u] = g.candidate_ms[u] or {}
+        table.insert(g.candidate_ms[u], lc)
+        g.ratios[#g.ratios + 1] = li / lc
+      end
+    end
+    if bad then
+      -- both were measured: the incumbent's figures still serve regression detection
+      g.pass = false
+      g.reason = fail_reason(bad.who, bad.summary)
+      g.rejected_for = bad.who == "candidate" and "incorrect" or "incumbent_failed"
+      return g
     end
   end
   g.ratio = stats.geomean(g.ratios)
