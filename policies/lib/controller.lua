@@ -57,7 +57,7 @@ end
 
 -- ---- the task ---------------------------------------------------------------
 
-local function load_task(cfg)
+function M.load_task(cfg)
   local ts <close> = must(kh.task.load(cfg.task))
   local names = ts:definitions()
   local name = cfg.definition or names[1]
@@ -512,7 +512,7 @@ function M.run(policy, cfg)
       for k, v in pairs(M.defaults) do if cfg[k] == nil then cfg[k] = copy(v) end end
       ctx.run_id = cfg.resume
     end
-    ctx.task = load_task(cfg)
+    ctx.task = M.load_task(cfg)
     ctx.task_id = ensure_task(db, ctx.task)
     ctx.models = must(cfg.models, "no model families", "EINVAL")
     local sk = cfg.skills and must(skills.load(cfg.skills)) or {}

@@ -32,6 +32,9 @@ local function shape(s)
   return "[" .. table.concat(s, ", ") .. "]"
 end
 
+-- Append a line to the last block (lists and tables stay one block).
+local function cont(out, line) out[#out] = out[#out] .. "\n" .. line end
+
 local function axes_text(axes)
   local keys = {}
   for k in pairs(axes) do keys[#keys + 1] = k end
@@ -79,12 +82,14 @@ end
 
 local function constraints_section(out, task)
   out[#out + 1] = "## Constraints"
-  for _, c in ipairs(task.constraints or {}) do out[#out + 1] = "- " .. c end
+  local items = {}
+  for _, c in ipairs(task.constraints or {}) do items[#items + 1] = "- " .. c end
   local tol = task.tolerance or {}
-  out[#out + 1] = string.format("- outputs within atol %s and rtol %s of the reference on every "
+  items[#items + 1] = string.format("- outputs within atol %s and rtol %s of the reference on every "
     .. "element, on several seeds, with poisoned outputs and checked inputs", num(tol.atol),
     num(tol.rtol))
-  out[#out + 1] = "- no state kept between calls; every output written on every call"
+  items[#items + 1] = "- no state kept between calls; every output written on every call"
+  out[#out + 1] = table.concat(items, "\n")
 end
 
 function M.agent_assisted(view)
@@ -98,10 +103,10 @@ function M.agent_assisted(view)
   task_section(out, view.task)
   out[#out + 1] = "## Workloads (latency in ms)"
   out[#out + 1] = "| axes | incumbent | reference |"
-  out[#out + 1] = "|---|---|---|"
+  cont(out, "|---|---|---|")
   for _, w in ipairs(view.workloads) do
-    out[#out + 1] = string.format("| %s | %s | %s |", axes_text(w.axes), num(w.incumbent_ms),
-      num(w.reference_ms))
+    cont(out, string.format("| %s | %s | %s |", axes_text(w.axes), num(w.incumbent_ms),
+      num(w.reference_ms)))
   end
   constraints_section(out, view.task)
   local inc = view.incumbent
@@ -117,11 +122,11 @@ function M.agent_assisted(view)
     local keys = {}
     for k in pairs(st.counters) do keys[#keys + 1] = k end
     table.sort(keys)
-    for _, k in ipairs(keys) do out[#out + 1] = "- " .. k .. ": " .. tostring(st.counters[k]) end
+    for _, k in ipairs(keys) do cont(out, "- " .. k .. ": " .. tostring(st.counters[k])) end
   end
   for _, e in ipairs(st.sol) do
-    out[#out + 1] = string.format("- %s: %s ms, %s GB/s, %s GFLOP/s", e.uuid:sub(1, 13),
-      num(e.latency_ms), num(e.gbps), num(e.gflops))
+    cont(out, string.format("- %s: %s ms, %s GB/s, %s GFLOP/s", e.uuid:sub(1, 13),
+      num(e.latency_ms), num(e.gbps), num(e.gflops)))
   end
   local d = view.direction
   out[#out + 1] = "## Direction for this round: " .. d.title
@@ -133,10 +138,10 @@ function M.agent_assisted(view)
       .. view.reference.source:gsub("%s+$", "") .. "\n```"
   end
   out[#out + 1] = "## Negative results (do not repeat)"
-  if #(view.negatives or {}) == 0 then out[#out + 1] = "- none yet" end
+  if #(view.negatives or {}) == 0 then cont(out, "- none yet") end
   for _, n in ipairs(view.negatives or {}) do
-    out[#out + 1] = string.format("- round %d, %s, %s: %s", n.round, n.direction or "-",
-      n.model or "-", n.reason)
+    cont(out, string.format("- round %d, %s, %s: %s", n.round, n.direction or "-",
+      n.model or "-", n.reason))
   end
   output_contract(out, view.task)
   local system, user = table.concat(sys, "\n\n"), table.concat(out, "\n\n")
