@@ -145,10 +145,24 @@ local function measurer(db, ctx, round_index)
       local out = {}
       for _, t in ipairs(traces) do
         local e = t.evaluation or {}
+        local samples_blob = nil
+        local kx = e.khlua
+        if kx and type(kx.samples_ns) == "table" and #kx.samples_ns > 0 then
+          -- raw timings as a blob (float64 LE per timed call), not inline JSON
+          local parts = {}
+          for i, x in ipairs(kx.samples_ns) do parts[i] = string.pack("<d", x) end
+          samples_blob = assert(tx:put_blob(table.concat(parts)))
+          kx.samples_ns = nil
+          kx.samples_blob = samples_blob
+        elseif kx and kx.samples_blob and not tx:has_blob(kx.samples_blob) then
+          -- a hash of samples kept elsewhere: not a reference this store can check
+          kx.samples_hash, kx.samples_blob = kx.samples_blob, nil
+        end
         out[#out + 1] = assert(tx:put { type = "evaluation", task = ctx.task_id, candidate = cand,
           status = e.status or "UNKNOWN", protocol = opts.protocol or "official",
           purpose = purpose, run = ctx.run_id, round_index = round_index,
-          workload = t.workload, evaluation = e, solution = sol.name })
+          workload = t.workload, evaluation = e, solution = sol.name,
+          samples_blob = samples_blob })
       end
       return out
     end))

@@ -10,7 +10,10 @@
 -- kh.eval gives them (docs/evaluation.md: one FlashInfer-Bench Trace per
 -- workload), or nil, msg, code when the evaluation could not run.
 --
--- The harness is kh.eval.  ev.use(fn) replaces it (tests inject a
+-- The harness is kh.eval, called with record = false: the controller stores
+-- each verdict itself, linked to its run, round and purpose (a policy holds
+-- the store open, and kh.eval's own recording would need a second open in
+-- this process).  ev.use(fn) replaces it (tests inject a
 -- deterministic fake with kh.eval's signature and verdict shape); ev.use(nil)
 -- restores it.  Without kh.eval in this build and no replacement, every call
 -- returns nil, "...", "EUNSUPPORTED".
@@ -44,8 +47,12 @@ function M.run(task_path, solution, opts)
     return nil, "kh.eval is not in this build (the evaluation harness is not merged yet)",
       "EUNSUPPORTED"
   end
-  if type(solution) ~= "table" then return fn(task_path, solution, opts) end
   if override then return override(task_path, solution, opts) end
+  local o = {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  o.record = false
+  opts = o
+  if type(solution) ~= "table" then return fn(task_path, solution, opts) end
   local path, err = tmpfile(kh.json.encode(solution))
   if not path then return nil, "cannot write the solution file: " .. tostring(err), "EIO" end
   local r, msg, code = fn(task_path, path, opts)

@@ -101,10 +101,11 @@ function M.representative(measure, cand, inc, workloads, o)
   if g.pass then
     g.reason = string.format("faster: ratio %.3f, %d%% lower bound %.3f > 1 + %.3f",
       g.ratio, math.floor((1 - opt(o, "alpha")) * 100 + 0.5), g.lo, margin)
-  elseif g.hi < 1 then
+  elseif g.hi < 1 - margin then
+    -- slower beyond the same margin: a regression, not noise
     g.rejected_for = "slower"
-    g.reason = string.format("slower than the incumbent: ratio %.3f, upper bound %.3f < 1",
-      g.ratio, g.hi)
+    g.reason = string.format("slower than the incumbent: ratio %.3f, upper bound %.3f < 1 - %.3f",
+      g.ratio, g.hi, margin)
   else
     g.rejected_for = "not_faster"
     g.reason = string.format("no gain beyond noise: ratio %.3f, lower bound %.3f <= 1 + %.3f",

@@ -157,8 +157,8 @@ end)
 
 T.test("the paired gate: bootstrap bounds and decisions on random latencies", function()
   local rand = stats.rng(math.random(1, 1 << 30))
-  for _ = 1, 5 do
-    local speed = 0.5 + rand() * 1.5
+  for i = 1, 6 do
+    local speed = i == 6 and 1 or 0.5 + rand() * 1.5
     local ws = { { uuid = "w1" }, { uuid = "w2" }, { uuid = "w3" } }
     local function measure(sol, opts)
       local by = {}
@@ -174,6 +174,7 @@ T.test("the paired gate: bootstrap bounds and decisions on random latencies", fu
     T.eq(g.pass, g.lo > 1.02)
     if speed > 1.1 then T.ok(g.pass, "speed " .. speed) end
     if speed < 0.95 then T.eq(g.rejected_for, "slower") end
+    if speed > 0.99 and speed < 1.01 then T.eq(g.rejected_for, "not_faster") end
   end
 end)
 
