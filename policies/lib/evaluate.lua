@@ -32,13 +32,51 @@ function M.available()
   return override ~= nil or kh.eval ~= nil
 end
 
-local function tmpfile(text)
-  local path = os.tmpname()
+-- The definition file of a task's definition (kh.eval reads a Solution file
+-- with the definition beside it as its context).
+local def_files = {}
+local function definition_file(task_path, name)
+  local key = task_path .. "\0" .. tostring(name)
+  if def_files[key] then return def_files[key] end
+  local ts <close>, msg, code = kh.task.load(task_path)
+  if not ts then return nil, msg, code end
+  local d = ts:definition(name)
+  if not d then return nil, "no definition " .. tostring(name) .. " in " .. task_path, "ENOTFOUND" end
+  def_files[key] = d.file
+  return d.file
+end
+
+local function write(path, text)
   local f, err = io.open(path, "wb")
   if not f then return nil, err end
   f:write(text)
   f:close()
-  return path
+  return true
+end
+
+-- A scratch folder holding the definition and the solution; returns the
+-- solution's path and a cleanup function.
+local function scratch(task_path, solution)
+  local def, msg, code = definition_file(task_path, solution.definition)
+  if not def then return nil, msg, code end
+  local f = io.open(def, "rb")
+  if not f then return nil, "cannot read " .. def, "EIO" end
+  local dtext = f:read("a")
+  f:close()
+  local p = io.popen("mktemp -d 2>/dev/null")
+  local dir = p and p:read("l")
+  if p then p:close() end
+  if not dir or dir == "" then return nil, "cannot make a scratch folder", "EIO" end
+  local sol_path = dir .. "/solution.json"
+  local ok, err = write(dir .. "/definition.json", dtext)
+  if ok then ok, err = write(sol_path, kh.json.encode(solution)) end
+  local function cleanup()
+    os.remove(sol_path)
+    os.remove(dir .. "/definition.json")
+    os.remove(dir)
+  end
+  if not ok then cleanup(); return nil, "cannot write the solution: " .. tostring(err), "EIO" end
+  return sol_path, cleanup
 end
 
 function M.run(task_path, solution, opts)
@@ -53,10 +91,10 @@ function M.run(task_path, solution, opts)
   o.record = false
   opts = o
   if type(solution) ~= "table" then return fn(task_path, solution, opts) end
-  local path, err = tmpfile(kh.json.encode(solution))
-  if not path then return nil, "cannot write the solution file: " .. tostring(err), "EIO" end
+  local path, cleanup, ecode = scratch(task_path, solution)
+  if not path then return nil, cleanup, ecode end
   local r, msg, code = fn(task_path, path, opts)
-  os.remove(path)
+  cleanup()
   return r, msg, code
 end
 

@@ -18,8 +18,8 @@
 -- 2. sweep(): every workload, correct on all; the score
 --    S_d = c_d * mean_w(b_w / l_w), c_d the pass rate, b the reference
 --    (baseline) latency and l the candidate's.
--- 3. finalist(): correctness replayed with many seeds (>= 100 trials, no
---    timing), and the sanitizer where the backend has one (compute-sanitizer
+-- 3. finalist(): correctness replayed with many seeds (>= 100 trials in
+--    batches, no timing), and the sanitizer where the backend has one (compute-sanitizer
 --    on CUDA; recorded as unavailable on the host backend).
 --
 -- `measure(solution, opts, purpose)` is the caller's: it runs the evaluation
@@ -29,7 +29,7 @@ local stats = require "lib.stats"
 local M = {}
 
 M.defaults = { margin = 0.02, reps = 5, sample = 2, alpha = 0.05, resamples = 2000,
-  finalist_trials = 100, seed = 1 }
+  finalist_trials = 100, finalist_batch = 25, seed = 1 }
 
 local function opt(o, k) if o and o[k] ~= nil then return o[k] end return M.defaults[k] end
 
@@ -137,18 +137,30 @@ function M.sweep(measure, cand, workloads, o)
   return g
 end
 
+-- kh.eval takes at most 64 trials a call: the seeds go in batches of
+-- finalist_batch, each with its own base seed.
 function M.finalist(measure, cand, backend, o)
-  local trials = opt(o, "finalist_trials")
-  local m, msg, code = measure(cand, { workloads = "all", trials = trials, timing = false,
-    seed = opt(o, "seed") * 7919 }, "finalist")
-  if not m then return nil, msg, code end
-  local g = { step = "finalist", trials = trials, evidence = m.ids,
+  local trials, batch = opt(o, "finalist_trials"), opt(o, "finalist_batch")
+  local g = { step = "finalist", trials = trials, evidence = {},
     sanitizer = backend == "cuda" and "not run: compute-sanitizer is not wired yet"
       or "unavailable on the host backend" }
-  g.pass = m.summary.ok
-  g.reason = g.pass and string.format("correct over %d seeds on every workload", trials)
-    or fail_reason("candidate", m.summary)
-  if not g.pass then g.rejected_for = "incorrect" end
+  local done, call = 0, 0
+  while done < trials do
+    call = call + 1
+    local n = math.min(batch, trials - done)
+    local m, msg, code = measure(cand, { workloads = "all", trials = n, timing = false,
+      seed = opt(o, "seed") * 7919 + call }, "finalist")
+    if not m then return nil, msg, code end
+    for _, id in ipairs(m.ids) do g.evidence[#g.evidence + 1] = id end
+    if not m.summary.ok then
+      g.pass, g.rejected_for = false, "incorrect"
+      g.reason = fail_reason("candidate", m.summary) .. string.format(" (seed batch %d)", call)
+      return g
+    end
+    done = done + n
+  end
+  g.pass = true
+  g.reason = string.format("correct over %d seeds on every workload", trials)
   return g
 end
 

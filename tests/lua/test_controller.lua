@@ -100,8 +100,9 @@ T.test("a promotion carries its evidence: paired, sweep and finalist evaluations
   T.ok(g.lo > 1 + 0.02 and g.ratio > g.lo and g.hi >= g.ratio, "bootstrap bounds bracket the ratio")
   T.eq(p.gate.finalist.trials, 100)
   T.eq(p.gate.sweep.correct, 1)
-  -- evidence: 5 reps x 2 solutions x 2 sampled workloads, 3 sweep, 3 finalist
-  T.eq(#p.evidence, 5 * 2 * 2 + 3 + 3)
+  -- evidence: 5 reps x 2 solutions x 2 sampled workloads, 3 sweep, and the
+  -- finalist's 100 seeds in 4 batches of 25 over 3 workloads
+  T.eq(#p.evidence, 5 * 2 * 2 + 3 + 4 * 3)
   local purposes = {}
   for _, id in ipairs(p.evidence) do
     local e = db:get(id)
@@ -111,7 +112,7 @@ T.test("a promotion carries its evidence: paired, sweep and finalist evaluations
   T.eq(purposes["representative:candidate"], 10)
   T.eq(purposes["representative:incumbent"], 10)
   T.eq(purposes.sweep, 3)
-  T.eq(purposes.finalist, 3)
+  T.eq(purposes.finalist, 12)
   -- the score: mean of reference / candidate latency over every workload
   T.near(p.score, 1.4, 0.05)
   -- the store is consistent
