@@ -103,4 +103,42 @@ T.test("a run killed mid-way against the server resumes at the next round", func
   T.eq(db:get(run).status, "done")
 end)
 
+T.test("priced models: money is counted per call and the money budget stops the run", function()
+  package.path = SRC .. "/policies/?.lua;" .. SRC .. "/tests/lua/lib/?.lua;" .. package.path
+  local ctl = require "lib.controller"
+  local cli = require "lib.cli"
+  local ev = require "lib.evaluate"
+  local llm = require "lib.llm"
+  local policy = require "lib.policy"
+  local fake = require "fake_eval"
+  local price = 0.5 + math.random()
+  llm.prices.a = { input = price, output = 2 * price }
+  llm.prices.b = { input = price, output = 2 * price }
+  local db = assert(kh.store.open(T.tmpdir() .. "/store", { nosync = true }))
+  local cfg = { task = TASK, model_specs = specs("p" .. math.random(1, 1 << 30)), rounds = 20,
+    plateau = 2, db = db, quiet = true, budget = { usd = 0.01 } }
+  assert(cli.resolve_models(cfg))
+  ev.use(fake.evaluate)
+  local res, msg = ctl.run(assert(policy.load(POLICY)), cfg)
+  ev.use(nil)
+  llm.prices.a, llm.prices.b = nil, nil
+  T.ok(res, msg)
+  T.eq(res.stop_reason, "money budget")
+  local calls = db:query { run = res.run, type = "llm_call" }
+  local sum = 0
+  for _, c in ipairs(calls) do
+    T.ok(c.cost_usd > 0)
+    local want = (c.usage.input - (c.usage.cache_read or 0) - (c.usage.cache_write or 0)) * price / 1e6
+      + (c.usage.cache_read or 0) * price / 1e6 + c.usage.output * 2 * price / 1e6
+    T.near(c.cost_usd, want, 1e-12)
+    sum = sum + c.cost_usd
+  end
+  T.near(res.metrics.usd, sum, 1e-12)
+  T.ok(sum >= 0.01 and #calls < 20)
+  if res.metrics.accepted > 0 then
+    T.near(res.metrics.usd_per_accepted, sum / res.metrics.accepted, 1e-12)
+  end
+  db:close()
+end)
+
 T.test("stop the server", function() srv.stop() end)

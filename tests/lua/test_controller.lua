@@ -22,6 +22,7 @@ local fake = require "fake_eval"
 local TASK = SRC .. "/tests/fixtures/task/rmsnorm"
 local LADDER = SRC .. "/tests/fixtures/replay/ctl"
 local FAKE = SRC .. "/tests/lua/lib/fake_eval.lua"
+local BIN = os.getenv("KHLUA_BIN") or arg[-1]
 local SPECS = "replay:" .. LADDER .. "/a,replay:" .. LADDER .. "/b"
 
 local function run_policy(name, over)
@@ -146,6 +147,60 @@ T.test("budgets stop a run: tokens", function()
   T.ok(#rounds >= 1 and #rounds < 20)
 end)
 
+T.test("budgets stop a run: wall time", function()
+  local res, rounds = run_policy("agent_assisted", { rounds = 20, budget = { wall_s = 1e-6 } })
+  T.eq(res.stop_reason, "wall time budget")
+  T.eq(#rounds, 1)
+end)
+
+T.test("actions: widen asks for more candidates per round, narrow for fewer", function()
+  local P = assert(policy.load(SRC .. "/policies/agent_assisted.lua"))
+  local W = { name = "widen_test", propose = P.propose }
+  function W.react(view, outcome)
+    if outcome.round == 1 then return { { kind = "widen", why = "test" } } end
+    if outcome.round == 2 then return { { kind = "narrow", why = "test" } } end
+    return {}
+  end
+  local dir = T.tmpdir()
+  local db = assert(kh.store.open(dir .. "/store", { nosync = true }))
+  local cfg = { task = TASK, model_specs = SPECS, rounds = 3, db = db, quiet = true }
+  assert(cli.resolve_models(cfg))
+  ev.use(fake.evaluate)
+  local res, msg = ctl.run(W, cfg)
+  ev.use(nil)
+  T.ok(res, msg)
+  local rounds = db:query { run = res.run, type = "round" }
+  table.sort(rounds, function(a, b) return a.index < b.index end)
+  T.eq(#rounds[1].llm_calls, 1)
+  T.eq(#rounds[2].llm_calls, 2, "widened")
+  T.eq(#rounds[3].llm_calls, 1, "narrowed")
+  T.eq(res.metrics.candidates, 4)
+  -- an unknown action is the policy's bug: the run says so
+  W.react = function() return { { kind = "teleport" } } end
+  cfg.resume, cfg.rounds, cfg.explicit = res.run, 4, { rounds = true }
+  ev.use(fake.evaluate)
+  local bad, why = ctl.run(W, cfg)
+  ev.use(nil)
+  T.eq(bad, nil)
+  T.match(why, "unknown action teleport")
+  T.eq(db:get(res.run).status, "failed")
+  db:close()
+end)
+
+T.test("with no key in the environment a run uses the replay provider and says so", function()
+  local dir = T.tmpdir()
+  local cmd = string.format("env -u OPENAI_API_KEY -u ANTHROPIC_API_KEY %s --store %s %s --task %s "
+    .. "--replay %s --rounds 1 --fake-evaluator %s 2>&1", T.quote(BIN), T.quote(dir .. "/s"),
+    T.quote(SRC .. "/policies/agent_assisted.lua"), T.quote(TASK), T.quote(LADDER), T.quote(FAKE))
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  T.eq(code, 0, out)
+  T.match(out, "no ANTHROPIC_API_KEY in the environment: anthropic:claude%-sonnet%-4%-5 runs on the replay provider")
+  T.match(out, "no OPENAI_API_KEY in the environment: openai:gpt%-5 runs on the replay provider")
+  T.match(out, "1 rounds, 1 candidates")
+end)
+
 T.test("full_agent sees the definition and its last score only", function()
   local _, rounds, _, _, db = run_policy("full_agent", { rounds = 2 })
   T.eq(rounds[1].direction, nil)
@@ -214,8 +269,6 @@ T.test("the command line: usage errors exit 2, a missing evaluator says so", fun
 end)
 
 -- ---- child processes: kill and resume, Ctrl-C ----------------------------------------
-
-local BIN = os.getenv("KHLUA_BIN") or arg[-1]
 
 local function spawn(store, args)
   local log = os.tmpname()
