@@ -38,6 +38,7 @@ local function usage(name)
     .. "  --resume RUN          continue a run from its last whole round\n"
     .. "  --json                print the run summary as JSON on stdout\n"
     .. "  --fake-evaluator FILE replace kh.eval with FILE's function (tests only)\n"
+    .. "The store is khlua's (khlua --store PATH policies/...; default .khlua/store).\n"
     .. "exit codes: 0 done, 1 could not run, 2 usage, 130 interrupted\n"
 end
 
