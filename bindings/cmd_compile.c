@@ -1,10 +1,13 @@
 /* cmd_compile.c: `khlua compile FILE.cu [--arch A] [--json] [--kernel NAME ...]`,
  * one NVRTC build with the same checks and outputs as kh.compile.build: the
  * kernels' resources and the timings as a table or JSON, the log, and on
- * request the cubin. */
+ * request the cubin.  By default the build goes through the compile service:
+ * a look-up in the store, else a compile server, and the result recorded in
+ * the store (--no-store, --in-process turn those off). */
 #include "kh_lua.h"
 
 #include "compile.h"
+#include "compile_service.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -16,14 +19,17 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: khlua compile FILE.cu [--arch A] [--json] [--kernel NAME ...]\n"
             "                     [--option OPT ...] [--deadline S] [--trusted] [--no-pch]\n"
-            "                     [--out FILE.cubin]\n"
+            "                     [--out FILE.cubin] [--no-store] [--in-process]\n"
             "\n"
             "Compiles FILE.cu with NVRTC into a cubin and prints each kernel's registers,\n"
             "static shared memory, local memory, spill instructions and launch bounds, the\n"
             "compile time split into phases, and the compiler log.  The source is checked\n"
             "as model-written code (device code only, allowlisted #includes, extern \"C\"\n"
-            "kernels) and compiled in a child process killed at the deadline, unless\n"
-            "--trusted.\n"
+            "kernels) unless --trusted.  The store (--store, $KHLUA_STORE, else .khlua/store)\n"
+            "is asked first: a source compiled before with the same options, NVRTC and\n"
+            "headers is answered from it.  Otherwise a compile server (a `khlua worker\n"
+            "--role compile` process, killed at the deadline) compiles it, and the cubin,\n"
+            "log and a compile record go into the store.\n"
             "\n"
             "  --arch A        target architecture (default $KHLUA_ARCH or %s)\n"
             "  --json          one JSON object instead of the table\n"
@@ -33,6 +39,9 @@ static void usage(FILE *f)
             "  --trusted       written by a person: skip the static checks, compile in process\n"
             "  --no-pch        do not use a precompiled header\n"
             "  --out FILE      write the cubin there\n"
+            "  --no-store      neither read nor write the store\n"
+            "  --in-process    no compile server: compile in this process (in a child\n"
+            "                  process killed at the deadline, unless --trusted)\n"
             "\n"
             "Exit 0 when it compiled, 1 when it did not (the log says why), 2 on usage errors.\n",
             KH_COMPILE_DEFAULT_ARCH, KH_COMPILE_DEFAULT_DEADLINE);
@@ -96,8 +105,13 @@ static const char *arg_value(int argc, char **argv, int *i, const char *name, in
 
 static void print_table(const char *file, const kh_artifact *a)
 {
-    printf("%s: %s, %zu-byte cubin for %s, NVRTC %s, pch %s%s\n", file,
-           a->ok ? "compiled" : "failed", a->cubin_len, a->arch, a->nvrtc_version, a->pch,
+    char by[64];
+    if (a->server_pid)
+        snprintf(by, sizeof by, "server pid %d", a->server_pid);
+    else
+        snprintf(by, sizeof by, "%s", a->served_by ? a->served_by : "in-process");
+    printf("%s: %s, %zu-byte cubin for %s, NVRTC %s, pch %s, from %s%s\n", file,
+           a->ok ? "compiled" : "failed", a->cubin_len, a->arch, a->nvrtc_version, a->pch, by,
            a->cache_hit ? ", cache hit" : "");
     printf("hash %s\n", a->hash);
     printf("time %.1f ms: check %.1f, key %.2f, pch warm-up %.1f, create %.1f, compile %.1f, "
@@ -121,7 +135,7 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
     const char *file = NULL, *arch = NULL, *outp = NULL;
     const char *kernels[64], *options[64];
     size_t nk = 0, no = 0;
-    int json = 0, trusted = 0, no_pch = 0;
+    int json = 0, trusted = 0, no_pch = 0, no_store = 0, in_process = 0;
     double deadline = 0;
     for (int i = 1; i < argc; i++) {
         int missing = 0;
@@ -135,6 +149,10 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
             trusted = 1;
         } else if (!strcmp(argv[i], "--no-pch")) {
             no_pch = 1;
+        } else if (!strcmp(argv[i], "--no-store")) {
+            no_store = 1;
+        } else if (!strcmp(argv[i], "--in-process")) {
+            in_process = 1;
         } else if ((v = arg_value(argc, argv, &i, "--arch", &missing))) {
             arch = v;
         } else if ((v = arg_value(argc, argv, &i, "--out", &missing))) {
@@ -188,16 +206,34 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
     kh_compile_req req = {.source = src, .source_len = len, .name = base, .arch = arch,
                           .options = options, .n_options = no, .kernels = kernels,
                           .n_kernels = nk, .deadline_s = deadline, .trusted = trusted,
-                          .isolate = !trusted, .no_pch = no_pch, .no_cache = 1};
+                          .isolate = !trusted, .no_pch = no_pch, .no_cache = no_store};
     kh_err err;
-    kh_compiler *c = kh_compile_new(e, &err);
-    if (!c) {
+    kh_store *store = NULL;
+    if (!no_store) {
+        kh_store_opts so = {0};
+        if (kh_store_open(kh_engine_store_path(e), &so, &store, &err)) {
+            fprintf(stderr, "khlua compile: not using the store %s: %s\n",
+                    kh_engine_store_path(e), err.msg);
+            store = NULL;
+        }
+    }
+    /* one job needs one server */
+    kh_compile_service_opts o = {.servers = 1, .in_process = in_process};
+    kh_compile_service *svc = kh_compile_service_new(e, &o, &err);
+    if (!svc) {
+        kh_store_close(store);
         free(src);
         fprintf(stderr, "khlua compile: %s\n", err.msg);
         return 1;
     }
     kh_artifact *a = NULL;
-    kh_status st = kh_compile_build(c, &req, &a, &err);
+    kh_status st = kh_compile_service_build(svc, store, &req, &a, &err);
+    kh_compile_service_stats sst;
+    kh_compile_service_stats_get(svc, &sst);
+    if (sst.store_errors)
+        fprintf(stderr, "khlua compile: store: %s\n", sst.last_store_error);
+    kh_compile_service_free(svc);
+    kh_store_close(store);
     int rc = st == KH_OK ? 0 : st == KH_EINTR ? 130 : 1;
     if (json) {
         json_t *j = a ? kh_artifact_to_json(a) : json_object();
@@ -225,7 +261,6 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
         }
     }
     kh_artifact_free(a);
-    kh_compile_free(c);
     free(src);
     return rc;
 }

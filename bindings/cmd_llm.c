@@ -1,11 +1,13 @@
 /* cmd_llm.c: `khlua llm ask`, one model call from the command line.  Streams
  * the reply to stdout as it arrives (or prints one JSON object with --json),
- * optionally writes the transcript (record + raw stream) to a directory that
- * the replay provider can answer from later.  Keys come from the environment
- * only and never reach stdout, stderr or the transcript. */
+ * records the call in the store (llm_store.h) unless --no-store, optionally
+ * writes the transcript (record + raw stream) to a directory too; replays
+ * from either.  Keys come from the environment only and never reach stdout,
+ * stderr, the store or the transcript. */
 #include "kh_lua.h"
 
 #include "llm.h"
+#include "llm_store.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -34,9 +36,16 @@ static void usage(FILE *f)
         "  --timeout S         limit for one attempt, in seconds (default 1800)\n"
         "  --replay-dir DIR    recorded replies for --provider replay (default\n"
         "                      $KHLUA_REPLAY_DIR, else the source tree's tests/fixtures/replay)\n"
+        "  --replay-run RUN    --provider replay answers from run RUN's recorded calls in\n"
+        "                      the store (same prompt: same answer; else recorded order)\n"
+        "  --store PATH        record the call there (default $KHLUA_STORE, else\n"
+        "                      .khlua/store): an llm_call record, raw stream as a blob\n"
+        "  --no-store          do not record the call (--replay-run still reads the store)\n"
+        "  --run RUN           link the record to run RUN (which must be in the store)\n"
         "  --transcript-dir DIR  write the call's record (.json) and raw stream (.sse)\n"
         "                      there, named by the prompt's fingerprint (replayable)\n"
-        "  --json              print one JSON object: text, usage, retries, latency, ...\n"
+        "  --json              print one JSON object: text, usage, retries, latency,\n"
+        "                      store_id (the llm_call record), ...\n"
         "  -- ARGV...          with --provider command: the agent command line, which\n"
         "                      gets the prompt on stdin in a fresh workspace\n"
         "\n"
@@ -115,6 +124,8 @@ static int ask(kh_engine *e, int argc, char **argv)
 {
     const char *provider = "replay", *base = NULL, *model = NULL, *system = NULL, *prompt = NULL;
     const char *replay_dir = NULL, *tdir = NULL, *effort = NULL;
+    const char *store_path = NULL, *run = NULL, *replay_run = NULL;
+    int no_store = 0;
     long max_tokens = 0, max_retries = -1;
     double temperature = -1, timeout = 0;
     int json = 0, cmd_at = -1;
@@ -132,6 +143,17 @@ static int ask(kh_engine *e, int argc, char **argv)
             break;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--no-store")) {
+            no_store = 1;
+        } else if (!strcmp(a, "--store")) {
+            TAKE(a);
+            store_path = v;
+        } else if (!strcmp(a, "--run")) {
+            TAKE(a);
+            run = v;
+        } else if (!strcmp(a, "--replay-run")) {
+            TAKE(a);
+            replay_run = v;
         } else if (!strcmp(a, "--provider")) {
             TAKE(a);
             provider = v;
@@ -192,6 +214,18 @@ static int ask(kh_engine *e, int argc, char **argv)
                         "-- (e.g. -- claude -p)\n");
         return 2;
     }
+    if (replay_run && strcmp(provider, "replay")) {
+        fprintf(stderr, "khlua llm ask: --replay-run goes with --provider replay\n");
+        return 2;
+    }
+    if (replay_run && replay_dir) {
+        fprintf(stderr, "khlua llm ask: --replay-run or --replay-dir, not both\n");
+        return 2;
+    }
+    if (no_store && run) {
+        fprintf(stderr, "khlua llm ask: --no-store contradicts --run\n");
+        return 2;
+    }
     char *stdin_prompt = NULL;
     if (!strcmp(prompt, "-")) {
         stdin_prompt = slurp_stdin();
@@ -222,7 +256,11 @@ static int ask(kh_engine *e, int argc, char **argv)
     if (timeout > 0)
         json_object_set_new(opts, "total_timeout", json_real(timeout));
     json_object_set_new(req, "options", opts);
-    if (!strcmp(provider, "replay")) {
+    if (run)
+        json_object_set_new(req, "run", json_string(run));
+    if (replay_run) {
+        json_object_set_new(req, "replay", json_pack("{s:b, s:s}", "store", 1, "run", replay_run));
+    } else if (!strcmp(provider, "replay")) {
         const char *d = replay_dir ? replay_dir : getenv("KHLUA_REPLAY_DIR");
         char def[4096];
         if (!d || !*d) {
@@ -239,14 +277,36 @@ static int ask(kh_engine *e, int argc, char **argv)
     }
 
     kh_err err;
+    /* The store opens before the call: a call that cannot be recorded is
+     * not worth paying for.  --no-store with --replay-run only reads it. */
+    kh_store *store = NULL;
+    kh_llm_recorder recorder;
+    memset(&recorder, 0, sizeof recorder);
+    if (!no_store || replay_run) {
+        kh_store_opts so = {.readonly = no_store};
+        const char *sp = store_path ? store_path : kh_engine_store_path(e);
+        if (kh_store_open(sp, &so, &store, &err)) {
+            json_decref(req);
+            free(stdin_prompt);
+            fprintf(stderr, "khlua llm ask: the store %s: %s%s\n", sp, err.msg,
+                    no_store ? "" : " (--no-store: do not record the call)");
+            return 1;
+        }
+    }
     kh_llm *c = kh_llm_new(e, &err);
     if (!c) {
         json_decref(req);
         free(stdin_prompt);
+        kh_store_close(store);
         fprintf(stderr, "khlua llm: %s\n", err.msg);
         return 1;
     }
     kh_llm_set_delta(c, on_delta, &json);
+    kh_llm_set_store(c, store);
+    if (!no_store) {
+        recorder.store = store;
+        kh_llm_set_sink(c, kh_llm_store_sink, &recorder);
+    }
     int64_t id;
     kh_status st = kh_llm_submit(c, req, &id, &err);
     json_decref(req);
@@ -254,6 +314,7 @@ static int ask(kh_engine *e, int argc, char **argv)
     if (st != KH_OK) {
         fprintf(stderr, "khlua llm ask: %s\n", err.msg);
         kh_llm_free(c);
+        kh_store_close(store);
         return st == KH_EINVAL ? 2 : 1;
     }
     kh_llm_result *rs = NULL;
@@ -263,17 +324,25 @@ static int ask(kh_engine *e, int argc, char **argv)
         if (st == KH_EINTR) {
             fprintf(stderr, "\nkhlua llm: interrupted\n");
             kh_llm_free(c);
+            kh_store_close(store);
             return 130;
         }
         if (st != KH_OK) {
             fprintf(stderr, "khlua llm: %s\n", err.msg);
             kh_llm_free(c);
+            kh_store_close(store);
             return 1;
         }
     }
     json_t *rec = rs[0].record;
     int ok = json_is_true(json_object_get(rec, "ok"));
     int rc = ok ? 0 : 1;
+    const char *serr = json_string_value(json_object_get(rec, "store_error"));
+    if (serr) {
+        fprintf(stderr, "khlua llm: the call was not recorded in the store %s: %s\n",
+                kh_store_path(store), serr);
+        rc = 1;
+    }
     if (tdir && save_transcript(tdir, rec, rs[0].raw, rs[0].raw_len) != 0) {
         fprintf(stderr, "khlua llm: cannot write the transcript to %s: %s\n", tdir,
                 strerror(errno));
@@ -284,6 +353,7 @@ static int ask(kh_engine *e, int argc, char **argv)
             "ok",  "provider", "model", "replay", "text", "reasoning", "finish_reason",
             "truncated", "usage", "retries", "attempts", "latency_s", "first_token_s",
             "request_id", "warnings", "error", "http_status", "replay_file", "command", "files",
+            "replay_of", "replay_run", "store_id", "store_error",
         };
         json_t *o = json_object();
         for (size_t i = 0; i < KH_ARRAY_LEN(keep); i++) {
@@ -300,11 +370,16 @@ static int ask(kh_engine *e, int argc, char **argv)
         const char *t = json_string_value(json_object_get(rec, "text"));
         if (t && *t && t[strlen(t) - 1] != '\n')
             putchar('\n');
+        fflush(stdout); /* the reply before the notes on stderr */
         const char *ws = json_string_value(
             json_object_get(json_object_get(rec, "command"), "workspace"));
         if (ws)
             fprintf(stderr, "[khlua llm: the agent's workspace is %s]\n", ws);
-        if (json_is_true(json_object_get(rec, "replay")))
+        const char *from = json_string_value(json_object_get(rec, "replay_of"));
+        if (json_is_true(json_object_get(rec, "replay")) && from)
+            fprintf(stderr, "[khlua llm: replayed from %s of %s in the store, not a live model]\n",
+                    from, json_string_value(json_object_get(rec, "replay_run")));
+        else if (json_is_true(json_object_get(rec, "replay")) && ok)
             fprintf(stderr, "[khlua llm: replayed from %s, not a live model]\n",
                     json_string_value(json_object_get(rec, "replay_file")));
         if (!ok)
@@ -317,6 +392,7 @@ static int ask(kh_engine *e, int argc, char **argv)
     }
     free(rs);
     kh_llm_free(c);
+    kh_store_close(store);
     return rc;
 }
 

@@ -43,6 +43,18 @@ void kh_lua_push_tensor(lua_State *L, kh_engine *e, struct kh_tensor *t);
  * pointer stays valid while the userdata is open and reachable. */
 struct kh_tensor *kh_lua_check_tensor(lua_State *L, int idx);
 
+/* ---- stores (l_store.c) --------------------------------------------------- */
+struct kh_store;
+/* The store of the kh.Store at idx; raises on another type or a closed store.
+ * The pointer is valid while that userdata stays open: code that keeps it
+ * across Lua calls must look again (kh_lua_to_store) before each use. */
+struct kh_store *kh_lua_check_store(lua_State *L, int idx);
+/* The same without raising: NULL when idx is not an open kh.Store. */
+struct kh_store *kh_lua_to_store(lua_State *L, int idx);
+/* The open kh.Store at idx for one call made outside its transactions;
+ * raises on a wrong type, a closed store, or inside db:update/db:view. */
+struct kh_store *kh_lua_check_store_idle(lua_State *L, int idx);
+
 /* ---- modules: push the module table ------------------------------------ */
 void kh_open_json(lua_State *L, kh_engine *e);
 void kh_open_time(lua_State *L, kh_engine *e);
@@ -52,6 +64,8 @@ void kh_open_tensor(lua_State *L, kh_engine *e);
 void kh_open_check(lua_State *L, kh_engine *e);
 void kh_open_compile(lua_State *L, kh_engine *e);
 void kh_open_store(lua_State *L, kh_engine *e);
+void kh_open_profile(lua_State *L, kh_engine *e);
+void kh_open_eval(lua_State *L, kh_engine *e);
 
 /* The `kh` module itself (package.preload.kh); expects the engine as upvalue. */
 int kh_luaopen_kh(lua_State *L);
@@ -71,6 +85,8 @@ int kh_cmd_worker(kh_engine *e, int argc, char **argv);
 int kh_cmd_task(kh_engine *e, int argc, char **argv);
 int kh_cmd_compile(kh_engine *e, int argc, char **argv);
 int kh_cmd_store(kh_engine *e, int argc, char **argv);
+int kh_cmd_profile(kh_engine *e, int argc, char **argv);
+int kh_cmd_eval(kh_engine *e, int argc, char **argv);
 
 /* True if argv holds -h or --help (commands print their usage and exit 0). */
 int kh_cli_wants_help(int argc, char **argv);

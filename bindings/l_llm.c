@@ -1,21 +1,25 @@
 /* l_llm.c: kh.llm, the model client for Lua.  One client per Lua state (a
  * userdata in the registry, freed by its __gc at lua_close); submit/poll for
- * many calls in flight, chat for one blocking call, extract for candidates.
+ * many calls in flight, chat for one blocking call, extract for candidates,
+ * record_to for transcripts in the store (the writing is llm_store.c's).
  * Each submitted call counts as a live engine object until poll hands its
  * result to Lua, so a test that forgets a call fails the leak check. */
 #include "kh_lua.h"
 
 #include "llm.h"
+#include "llm_store.h"
 
 #include <string.h>
 
 #define CLIENT_MT "kh.Llm"
 #define CLIENT_KEY "kh.llm.client"
 #define STASH_KEY "kh.llm.stash" /* results finished while chat() waited */
+#define STORE_KEY "kh.llm.store" /* the kh.Store given to record_to */
 
 typedef struct lclient {
     kh_llm *c;
     kh_engine *e;
+    kh_llm_recorder rec; /* the sink's state while recording */
 } lclient;
 
 static int client_gc(lua_State *L)
@@ -42,7 +46,7 @@ static lclient *client(lua_State *L)
     kh_engine *e = kh_lua_engine(L);
     /* created "closed", then opened: a failure leaves nothing to free */
     lclient *u = lua_newuserdatauv(L, sizeof *u, 0);
-    u->c = NULL;
+    memset(u, 0, sizeof *u);
     u->e = e;
     if (luaL_newmetatable(L, CLIENT_MT)) {
         lua_pushcfunction(L, client_gc);
@@ -99,9 +103,22 @@ static void push_result(lua_State *L, lclient *u, kh_llm_result *r)
     kh_engine_obj_release(u->e);
 }
 
+/* The store given to record_to, looked up again before every poll: the
+ * script may have closed it since (its calls then carry store_error). */
+static void refresh_store(lua_State *L, lclient *u)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, STORE_KEY) != LUA_TNIL) {
+        struct kh_store *s = kh_lua_to_store(L, -1);
+        u->rec.store = s;
+        kh_llm_set_store(u->c, s);
+    }
+    lua_pop(L, 1);
+}
+
 /* Poll once; append finished results to the table at index t. */
 static kh_status poll_into(lua_State *L, lclient *u, double timeout, int t, kh_err *err)
 {
+    refresh_store(L, u);
     kh_llm_result *rs = NULL;
     size_t n = 0;
     kh_status st = kh_llm_poll(u->c, timeout, &rs, &n, err);
@@ -241,6 +258,69 @@ static int l_pending(lua_State *L)
     return 1;
 }
 
+/* Check an optional id field of the options table at idx: a string naming a
+ * record of that type in s.  Copies it to out ("" when absent). */
+static int opt_link(lua_State *L, int idx, const char *name, struct kh_store *s, char *out,
+                    kh_err *err)
+{
+    out[0] = '\0';
+    if (lua_isnoneornil(L, idx))
+        return 0;
+    lua_getfield(L, idx, name);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    size_t n;
+    const char *id = lua_tolstring(L, -1, &n);
+    size_t k = strlen(name);
+    if (lua_type(L, -1) != LUA_TSTRING || n >= KH_STORE_ID_MAX || strncmp(id, name, k) ||
+        id[k] != '-')
+        return luaL_error(L, "kh.llm.record_to: %s must be a %s id (\"%s-...\")", name, name,
+                          name);
+    memcpy(out, id, n + 1);
+    lua_pop(L, 1);
+    json_t *r;
+    if (kh_store_get(s, out, &r, err))
+        return -1;
+    json_decref(r);
+    return 0;
+}
+
+/* kh.llm.record_to(db [, {run = RUN, round = ROUND}]) -> true | nil, msg, code
+ * From now on every finished call is an llm_call record in db (linked to
+ * run / round unless the request names its own), and replay {store = true}
+ * reads from db.  kh.llm.record_to(nil) stops. */
+static int l_record_to(lua_State *L)
+{
+    lclient *u = client(L);
+    if (lua_isnoneornil(L, 1)) {
+        kh_llm_set_sink(u->c, NULL, NULL);
+        kh_llm_set_store(u->c, NULL);
+        memset(&u->rec, 0, sizeof u->rec);
+        lua_pushnil(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, STORE_KEY);
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    struct kh_store *s = kh_lua_check_store(L, 1);
+    if (!lua_isnoneornil(L, 2))
+        luaL_checktype(L, 2, LUA_TTABLE);
+    char run[KH_STORE_ID_MAX], round[KH_STORE_ID_MAX];
+    kh_err err;
+    if (opt_link(L, 2, "run", s, run, &err) || opt_link(L, 2, "round", s, round, &err))
+        return kh_lua_fail(L, &err);
+    memcpy(u->rec.run, run, sizeof run);
+    memcpy(u->rec.round, round, sizeof round);
+    u->rec.store = s;
+    kh_llm_set_sink(u->c, kh_llm_store_sink, &u->rec);
+    kh_llm_set_store(u->c, s);
+    lua_pushvalue(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, STORE_KEY);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 /* kh.llm.extract(text [, {finish_reason = s, require_manifest = true}]) -> verdict */
 static int l_extract(lua_State *L)
 {
@@ -287,7 +367,7 @@ void kh_open_llm(lua_State *L, kh_engine *e)
     static const luaL_Reg fns[] = {
         {"submit", l_submit},   {"poll", l_poll},       {"chat", l_chat},
         {"cancel", l_cancel},   {"pending", l_pending}, {"extract", l_extract},
-        {"serialize", l_serialize}, {NULL, NULL},
+        {"serialize", l_serialize}, {"record_to", l_record_to}, {NULL, NULL},
     };
     kh_lua_newlib(L, e, fns);
 }

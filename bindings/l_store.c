@@ -65,6 +65,17 @@ static int push_hash(lua_State *L, const kh_hash *h)
     return 1;
 }
 
+struct kh_store *kh_lua_check_store(lua_State *L, int idx)
+{
+    return check_store(L, idx)->s;
+}
+
+struct kh_store *kh_lua_to_store(lua_State *L, int idx)
+{
+    l_store *u = luaL_testudata(L, idx, STORE_MT);
+    return u ? u->s : NULL;
+}
+
 /* ---- kh.store.open ------------------------------------------------------------ */
 static int l_open(lua_State *L)
 {
@@ -120,6 +131,11 @@ static int l_tostring(lua_State *L)
     else
         lua_pushliteral(L, "kh.Store (closed)");
     return 1;
+}
+
+struct kh_store *kh_lua_check_store_idle(lua_State *L, int idx)
+{
+    return check_store_idle(L, idx)->s;
 }
 
 static int l_path(lua_State *L)

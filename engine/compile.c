@@ -867,7 +867,7 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
                 goto fail;
             }
             a->t.total = kh_now() - t0;
-            kh_err_prefix(err, "static check: ");
+            kh_err_prefix(err, "static check");
             *out = a;
             return KH_ECOMPILE;
         }
@@ -1052,6 +1052,9 @@ json_t *kh_artifact_to_json(const kh_artifact *a)
     json_object_set_new(j, "options", opts);
     json_object_set_new(j, "cache_hit", json_boolean(a->cache_hit));
     json_object_set_new(j, "pch", json_string(a->pch ? a->pch : "off"));
+    json_object_set_new(j, "served_by", json_string(a->served_by ? a->served_by : "in-process"));
+    if (a->server_pid)
+        json_object_set_new(j, "server_pid", json_integer(a->server_pid));
     json_object_set_new(j, "log", json_stringn(a->log ? a->log : "", a->log ? a->log_len : 0));
     json_object_set_new(j, "cubin_bytes", json_integer((json_int_t)a->cubin_len));
     for (size_t i = 0; i < a->res.n_kernels; i++) {

@@ -84,6 +84,11 @@ typedef struct kh_artifact {
     kh_compile_timings t;
     int cache_hit;                /* 1: served from the in-memory cache */
     const char *pch;              /* "off", "created", "used or none", "heap-grown", ... */
+    /* Where the artifact came from (compile_service.h): NULL or "in-process"
+     * (kh_compile_build here), "server" (a compile server; server_pid says
+     * which), "store" (the store-backed cache).  A static string. */
+    const char *served_by;
+    int server_pid;
 } kh_artifact;
 
 /* A compiler bound to e (which must outlive it).  Loading NVRTC is deferred
@@ -128,7 +133,8 @@ void kh_compile_cache_limit(kh_compiler *c, size_t max_bytes);
  * kernels {name: {registers, shared_static, local_bytes, min_stack,
  * spill_instructions, max_threads, max_threads_per_block, reqntid, maxreg,
  * barriers, param_bytes, code_bytes}}, timings {check, key, warm, create, compile, extract, parse, total}
- * in seconds.  New reference; NULL when out of memory. */
+ * in seconds, served_by ("in-process", "server", "store") and, for a server,
+ * server_pid.  New reference; NULL when out of memory. */
 struct json_t;
 struct json_t *kh_artifact_to_json(const kh_artifact *a);
 

@@ -39,6 +39,8 @@ struct kh_llm {
     void *sink_ud;
     kh_llm_delta_fn delta;
     void *delta_ud;
+    struct kh_store *store; /* replay {store = true} reads here; not owned */
+    json_t *replay_runs;    /* run id -> [{id, fingerprint}], loaded once per store */
     uint64_t rng;
 };
 
@@ -256,6 +258,27 @@ void kh_llm_set_delta(kh_llm *c, kh_llm_delta_fn fn, void *ud)
     c->delta_ud = ud;
 }
 
+void kh_llm_set_store(kh_llm *c, struct kh_store *s)
+{
+    if (s != c->store) {
+        json_decref(c->replay_runs);
+        c->replay_runs = NULL;
+    }
+    c->store = s;
+}
+
+struct kh_store *llm_client_store(kh_llm *c)
+{
+    return c->store;
+}
+
+json_t *llm_client_replay_runs(kh_llm *c)
+{
+    if (!c->replay_runs)
+        c->replay_runs = json_object();
+    return c->replay_runs;
+}
+
 void kh_llm_result_free(kh_llm_result *r)
 {
     if (!r)
@@ -326,6 +349,7 @@ void kh_llm_free(kh_llm *c)
         free(r->dir);
         free(r);
     }
+    json_decref(c->replay_runs);
     curl_multi_cleanup(c->multi);
     free(c);
 }
@@ -446,7 +470,17 @@ json_t *llm_record_base(llm_job *j)
         json_object_set_new(r, "model", json_string(model));
     if (label)
         json_object_set(r, "label", label);
+    static const char *const links[] = {"run", "round"};
+    for (size_t i = 0; i < KH_ARRAY_LEN(links); i++) {
+        json_t *v = json_object_get(j->req, links[i]);
+        if (v)
+            json_object_set(r, links[i], v);
+    }
     json_object_set(r, "attempts", j->attempts);
+    /* HTTP calls record their wire body (http_finish); the offline providers
+     * the caller's request, so every transcript says what was asked. */
+    if (j->kind != 'h')
+        json_object_set_new(r, "request", json_deep_copy(j->req));
     json_object_set_new(r, "submitted_at", json_real(kh_wall_now() - (kh_now() - j->t_submit)));
     json_object_set_new(r, "latency_s", json_real(kh_now() - j->t_submit));
     return r;
@@ -464,11 +498,17 @@ void llm_job_finish(llm_job *j, json_t *record)
     res->raw = j->raw.p ? j->raw.p : kh_strdup("");
     res->raw_len = j->raw.len;
     memset(&j->raw, 0, sizeof j->raw);
-    const char *key = job_key(j);
-    if (key) {
-        redact_json(record, key);
+    /* The call's own key, and the standard key variables too: an agent
+     * command or a server may echo any of them, and a record must never
+     * carry one (the store would refuse it, losing the transcript). */
+    const char *keys[] = {job_key(j), getenv("ANTHROPIC_API_KEY"), getenv("OPENAI_API_KEY"),
+                          getenv("KHLUA_API_KEY")};
+    for (size_t i = 0; i < KH_ARRAY_LEN(keys); i++) {
+        if (!keys[i] || strlen(keys[i]) < (i ? 8u : 1u))
+            continue;
+        redact_json(record, keys[i]);
         if (res->raw)
-            kh_llm_redact(res->raw, res->raw_len, key);
+            kh_llm_redact(res->raw, res->raw_len, keys[i]);
     }
     j->result = res;
     j->queued = 0;

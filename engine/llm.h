@@ -12,7 +12,8 @@
  *
  * Every finished call yields a transcript: a JSON record plus the raw bytes of
  * the last attempt's response stream.  API keys are read from the environment
- * at send time, sent, and redacted from everything recorded.
+ * at send time, sent, and redacted from everything recorded (the call's own
+ * key and the values of ANTHROPIC_API_KEY, OPENAI_API_KEY, KHLUA_API_KEY).
  *
  * Request (JSON object; unknown top-level fields are errors, so typos show):
  *   provider   "openai" | "openai-responses" | "anthropic" | "compat" |
@@ -39,15 +40,26 @@
  *               anthropic_beta = s}
  *   command    {argv = {...}, timeout = 600, workspace = DIR (default: a fresh
  *               directory under $TMPDIR), max_output = bytes}   (provider command)
- *   replay     {dir = DIR}                                      (provider replay)
+ *   replay     {dir = DIR}: recorded replies in a directory, or
+ *              {store = true, run = RUN}: the successful live llm_call
+ *              records of run RUN in the store given to kh_llm_set_store,
+ *              their raw streams parsed again (llm_store.h)  (provider replay)
+ *              Either way a request whose prompt fingerprint matches a
+ *              recorded call gets that call's answer (the k-th such request
+ *              the k-th such call, wrapping); any other takes the next answer
+ *              in recorded order (per client, wrapping): deterministic.
  *   label      any string, copied into the record (the caller's own tag)
+ *   run, round store ids, copied into the record: the llm_call record's
+ *              links (llm_store.h)
  *
  * Record (what poll returns for each finished call):
- *   id, label, provider, dialect, model, url, replay (bool), ok (bool),
+ *   id, label, run, round, provider, dialect, model, url, fingerprint,
+ *   replay (bool; replay_file or replay_of + replay_run say from where), ok,
  *   text, reasoning, finish_reason, truncated (cut by the token limit),
  *   usage {input, output, cache_read, cache_write, reasoning, total, raw},
  *   latency_s, first_token_s, retries, attempts [{http_status, error, delay_s,
- *   latency_s}], request (the wire body), request_headers (keys redacted),
+ *   latency_s}], request (the wire body; command and replay: the caller's
+ *   request), request_headers (keys redacted),
  *   response_headers, request_id, http_status, raw_bytes, warnings [...],
  *   error {kind, code, message, http_status, type} when ok is false.
  *   error.kind: "http" (not retryable), "quota" (spend limit: stop), "retries"
@@ -76,9 +88,11 @@ typedef struct kh_llm_result {
 void kh_llm_result_free(kh_llm_result *r);
 
 /* Where transcripts go: called once per finished call, before poll returns
- * it.  The store registers itself here; record and raw are valid only during
- * the call (copy or incref).  Keys are already redacted. */
-typedef void (*kh_llm_sink_fn)(void *ud, const json_t *record, const char *raw, size_t raw_len);
+ * it.  The store registers itself here (kh_llm_store_sink, llm_store.h);
+ * record and raw are valid only during the call (copy or incref).  Keys are
+ * already redacted.  The sink may add fields to record (the store adds
+ * store_id or store_error): the caller of poll sees them. */
+typedef void (*kh_llm_sink_fn)(void *ud, json_t *record, const char *raw, size_t raw_len);
 
 /* Streaming text as it arrives: kind is "text" or "reasoning"; a retry after
  * partial output calls fn with kind "retry" and an empty string. */
@@ -91,6 +105,13 @@ void kh_llm_free(kh_llm *c);
 
 void kh_llm_set_sink(kh_llm *c, kh_llm_sink_fn fn, void *ud);
 void kh_llm_set_delta(kh_llm *c, kh_llm_delta_fn fn, void *ud);
+
+/* The store that replay {store = true} reads from (NULL: none).  The client
+ * does not own it; the caller keeps it open while set, and may change it
+ * between polls (what the client cached about a store is dropped when the
+ * store changes). */
+struct kh_store;
+void kh_llm_set_store(kh_llm *c, struct kh_store *s);
 
 /* Validate and queue a request (copied).  KH_EINVAL for a malformed request
  * or a missing key, with a message naming the field. */

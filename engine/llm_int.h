@@ -121,8 +121,14 @@ int llm_command_fds(kh_llm *c, struct curl_waitfd *fds, int max);
 void llm_command_pump(llm_job *j);
 void llm_command_kill(llm_job *j);
 llm_job *llm_jobs(kh_llm *c);
-/* Client-side replay counters (deterministic order per directory). */
+/* Client-side replay counters (deterministic order per key: a directory,
+ * or a store run and fingerprint). */
 int llm_replay_next(kh_llm *c, const char *dir);
+/* The store replay reads from (kh_llm_set_store), or NULL. */
+struct kh_store *llm_client_store(kh_llm *c);
+/* The client's cache of replayable calls per run (an object owned by the
+ * client, emptied when the store changes). */
+json_t *llm_client_replay_runs(kh_llm *c);
 /* Finish a job with a record built by the caller (takes the reference). */
 void llm_job_finish(llm_job *j, json_t *record);
 /* The record fields common to every provider (new object). */

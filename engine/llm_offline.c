@@ -1,6 +1,7 @@
 /* llm_offline.c: the two providers that need no network.  "replay" answers
- * from recorded replies in a directory (deterministically: by the request's
- * fingerprint when a file carries it, else in file-name order per client);
+ * from recorded replies in a directory or from a run's llm_call records in
+ * the store (deterministically: by the request's fingerprint when a reply
+ * carries it, else in file-name / recorded order per client);
  * "command" runs an agent command line with the prompt on stdin in a scratch
  * workspace under a time limit, watched by the client's poll loop (so several
  * run at once beside HTTP calls), and records its output and the files it
@@ -8,6 +9,7 @@
 #include "llm_int.h"
 
 #include "proc.h"
+#include "store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -95,9 +97,239 @@ static int has_suffix(const char *s, const char *suf)
     return n > k && !strcmp(s + n - k, suf);
 }
 
+/* Parse a recorded raw stream of a dialect into j->st, through the code a
+ * live stream takes (so its text reaches the delta hook the same way).  A
+ * server that answered with one JSON object was recorded as that object.
+ * 0 ok; -1 with msg. */
+static int reparse(llm_job *j, int dialect, const char *data, size_t len, const char *what,
+                   char *msg, size_t cap)
+{
+    llm_stream_ctx x = {&j->st, dialect, j};
+    kh_sse *p = kh_sse_new(llm_wire_dispatch, &x, 0);
+    kh_err err;
+    int ok = p && kh_sse_feed(p, data, len, &err) == KH_OK && j->st.terminal;
+    kh_sse_free(p);
+    if (ok)
+        return 0;
+    llm_stream_reset(&j->st);
+    if (llm_wire_parse_whole(dialect, data, len, &j->st) == 0) {
+        llm_job_delta(j, "text", j->st.text.p ? j->st.text.p : "", j->st.text.len);
+        return 0;
+    }
+    snprintf(msg, cap, "%s: the recorded stream did not parse to its end", what);
+    return -1;
+}
+
+static int dialect_of(const char *name)
+{
+    for (int k = 0; name && k < D_NONE; k++)
+        if (!strcmp(name, llm_dialect_names[k]))
+            return k;
+    return D_NONE;
+}
+
+/* Finish a replay from j->st: takes usage (or NULL), data (the recorded raw
+ * bytes, malloc'ed, becomes the record's raw) and extra (fields the record
+ * lacks: where the answer came from). */
+static void replay_finish(llm_job *j, json_t *usage, char *data, size_t len, int dialect,
+                          json_t *extra)
+{
+    if (!usage)
+        usage = llm_wire_usage(D_NONE, NULL);
+    json_t *r = llm_record_base(j);
+    json_object_set_new(r, "ok", json_true());
+    json_object_update_missing(r, extra);
+    json_decref(extra);
+    json_object_set_new(r, "recorded_dialect", json_string(llm_dialect_names[dialect]));
+    char *t = kh_utf8_sanitize(j->st.text.p ? j->st.text.p : "", j->st.text.len, NULL);
+    char *rs = kh_utf8_sanitize(j->st.reasoning.p ? j->st.reasoning.p : "", j->st.reasoning.len,
+                                NULL);
+    json_object_set_new(r, "text", json_string(t ? t : ""));
+    json_object_set_new(r, "reasoning", json_string(rs ? rs : ""));
+    free(t);
+    free(rs);
+    json_object_set_new(r, "finish_reason", json_string(j->st.finish[0] ? j->st.finish : "stop"));
+    const char *f = j->st.finish;
+    json_object_set_new(r, "truncated", json_boolean(!strcmp(f, "length") ||
+                                                     !strcmp(f, "max_tokens") ||
+                                                     !strcmp(f, "max_output_tokens")));
+    json_object_set_new(r, "usage", usage);
+    json_object_set_new(r, "first_token_s", json_real(0));
+    llm_buf_free(&j->raw);
+    j->raw.p = data;
+    j->raw.len = len;
+    j->raw.cap = len + 1;
+    llm_job_finish(j, r);
+}
+
+/* Take text, reasoning, finish reason and usage from a recorded record (a
+ * reply without a raw stream: a .json file, a command's output). */
+static json_t *take_recorded_text(llm_job *j, const json_t *rec, const char *t)
+{
+    llm_buf_add(&j->st.text, t, strlen(t));
+    llm_job_delta(j, "text", t, strlen(t));
+    const char *rs = json_string_value(json_object_get(rec, "reasoning"));
+    if (rs)
+        llm_buf_add(&j->st.reasoning, rs, strlen(rs));
+    const char *f = json_string_value(json_object_get(rec, "finish_reason"));
+    snprintf(j->st.finish, sizeof j->st.finish, "%s", f ? f : "stop");
+    json_t *u = json_object_get(rec, "usage");
+    return json_is_object(u) ? json_deep_copy(u) : NULL;
+}
+
+/* ---- replay from the store ------------------------------------------------ */
+
+struct load_arg {
+    const char *run;
+    json_t *out;
+};
+
+/* The run's successful live calls, oldest first: [{id, fingerprint}]. */
+static kh_status load_cb(kh_store_txn *tx, void *p, kh_err *err)
+{
+    struct load_arg *a = p;
+    kh_store_filter q = {.type = "llm_call", .run = a->run};
+    json_t *recs;
+    if (kh_store_txn_query(tx, &q, 0, &recs, err))
+        return err->code;
+    a->out = json_array();
+    for (size_t i = json_array_size(recs); i-- > 0;) { /* the query is newest first */
+        const json_t *r = json_array_get(recs, i);
+        if (!json_is_true(json_object_get(r, "ok")) || json_is_true(json_object_get(r, "replay")))
+            continue;
+        json_array_append_new(a->out, json_pack("{s:O, s:O?}", "id", json_object_get(r, "id"),
+                                                "fingerprint",
+                                                json_object_get(r, "fingerprint")));
+    }
+    json_decref(recs);
+    return a->out ? KH_OK : kh_err_set(err, KH_ENOMEM, "out of memory");
+}
+
+struct fetch_arg {
+    const char *id;
+    json_t *rec;
+    char *raw;
+    size_t len;
+};
+
+static kh_status fetch_cb(kh_store_txn *tx, void *p, kh_err *err)
+{
+    struct fetch_arg *a = p;
+    if (kh_store_txn_get(tx, a->id, &a->rec, err))
+        return err->code;
+    const char *hx = json_string_value(json_object_get(a->rec, "response_blob"));
+    if (!hx)
+        return KH_OK;
+    kh_hash h;
+    if (kh_hash_parse(hx, &h, err) || kh_store_txn_blob_size(tx, &h, &a->len, err))
+        return err->code;
+    a->raw = malloc(a->len + 1);
+    if (!a->raw)
+        return kh_err_set(err, KH_ENOMEM, "out of memory reading a %zu-byte stream", a->len);
+    if (kh_store_txn_read_blob(tx, &h, a->raw, a->len, err))
+        return err->code;
+    a->raw[a->len] = '\0';
+    return KH_OK;
+}
+
+static void replay_store(kh_llm *c, llm_job *j, const char *run)
+{
+    char msg[2048];
+    kh_store *s = llm_client_store(c);
+    if (!s) {
+        finish_fail(j, "config", KH_ESTATE,
+                    "replay from the store needs a store: kh.llm.record_to(db) in Lua, --store "
+                    "PATH (or the default store) with khlua llm ask");
+        return;
+    }
+    json_t *runs = llm_client_replay_runs(c);
+    json_t *calls = json_object_get(runs, run);
+    kh_err err;
+    if (!calls) {
+        struct load_arg a = {run, NULL};
+        if (!runs || kh_store_view(s, load_cb, &a, &err)) {
+            json_decref(a.out);
+            snprintf(msg, sizeof msg, "replay from run %s: %s", run,
+                     runs ? err.msg : "out of memory");
+            finish_fail(j, "replay", runs ? err.code : KH_ENOMEM, msg);
+            return;
+        }
+        json_object_set_new(runs, run, a.out);
+        calls = a.out;
+    }
+    size_t n = json_array_size(calls), m = 0, i;
+    json_t *v;
+    if (!n) {
+        snprintf(msg, sizeof msg, "run %s has no successful live model calls in the store %s",
+                 run, kh_store_path(s));
+        finish_fail(j, "replay", KH_ENOTFOUND, msg);
+        return;
+    }
+    json_array_foreach(calls, i, v) {
+        const char *fp = json_string_value(json_object_get(v, "fingerprint"));
+        m += fp && !strcmp(fp, j->fingerprint);
+    }
+    /* The counters are keyed like directories; \001 keeps them apart. */
+    char key[4600];
+    const char *pick = NULL;
+    if (m) {
+        snprintf(key, sizeof key, "\001%s\001%s\001%s", kh_store_path(s), run, j->fingerprint);
+        size_t k = (size_t)llm_replay_next(c, key) % m;
+        json_array_foreach(calls, i, v) {
+            const char *fp = json_string_value(json_object_get(v, "fingerprint"));
+            if (fp && !strcmp(fp, j->fingerprint) && k-- == 0) {
+                pick = json_string_value(json_object_get(v, "id"));
+                break;
+            }
+        }
+    } else {
+        snprintf(key, sizeof key, "\001%s\001%s", kh_store_path(s), run);
+        pick = json_string_value(
+            json_object_get(json_array_get(calls, (size_t)llm_replay_next(c, key) % n), "id"));
+    }
+    struct fetch_arg a = {pick, NULL, NULL, 0};
+    if (!pick || kh_store_view(s, fetch_cb, &a, &err)) {
+        snprintf(msg, sizeof msg, "replay from run %s: %s", run,
+                 pick ? err.msg : "a cached call has no id");
+        finish_fail(j, "replay", pick ? err.code : KH_ECORRUPT, msg);
+        json_decref(a.rec);
+        free(a.raw);
+        return;
+    }
+    int dialect = dialect_of(json_string_value(json_object_get(a.rec, "dialect")));
+    json_t *usage = NULL;
+    if (dialect != D_NONE && a.raw) {
+        if (reparse(j, dialect, a.raw, a.len, pick, msg, sizeof msg)) {
+            json_decref(a.rec);
+            free(a.raw);
+            finish_fail(j, "replay", KH_EPARSE, msg);
+            return;
+        }
+        usage = llm_wire_usage(dialect, j->st.usage_raw);
+    } else {
+        const char *t = json_string_value(json_object_get(a.rec, "text"));
+        usage = take_recorded_text(j, a.rec, t ? t : "");
+    }
+    json_t *extra = json_pack("{s:s, s:s}", "replay_of", pick, "replay_run", run);
+    json_t *model = json_object_get(a.rec, "model");
+    if (json_is_string(model))
+        json_object_set(extra, "model", model);
+    char *raw = a.raw ? a.raw : kh_strdup("");
+    replay_finish(j, usage, raw, a.raw ? a.len : 0, dialect, extra);
+    json_decref(a.rec);
+}
+
+/* ---- replay from a directory ---------------------------------------------- */
+
 static void replay_run(kh_llm *c, llm_job *j)
 {
-    const char *dir = json_string_value(json_object_get(json_object_get(j->req, "replay"), "dir"));
+    const json_t *rp = json_object_get(j->req, "replay");
+    const char *run = json_string_value(json_object_get(rp, "run"));
+    if (json_is_true(json_object_get(rp, "store")) && run) {
+        replay_store(c, j, run);
+        return;
+    }
+    const char *dir = json_string_value(json_object_get(rp, "dir"));
     char msg[16384];
     if (!dir) {
         finish_fail(j, "config", KH_EINVAL, "provider replay needs request.replay.dir");
@@ -164,10 +396,7 @@ static void replay_run(kh_llm *c, llm_job *j)
             finish_fail(j, "replay", KH_EPARSE, msg);
             return;
         }
-        const char *dn = json_string_value(json_object_get(rec, "dialect"));
-        for (int k = 0; dn && k < D_NONE; k++)
-            if (!strcmp(dn, llm_dialect_names[k]))
-                dialect = k;
+        dialect = dialect_of(json_string_value(json_object_get(rec, "dialect")));
         /* A recorded raw stream next to the record is parsed again, through
          * the same code a live stream takes. */
         char sse_path[8300];
@@ -175,20 +404,13 @@ static void replay_run(kh_llm *c, llm_job *j)
         size_t slen = 0;
         char *sse = dialect != D_NONE ? read_file(sse_path, (size_t)256 << 20, &slen) : NULL;
         if (sse) {
-            llm_stream_ctx x = {&j->st, dialect, j};
-            kh_sse *p = kh_sse_new(llm_wire_dispatch, &x, 0);
-            kh_err err;
-            if (!p || kh_sse_feed(p, sse, slen, &err) != KH_OK || !j->st.terminal) {
-                snprintf(msg, sizeof msg, "%s: the recorded stream did not parse to its end",
-                         sse_path);
-                kh_sse_free(p);
+            if (reparse(j, dialect, sse, slen, sse_path, msg, sizeof msg)) {
                 free(sse);
                 free(data);
                 json_decref(rec);
                 finish_fail(j, "replay", KH_EPARSE, msg);
                 return;
             }
-            kh_sse_free(p);
             usage = llm_wire_usage(dialect, j->st.usage_raw);
             free(data);
             data = sse;
@@ -202,16 +424,7 @@ static void replay_run(kh_llm *c, llm_job *j)
                 finish_fail(j, "replay", KH_EPARSE, msg);
                 return;
             }
-            llm_buf_add(&j->st.text, t, strlen(t));
-            llm_job_delta(j, "text", t, strlen(t));
-            const char *rs = json_string_value(json_object_get(rec, "reasoning"));
-            if (rs)
-                llm_buf_add(&j->st.reasoning, rs, strlen(rs));
-            const char *f = json_string_value(json_object_get(rec, "finish_reason"));
-            snprintf(j->st.finish, sizeof j->st.finish, "%s", f ? f : "stop");
-            json_t *u = json_object_get(rec, "usage");
-            if (json_is_object(u))
-                usage = json_deep_copy(u);
+            usage = take_recorded_text(j, rec, t);
         }
         json_decref(rec);
     } else {
@@ -219,30 +432,7 @@ static void replay_run(kh_llm *c, llm_job *j)
         llm_job_delta(j, "text", data, len);
         snprintf(j->st.finish, sizeof j->st.finish, "stop");
     }
-    if (!usage)
-        usage = llm_wire_usage(D_NONE, NULL);
-    json_t *r = llm_record_base(j);
-    json_object_set_new(r, "ok", json_true());
-    json_object_set_new(r, "replay_file", json_string(path));
-    json_object_set_new(r, "recorded_dialect", json_string(llm_dialect_names[dialect]));
-    char *t = kh_utf8_sanitize(j->st.text.p ? j->st.text.p : "", j->st.text.len, NULL);
-    char *rs = kh_utf8_sanitize(j->st.reasoning.p ? j->st.reasoning.p : "", j->st.reasoning.len,
-                                NULL);
-    json_object_set_new(r, "text", json_string(t ? t : ""));
-    json_object_set_new(r, "reasoning", json_string(rs ? rs : ""));
-    free(t);
-    free(rs);
-    json_object_set_new(r, "finish_reason", json_string(j->st.finish[0] ? j->st.finish : "stop"));
-    const char *f = j->st.finish;
-    json_object_set_new(r, "truncated", json_boolean(!strcmp(f, "length") ||
-                                                     !strcmp(f, "max_tokens")));
-    json_object_set_new(r, "usage", usage);
-    json_object_set_new(r, "first_token_s", json_real(0));
-    llm_buf_free(&j->raw);
-    j->raw.p = data;
-    j->raw.len = len;
-    j->raw.cap = len + 1;
-    llm_job_finish(j, r);
+    replay_finish(j, usage, data, len, dialect, json_pack("{s:s}", "replay_file", path));
 }
 
 /* ---- command ---------------------------------------------------------------

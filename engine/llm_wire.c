@@ -52,7 +52,7 @@ static const char *const known_fields[] = {
     "provider", "model",     "base_url",         "messages",        "max_tokens",
     "temperature", "top_p",  "top_k",            "seed",            "stop",
     "reasoning_effort",      "thinking_budget",  "extra",           "options",
-    "command",  "replay",    "label",
+    "command",  "replay",    "label",            "run",             "round",
 };
 
 static kh_status check_fields(const json_t *req, kh_err *err)
@@ -790,6 +790,36 @@ kh_status llm_wire_prepare(llm_job *j, kh_err *err)
     json_t *label = json_object_get(req, "label");
     if (label && !json_is_string(label))
         return kh_err_set(err, KH_EINVAL, "request.label must be a string");
+    static const char *const links[] = {"run", "round"};
+    for (size_t k = 0; k < KH_ARRAY_LEN(links); k++) {
+        json_t *v = json_object_get(req, links[k]);
+        const char *s = json_string_value(v);
+        if (v && (!s || strncmp(s, links[k], strlen(links[k])) || s[strlen(links[k])] != '-'))
+            return kh_err_set(err, KH_EINVAL, "request.%s must be a %s id (\"%s-...\")",
+                              links[k], links[k], links[k]);
+    }
+    if (j->kind == 'r') {
+        json_t *rp = json_object_get(req, "replay");
+        const char *k;
+        json_t *v;
+        if (!json_is_object(rp))
+            return kh_err_set(err, KH_EINVAL, "provider replay needs request.replay: {dir = DIR} "
+                                              "or {store = true, run = RUN}");
+        json_object_foreach(rp, k, v) {
+            if (strcmp(k, "dir") && strcmp(k, "store") && strcmp(k, "run"))
+                return kh_err_set(err, KH_EINVAL, "unknown request.replay field '%s' (dir, "
+                                                  "store, run)", k);
+        }
+        json_t *dir = json_object_get(rp, "dir"), *st = json_object_get(rp, "store"),
+               *run = json_object_get(rp, "run");
+        if (dir && (st || run))
+            return kh_err_set(err, KH_EINVAL, "request.replay: dir, or store and run, not both");
+        if (dir && !json_is_string(dir))
+            return kh_err_set(err, KH_EINVAL, "request.replay.dir must be a string");
+        if (!dir && (!json_is_true(st) || !json_is_string(run)))
+            return kh_err_set(err, KH_EINVAL, "request.replay needs dir = DIR, or store = true "
+                                              "and run = RUN (a run id)");
+    }
     if (parse_opts(req, &j->o, err))
         return err->code;
     if (!j->o.api_key_env[0] && provs[i].key_env)

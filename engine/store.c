@@ -1021,7 +1021,7 @@ static const struct {
 } TYPES[] = {
     {"task", {"name"}},
     {"candidate", {"task"}},
-    {"compile", {"candidate", "status"}},
+    {"compile", {"status"}}, /* content-addressed: many candidates may share one */
     {"evaluation", {"task", "candidate", "status"}},
     {"profile", {"candidate"}},
     {"run", {"policy"}},

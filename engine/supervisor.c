@@ -569,12 +569,19 @@ void kh_pool_set_max_deaths(kh_pool *p, int max_deaths) { p->max_deaths = max_de
 void kh_pool_reset(kh_pool *p) { p->consecutive_deaths = 0; }
 void kh_pool_stats_get(const kh_pool *p, kh_pool_stats *s) { *s = p->stats; }
 
-/* An idle live worker, starting one (after the backoff) if none is. */
-static kh_wproc *pool_worker(kh_pool *p, kh_err *err)
+/* An idle live worker (the one in slot prefer if it qualifies), starting one
+ * (after the backoff) if none is; *slot its index. */
+static kh_wproc *pool_worker_in(kh_pool *p, size_t prefer, size_t *slot, kh_err *err)
 {
+    if (prefer < p->n && p->w[prefer] && p->w[prefer]->alive && !p->w[prefer]->busy) {
+        *slot = prefer;
+        return p->w[prefer];
+    }
     for (size_t i = 0; i < p->n; i++)
-        if (p->w[i] && p->w[i]->alive && !p->w[i]->busy)
+        if (p->w[i] && p->w[i]->alive && !p->w[i]->busy) {
+            *slot = i;
             return p->w[i];
+        }
     if (p->consecutive_deaths >= p->max_deaths) {
         kh_err_set(err, KH_ENODEV, "worker role '%s' keeps failing (%d deaths in a row); "
                    "last: %s", p->role, p->consecutive_deaths, p->last_err.msg);
@@ -605,10 +612,33 @@ static kh_wproc *pool_worker(kh_pool *p, kh_err *err)
         }
         p->stats.started++;
         p->stats.last_restart_s = kh_now() - t0;
+        *slot = i;
         return p->w[i];
     }
     kh_err_set(err, KH_ESTATE, "all %zu '%s' workers are busy", p->n, p->role);
     return NULL;
+}
+
+static kh_wproc *pool_worker(kh_pool *p, kh_err *err)
+{
+    size_t slot;
+    return pool_worker_in(p, (size_t)-1, &slot, err);
+}
+
+/* What a finished request says about the role's health. */
+static void pool_account(kh_pool *p, const kh_wproc *w, kh_status st, const kh_err *err)
+{
+    if (!w->alive) {
+        p->stats.deaths++;
+        if (st == KH_ETIMEOUT)
+            p->stats.timeouts++;
+        p->consecutive_deaths++;
+        p->last_death = kh_now();
+        if (err)
+            p->last_err = *err;
+    } else if (st == KH_OK) {
+        p->consecutive_deaths = 0;
+    }
 }
 
 kh_status kh_pool_call(kh_pool *p, const char *method, const json_t *params,
@@ -621,16 +651,80 @@ kh_status kh_pool_call(kh_pool *p, const char *method, const json_t *params,
         return err ? err->code : KH_ECHILD;
     p->stats.calls++;
     kh_status st = kh_wproc_call(w, method, params, payload, payload_len, timeout_s, reply, err);
-    if (!w->alive) {
-        p->stats.deaths++;
-        if (st == KH_ETIMEOUT)
-            p->stats.timeouts++;
-        p->consecutive_deaths++;
-        p->last_death = kh_now();
-        if (err)
-            p->last_err = *err;
-    } else if (st == KH_OK) {
-        p->consecutive_deaths = 0;
-    }
+    pool_account(p, w, st, err);
     return st;
+}
+
+kh_status kh_pool_submit(kh_pool *p, const char *method, const json_t *params,
+                         const void *payload, size_t payload_len, double timeout_s,
+                         size_t prefer, size_t *slot, kh_err *err)
+{
+    size_t i = 0;
+    kh_wproc *w = pool_worker_in(p, prefer, &i, err);
+    if (!w)
+        return err ? err->code : KH_ECHILD;
+    p->stats.calls++;
+    kh_status st = kh_wproc_submit(w, method, params, payload, payload_len, timeout_s, err);
+    if (st) {
+        pool_account(p, w, st, err); /* a worker that cannot take a request died */
+        return st;
+    }
+    *slot = i;
+    return KH_OK;
+}
+
+size_t kh_pool_wait(kh_pool *p, double wait_s, kh_pool_done *done, size_t max_done)
+{
+    size_t nb = 0;
+    kh_wproc **busy = calloc(p->n ? p->n : 1, sizeof *busy);
+    kh_wdone *wd = calloc(max_done ? max_done : 1, sizeof *wd);
+    int *pids = calloc(p->n ? p->n : 1, sizeof *pids);
+    if (!busy || !wd || !pids || !max_done) {
+        free(busy);
+        free(wd);
+        free(pids);
+        return 0;
+    }
+    for (size_t i = 0; i < p->n; i++)
+        if (p->w[i] && p->w[i]->busy) {
+            pids[nb] = p->w[i]->pid;
+            busy[nb++] = p->w[i];
+        }
+    size_t nd = nb ? kh_wproc_wait(busy, nb, wait_s, wd, max_done) : 0;
+    for (size_t k = 0; k < nd; k++) {
+        done[k].d = wd[k];
+        done[k].slot = 0;
+        done[k].pid = 0;
+        for (size_t i = 0; i < p->n; i++)
+            if (p->w[i] == wd[k].w)
+                done[k].slot = i;
+        for (size_t b = 0; b < nb; b++)
+            if (busy[b] == wd[k].w)
+                done[k].pid = pids[b];
+        pool_account(p, wd[k].w, wd[k].status, &wd[k].err);
+    }
+    free(busy);
+    free(wd);
+    free(pids);
+    return nd;
+}
+
+size_t kh_pool_size(const kh_pool *p) { return p->n; }
+
+size_t kh_pool_in_flight(const kh_pool *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++)
+        n += p->w[i] && p->w[i]->busy;
+    return n;
+}
+
+int kh_pool_slot_pid(const kh_pool *p, size_t slot)
+{
+    return slot < p->n && p->w[slot] && p->w[slot]->alive ? (int)p->w[slot]->pid : 0;
+}
+
+int kh_pool_slot_busy(const kh_pool *p, size_t slot)
+{
+    return slot < p->n && p->w[slot] && p->w[slot]->busy;
 }

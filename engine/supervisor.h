@@ -93,4 +93,35 @@ void kh_pool_stats_get(const kh_pool *p, kh_pool_stats *s);
 void kh_pool_set_max_deaths(kh_pool *p, int max_deaths);
 void kh_pool_reset(kh_pool *p);
 
+/* Asynchronous use: several requests in flight, one per worker.
+ * kh_pool_submit starts a request on the worker in slot prefer when that one
+ * is alive and idle (prefer >= kh_pool_size: no preference), else on any
+ * idle live worker, else on a worker it starts in an empty slot (respawn
+ * backoff and the max_deaths refusal as for kh_pool_call).  *slot receives
+ * the slot used.  KH_ESTATE when every worker is busy.  Deaths, timeouts and
+ * calls count in the stats exactly as for kh_pool_call. */
+kh_status kh_pool_submit(kh_pool *p, const char *method, const json_t *params,
+                         const void *payload, size_t payload_len, double timeout_s,
+                         size_t prefer, size_t *slot, kh_err *err);
+
+typedef struct kh_pool_done {
+    size_t slot;   /* the slot the request ran in */
+    int pid;       /* the worker that ran it (it may be gone now) */
+    kh_wdone d;    /* as from kh_wproc_wait; d.w belongs to the pool (may be freed
+                      by the next submit if the worker died) */
+} kh_pool_done;
+
+/* Wait up to wait_s for requests started by kh_pool_submit; fill up to
+ * max_done entries and return how many (0: none finished in time, or none in
+ * flight).  Deadlines are enforced here, as in kh_wproc_wait. */
+size_t kh_pool_wait(kh_pool *p, double wait_s, kh_pool_done *done, size_t max_done);
+
+size_t kh_pool_size(const kh_pool *p);
+/* Requests in flight. */
+size_t kh_pool_in_flight(const kh_pool *p);
+/* The pid of the live worker in slot, 0 when the slot is empty or its worker
+ * died; and whether it has a request in flight. */
+int kh_pool_slot_pid(const kh_pool *p, size_t slot);
+int kh_pool_slot_busy(const kh_pool *p, size_t slot);
+
 #endif

@@ -61,8 +61,8 @@ static kh_status make(kh_tensor **out, kh_dtype t, int ndim, const int64_t *shap
                       kh_err *err)
 {
     *out = NULL;
-    uint64_t n;
-    size_t b;
+    uint64_t n = 0;
+    size_t b = 0;
     kh_status st = kh_tensor_shape_check(t, ndim, shape, &n, &b, err);
     if (st)
         return st;

@@ -14,6 +14,11 @@
 --
 -- llm.cost(record[, prices]) prices a call from the table below (USD per
 -- million tokens); the table is configuration: replace or extend llm.prices.
+--
+-- Transcripts: kh.llm.record_to(db, {run = RUN}) makes every call, from here
+-- or from kh.llm directly, an llm_call record in the store (its result gets
+-- store_id); {provider = "replay", replay = {store = true, run = RUN}} answers
+-- from a recorded run.  docs/store.md, "Model calls".
 local kh = require "kh"
 
 local M = {}

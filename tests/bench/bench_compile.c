@@ -2,15 +2,24 @@
  * corpus, *.cu: plain, fp16/bf16, cooperative_groups, cub), for
  *   cold      a new NVRTC program without a precompiled header
  *   warm      the same process compiled these includes before (-pch), in process
- *   warm-iso  warm, compiled in a forked child with a hard deadline (what a
- *             compile server does with model-written code)
+ *   warm-iso  warm, compiled in a forked child with a hard deadline (the
+ *             in-process way to bound model-written code)
+ *   server    a warm compile server (`khlua worker --role compile`, PCH warm
+ *             for these includes), through the compile service: static
+ *             checks and key here, the request and the cubin over the pipe,
+ *             resources parsed again here (what a policy gets)
  *   cache     a repeat served by the in-memory artifact cache
+ *   store     a repeat served by the store-backed cache through the service
+ *             (record + cubin blob read back, cubin parsed), no server
  *   nvcc      nvcc -cubin, the anchor, run as a child process
  * Each warm/cold sample gets a unique trailing comment, so neither our cache
  * nor any NVRTC-internal cache can answer it.  Prints per-file p50s, per-
  * category p50/p95 and the ratios against nvcc measured in the same run.
- *   bench_compile [CORPUS_DIR] [--reps N] [--nvcc-reps N] */
+ * The server modes need the khlua binary: --khlua PATH, else $KHLUA_BIN, else
+ * ../khlua beside this program (the build tree); without it they are skipped.
+ *   bench_compile [CORPUS_DIR] [--reps N] [--nvcc-reps N] [--khlua PATH] */
 #include "compile.h"
+#include "compile_service.h"
 #include "hostcc.h"
 
 #include <dirent.h>
@@ -19,8 +28,9 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { COLD, WARM, WARM_ISO, CACHE, NVCC, NMODES };
-static const char *const mode_name[NMODES] = {"cold", "warm", "warm-iso", "cache", "nvcc"};
+enum { COLD, WARM, WARM_ISO, SERVER, CACHE, STORE, NVCC, NMODES };
+static const char *const mode_name[NMODES] = {"cold", "warm", "warm-iso", "server",
+                                              "cache", "store", "nvcc"};
 
 typedef struct samples {
     double *v;
@@ -84,6 +94,26 @@ static const char *category(const char *src)
     return "plain";
 }
 
+static double timed_service(kh_compile_service *s, kh_store *db, kh_compile_req *req,
+                            const char *file, const char *want_by)
+{
+    kh_artifact *a = NULL;
+    kh_err err;
+    double t0 = kh_now();
+    kh_status st = kh_compile_service_build(s, db, req, &a, &err);
+    double t = kh_now() - t0;
+    if (st != KH_OK) {
+        fprintf(stderr, "%s: %s: %s\n%s", file, kh_status_name(st), err.msg, a ? a->log : "");
+        exit(1);
+    }
+    if (want_by && strcmp(a->served_by, want_by)) {
+        fprintf(stderr, "%s: served by %s, expected %s\n", file, a->served_by, want_by);
+        exit(1);
+    }
+    kh_artifact_free(a);
+    return t;
+}
+
 static int cmpstr(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -108,15 +138,20 @@ int main(int argc, char **argv)
 {
     const char *dir = KH_SOURCE_DIR "/tests/bench/corpus";
     int reps = 5, nvcc_reps = 3;
+    const char *khlua = getenv("KHLUA_BIN");
+    char khlua_buf[4200];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--khlua") && i + 1 < argc)
+            khlua = argv[++i];
         else if (!strcmp(argv[i], "--nvcc-reps") && i + 1 < argc)
             nvcc_reps = atoi(argv[++i]);
         else if (argv[i][0] != '-')
             dir = argv[i];
         else {
-            fprintf(stderr, "usage: bench_compile [CORPUS_DIR] [--reps N] [--nvcc-reps N]\n");
+            fprintf(stderr, "usage: bench_compile [CORPUS_DIR] [--reps N] [--nvcc-reps N] "
+                            "[--khlua PATH]\n");
             return 2;
         }
     }
@@ -130,6 +165,33 @@ int main(int argc, char **argv)
         return 77;
     }
     kh_compiler *c = kh_compile_new(e, &err);
+    if (!khlua) {
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n > 0) {
+            self[n] = '\0';
+            char *slash = strrchr(self, '/');
+            if (slash)
+                *slash = '\0';
+            snprintf(khlua_buf, sizeof khlua_buf, "%s/../khlua", self);
+            khlua = khlua_buf;
+        }
+    }
+    kh_compile_service *svc = NULL, *svc_store = NULL;
+    kh_store *db = NULL;
+    char store_dir[] = "/tmp/khlua-bench-store-XXXXXX";
+    if (khlua && access(khlua, X_OK) == 0) {
+        kh_compile_service_opts so = {.servers = 1, .exe = khlua};
+        svc = kh_compile_service_new(e, &so, &err);
+        kh_compile_service_opts ip = {.in_process = 1};
+        svc_store = kh_compile_service_new(e, &ip, &err);
+        if (!mkdtemp(store_dir) || kh_store_open(store_dir, NULL, &db, &err)) {
+            fprintf(stderr, "bench_compile: no store: %s\n", err.msg);
+            db = NULL;
+        }
+    } else {
+        fprintf(stderr, "bench_compile: no khlua binary (--khlua): server modes skipped\n");
+    }
     DIR *d = opendir(dir);
     if (!d) {
         fprintf(stderr, "bench_compile: cannot open %s\n", dir);
@@ -159,8 +221,8 @@ int main(int argc, char **argv)
     samples per_cat[5][NMODES] = {{{0}}};
     printf("NVRTC %d.%d, arch %s, %d reps (nvcc %d), corpus %s (%zu files)\n\n", nv->major,
            nv->minor, kh_compile_default_arch(), reps, nvcc_reps, dir, nf);
-    printf("%-22s %-10s %9s %9s %9s %9s %9s  (p50, ms)\n", "file", "category", "cold", "warm",
-           "warm-iso", "cache", "nvcc");
+    printf("%-22s %-10s %9s %9s %9s %9s %9s %9s %9s  (p50, ms)\n", "file", "category", "cold",
+           "warm", "warm-iso", "server", "cache", "store", "nvcc");
     for (size_t fi = 0; fi < nf; fi++) {
         char path[1200];
         snprintf(path, sizeof path, "%s/%s", dir, files[fi]);
@@ -189,11 +251,28 @@ int main(int argc, char **argv)
                     push(&m[mode], t);
             }
         }
+        for (int r = -1; svc && r < reps; r++) {
+            /* r = -1: this server compiles these includes once (warm PCH) */
+            int n = snprintf(src, len + 128, "%.*s// sample %d %d %s\n", (int)len, base,
+                             SERVER, r, files[fi]);
+            kh_compile_req req = {.source = src, .source_len = (size_t)n, .name = files[fi],
+                                  .no_cache = 1, .deadline_s = 120};
+            double t = timed_service(svc, NULL, &req, files[fi], "server");
+            if (r >= 0)
+                push(&m[SERVER], t);
+        }
         {
             kh_compile_req req = {.source = base, .source_len = len, .name = files[fi]};
             timed_build(c, &req, files[fi]); /* fills the cache */
             for (int r = 0; r < reps; r++)
                 push(&m[CACHE], timed_build(c, &req, files[fi]));
+        }
+        if (db) {
+            kh_compile_req req = {.source = base, .source_len = len, .name = files[fi],
+                                  .deadline_s = 120};
+            timed_service(svc_store, db, &req, files[fi], NULL); /* fills the store */
+            for (int r = 0; r < reps; r++)
+                push(&m[STORE], timed_service(svc_store, db, &req, files[fi], "store"));
         }
         char out[1400];
         snprintf(out, sizeof out, "%s/%s.cubin", tmp, files[fi]);
@@ -247,9 +326,24 @@ int main(int argc, char **argv)
     printf("\ntargets (issue #5, for the H200 host): fp16/bf16 warm p50 %.1f ms (<= 30), "
            "cache hit p50 %.3f ms (<= 1), nvcc/warm %.1fx (>= 10)\n",
            w * 1e3, h * 1e3, w_all > 0 ? nv_all / w_all : 0.0);
+    double sv = pct(&per_cat[1][SERVER], 0.5), sv_all = pct(&per_cat[4][SERVER], 0.5);
+    double hs = pct(&per_cat[4][STORE], 0.5);
+    if (sv_all > 0)
+        printf("compile service: fp16/bf16 warm server p50 %.1f ms (%.2fx warm in process), "
+               "store hit p50 %.3f ms, nvcc/server %.1fx\n",
+               sv * 1e3, w > 0 ? sv / w : 0.0, hs * 1e3, nv_all / sv_all);
     for (int ci = 0; ci < 5; ci++)
         for (int mode = 0; mode < NMODES; mode++)
             free(per_cat[ci][mode].v);
+    kh_compile_service_free(svc);
+    kh_compile_service_free(svc_store);
+    if (db) {
+        kh_store_close(db);
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", store_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "bench_compile: could not remove %s\n", store_dir);
+    }
     kh_compile_free(c);
     kh_engine_free(e);
     return 0;

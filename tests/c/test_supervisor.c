@@ -245,6 +245,93 @@ static void test_two_workers_run_concurrently(void **state)
     kh_wproc_stop(w[1], 2);
 }
 
+/* kh_pool_submit / kh_pool_wait: requests in flight on several workers at
+ * once, the preferred slot honoured, a worker killed mid-request reported and
+ * replaced in its slot. */
+static void test_pool_async(void **state)
+{
+    (void)state;
+    kh_wproc_opts o = echo_opts();
+    kh_err err;
+    kh_pool *p = kh_pool_new(&o, 2, &err);
+    assert_non_null(p);
+    assert_int_equal(kh_pool_size(p), 2);
+    assert_int_equal(kh_pool_wait(p, 0.1, NULL, 0), 0); /* nothing in flight */
+    double secs = 0.3 + (rand() % 100) / 1000.0;
+    json_t *params = json_pack("{s:f}", "seconds", secs);
+    size_t slot[3];
+    double t0 = kh_now();
+    assert_int_equal(kh_pool_submit(p, "sleep", params, NULL, 0, 10, (size_t)-1, &slot[0], &err),
+                     KH_OK);
+    assert_int_equal(kh_pool_submit(p, "sleep", params, NULL, 0, 10, slot[0], &slot[1], &err),
+                     KH_OK);
+    assert_int_not_equal(slot[0], slot[1]); /* the preferred one was busy */
+    assert_int_equal(kh_pool_in_flight(p), 2);
+    assert_int_equal(kh_pool_submit(p, "ping", NULL, NULL, 0, 10, (size_t)-1, &slot[2], &err),
+                     KH_ESTATE);
+    int seen[2] = {0, 0};
+    for (int got = 0; got < 2;) {
+        kh_pool_done d[2];
+        size_t n = kh_pool_wait(p, 5, d, 2);
+        assert_true(n > 0);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(d[i].d.status, KH_OK);
+            assert_true(d[i].pid > 0);
+            seen[d[i].slot]++;
+            kh_msg_free(&d[i].d.reply);
+        }
+        got += (int)n;
+    }
+    double dt = kh_now() - t0;
+    assert_int_equal(seen[0], 1);
+    assert_int_equal(seen[1], 1);
+    assert_true(dt >= secs - 0.01 && dt < 2 * secs); /* overlapped */
+
+    /* the preferred idle slot is taken */
+    size_t s1;
+    assert_int_equal(kh_pool_submit(p, "ping", NULL, NULL, 0, 10, 1, &s1, &err), KH_OK);
+    assert_int_equal(s1, 1);
+    kh_pool_done d;
+    assert_int_equal(kh_pool_wait(p, 5, &d, 1), 1);
+    kh_msg_free(&d.d.reply);
+
+    /* kill -9 a worker mid-request: ECHILD naming the signal, then a fresh
+     * worker in that slot answers */
+    int pid0 = kh_pool_slot_pid(p, 0);
+    assert_true(pid0 > 0);
+    assert_int_equal(kh_pool_submit(p, "sleep", params, NULL, 0, 10, 0, &s1, &err), KH_OK);
+    assert_int_equal(s1, 0);
+    assert_true(kh_pool_slot_busy(p, 0));
+    kill(pid0, SIGKILL);
+    assert_int_equal(kh_pool_wait(p, 5, &d, 1), 1);
+    assert_int_equal(d.d.status, KH_ECHILD);
+    assert_true(d.d.worker_died);
+    assert_int_equal(d.pid, pid0);
+    assert_non_null(strstr(d.d.err.msg, "killed by SIGKILL"));
+    assert_int_equal(kh_pool_slot_pid(p, 0), 0);
+    /* a live idle worker is used before a dead slot is refilled; a second
+     * request in flight refills it with a fresh process */
+    size_t s2;
+    assert_int_equal(kh_pool_submit(p, "ping", NULL, NULL, 0, 10, 0, &s1, &err), KH_OK);
+    assert_int_equal(s1, 1);
+    assert_int_equal(kh_pool_submit(p, "ping", NULL, NULL, 0, 10, 0, &s2, &err), KH_OK);
+    assert_int_equal(s2, 0);
+    for (int got = 0; got < 2;) {
+        size_t n = kh_pool_wait(p, 5, &d, 1);
+        assert_int_equal(n, 1);
+        assert_int_equal(d.d.status, KH_OK);
+        kh_msg_free(&d.d.reply);
+        got++;
+    }
+    assert_true(kh_pool_slot_pid(p, 0) > 0 && kh_pool_slot_pid(p, 0) != pid0);
+    kh_pool_stats st;
+    kh_pool_stats_get(p, &st);
+    assert_int_equal(st.deaths, 1);
+    assert_int_equal(st.started, 3);
+    json_decref(params);
+    kh_pool_free(p);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -256,6 +343,8 @@ int main(void)
         cmocka_unit_test(test_pool_replaces_dead_workers),
         cmocka_unit_test(test_pool_gives_up_on_a_failing_role),
         cmocka_unit_test(test_two_workers_run_concurrently),
+        cmocka_unit_test(test_pool_async),
     };
+    srand((unsigned)time(NULL));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 -- net_llm.lua: kh.llm against the loopback mock server (tests/mock_llm.py):
 -- the three dialects, retries and their timing, quota stops, stream faults,
--- timeouts, cancellation, the breaker, Ctrl-C, and that no key is ever
--- recorded.  Only 127.0.0.1; backoff caps are short so the file runs in
+-- timeouts, cancellation, the breaker, Ctrl-C, transcripts in the store and
+-- replay from them, and that no key is ever recorded or stored.  Only 127.0.0.1; backoff caps are short so the file runs in
 -- seconds.
 local T = require "testlib"
 local kh = require "kh"
@@ -11,6 +11,9 @@ local srv, why = mock.start(120)
 if not srv then T.skip_all(why) end
 
 local KHLUA = os.getenv("KHLUA_BIN") or arg[-1]
+-- khlua llm ask records into a store: a scratch one, not .khlua/ in the build tree
+local CLI_STORE_DIR = T.tmpdir()
+local CLI_STORE = CLI_STORE_DIR .. "/store"
 local FAST = { max_retries = 3, backoff_base = 0.05, backoff_cap = 0.2, retry_after_cap = 5,
   connect_timeout = 2, idle_timeout = 3, total_timeout = 20 }
 local function opts(over)
@@ -353,7 +356,7 @@ T.test("the key is sent but never recorded, printed or stored", function()
   local key = string.format("sk-test-%08x%08x", math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
   local dir = T.tmpdir()
   -- the mock echoes the Authorization header back in its error message
-  local out, code = khlua_env("OPENAI_API_KEY=" .. key, "llm", "ask", "--provider", "openai",
+  local out, code = khlua_env("OPENAI_API_KEY=" .. key, "llm", "ask", "--no-store", "--provider", "openai",
     "--base-url", srv.base("echokey", 0, tag()), "--model", "m", "--json",
     "--transcript-dir", dir, "hello")
   T.eq(code, 1)
@@ -376,11 +379,11 @@ T.test("the key is sent but never recorded, printed or stored", function()
 end)
 
 T.test("khlua llm ask streams to stdout and --json reports usage and retries", function()
-  local out, code = T.khlua("llm", "ask", "--provider", "compat", "--base-url",
+  local out, code = T.khlua("llm", "ask", "--store", CLI_STORE, "--provider", "compat", "--base-url",
     srv.base("500", 1, tag()), "--model", "m", "stream this")
   T.eq(code, 0, out)
   T.eq(out, "Hello from chat: stream this\n")
-  out, code = T.khlua("llm", "ask", "--provider", "compat", "--base-url",
+  out, code = T.khlua("llm", "ask", "--store", CLI_STORE, "--provider", "compat", "--base-url",
     srv.base("502", 1, tag()), "--model", "m", "--json", "j")
   T.eq(code, 0, out)
   local j = kh.json.decode(out)
@@ -388,29 +391,29 @@ T.test("khlua llm ask streams to stdout and --json reports usage and retries", f
   T.eq(j.retries, 1)
   T.eq(j.usage.input, 11)
   T.ok(j.latency_s > 0)
-  out, code = T.khlua("llm", "ask", "--provider", "compat", "--base-url",
+  out, code = T.khlua("llm", "ask", "--store", CLI_STORE, "--provider", "compat", "--base-url",
     srv.base("400", 0, tag()), "--model", "m", "x")
   T.eq(code, 1)
   T.match(out, "HTTP 400")
-  out, code = T.khlua("llm", "ask", "--provider", "openai", "--model", "m", "x")
+  out, code = T.khlua("llm", "ask", "--store", CLI_STORE, "--provider", "openai", "--model", "m", "x")
   T.eq(code, 2, "no key is a usage error")
   -- a recorded transcript replays to the same reply, marked as a replay
   local dir = T.tmpdir()
   local p = random_prompt()
-  out, code = T.khlua("llm", "ask", "--provider", "anthropic", "--base-url", srv.base(),
+  out, code = T.khlua("llm", "ask", "--store", CLI_STORE, "--provider", "anthropic", "--base-url", srv.base(),
     "--model", "m", "--transcript-dir", dir, p)
   T.eq(code, 2, "anthropic without ANTHROPIC_API_KEY")
-  out, code = T.khlua("llm", "ask", "--provider", "compat", "--base-url", srv.base(),
+  out, code = T.khlua("llm", "ask", "--store", CLI_STORE, "--provider", "compat", "--base-url", srv.base(),
     "--model", "m", "--transcript-dir", dir, p)
   T.eq(code, 0, out)
-  out, code = T.khlua("llm", "ask", "--replay-dir", dir, "--json", p)
+  out, code = T.khlua("llm", "ask", "--store", CLI_STORE, "--replay-dir", dir, "--json", p)
   T.eq(code, 0, out)
   j = kh.json.decode(out:match("^(.-\n})"))
   T.eq(j.text, "Hello from chat: " .. p)
   T.eq(j.replay, true)
   T.eq(j.usage.input, #p + 10, "usage from the recorded stream")
   T.match(j.replay_file, "%.json$")
-  out, code = T.khlua("llm", "ask", "--replay-dir", dir, p)
+  out, code = T.khlua("llm", "ask", "--store", CLI_STORE, "--replay-dir", dir, p)
   T.eq(code, 0, out)
   T.match(out, "replayed from .*%.json, not a live model")
   os.execute("rm -rf " .. mock.quote(dir))
@@ -432,4 +435,195 @@ T.test("Ctrl-C stops a blocking chat promptly", function()
   T.match(out, "rc=130")
 end)
 
-T.test("stop the mock server", function() srv.stop() end)
+-- ---- transcripts in the store ---------------------------------------------
+
+local function scratch_store()
+  local dir = T.tmpdir()
+  return assert(kh.store.open(dir .. "/s", { nosync = true })), dir .. "/s", dir
+end
+
+T.test("each call is a complete llm_call record in the store", function()
+  local db, _, dir = scratch_store()
+  local run = assert(db:put { type = "run", policy = "net_llm" })
+  assert(kh.llm.record_to(db, { run = run }))
+  local ids = {}
+  for _, d in ipairs(dialects) do
+    local prompt = random_prompt()
+    local res = chat_ok(req(d, srv.base("500", 1, tag()), prompt, { label = d.d }))
+    T.eq(res.store_error, nil)
+    local rec = assert(db:get(res.store_id))
+    ids[#ids + 1] = res.store_id
+    T.eq(rec.type, "llm_call")
+    T.eq(rec.run, run)
+    T.eq(rec.status, "ok")
+    T.eq(rec.model, "mock-model")
+    T.eq(rec.provider, d.provider)
+    T.eq(rec.dialect, d.d)
+    T.eq(rec.label, d.d)
+    T.eq(rec.text, "Hello from " .. d.d .. ": " .. prompt)
+    T.eq(rec.usage, res.usage)
+    T.eq(rec.usage.input, #prompt + 10)
+    T.eq(rec.request_id, "req_mock_1")
+    T.eq(rec.response_headers["x-ratelimit-remaining-requests"], "99")
+    T.eq(rec.response_headers["anthropic-ratelimit-requests-remaining"], "98")
+    T.eq(rec.retries, 1)
+    T.eq(rec.attempts[1].http_status, 500, "the failed attempt is in the transcript")
+    T.ok(rec.latency_s > 0 and rec.first_token_s > 0 and rec.first_token_s <= rec.latency_s)
+    T.near(rec.latency_s, res.latency_s, 1e-9)
+    T.near(rec.first_token_s, res.first_token_s, 1e-9)
+    local raw = db:get_blob(rec.response_blob)
+    T.eq(raw, res.raw, "the raw stream, byte for byte")
+    T.eq(#raw, rec.raw_bytes)
+    local body = kh.json.decode(db:get_blob(rec.request_blob))
+    T.eq(body, res.request, "the wire request")
+    T.eq(body.stream, true)
+  end
+  -- a failed call: its error and the server's error body
+  local r, _, _, rec = kh.llm.chat(req(dialects[3], srv.base("400", 0, tag()), "x"))
+  T.eq(r, nil)
+  local stored = assert(db:get(rec.store_id))
+  T.eq(stored.status, "http")
+  T.eq(stored.http_status, 400)
+  T.match(db:get_blob(stored.response_blob), "temperature and top_p")
+  ids[#ids + 1] = rec.store_id
+  local calls = assert(db:query { run = run, type = "llm_call" })
+  T.eq(#calls, #ids, "run -> llm_calls")
+  for i, c in ipairs(calls) do T.eq(c.id, ids[#ids + 1 - i]) end
+  T.eq(assert(db:verify()).problems, {})
+  kh.llm.record_to(nil)
+  db:close()
+  os.execute("rm -rf " .. mock.quote(dir))
+end)
+
+T.test("a recorded run replays from the store with the same texts, streams parsed again", function()
+  local db, path, dir = scratch_store()
+  local run = assert(db:put { type = "run", policy = "net_llm" })
+  assert(kh.llm.record_to(db, { run = run }))
+  local prompts, live = {}, {}
+  for i = 1, 6 do
+    local d = dialects[(i % 3) + 1]
+    prompts[i] = random_prompt()
+    live[i] = chat_ok(req(d, srv.base(i == 2 and "bytewise" or nil, 0, tag()), prompts[i]))
+  end
+  kh.llm.record_to(nil)
+  db:close()
+  srv.stop() -- the replay needs no server
+  local order = { 4, 1, 6, 2, 5, 3 }
+  local script = string.format([[
+    local kh = require "kh"
+    local db = assert(kh.store.open(%q))
+    assert(kh.llm.record_to(db))
+    local out = {}
+    for _, p in ipairs(kh.json.decode(%q)) do
+      local r = assert(kh.llm.chat { provider = "replay", replay = { store = true, run = %q },
+        messages = { { role = "user", content = p } } })
+      out[#out + 1] = { text = r.text, usage = r.usage, replay = r.replay, replay_of = r.replay_of,
+        recorded_dialect = r.recorded_dialect, store_id = r.store_id, model = r.model }
+    end
+    db:close()
+    print(kh.json.encode(out))]], path, kh.json.encode((function()
+      local t = {}
+      for i, k in ipairs(order) do t[i] = prompts[k] end
+      return t
+    end)()), run)
+  local outs, codes = {}, {}
+  for n = 1, 2 do
+    local out, code = T.khlua("-e", script)
+    codes[n] = code
+    outs[n] = code == 0 and kh.json.decode(out) or out
+  end
+  local cli, cli_code = T.khlua("llm", "ask", "--store", path, "--no-store", "--replay-run", run,
+    prompts[5])
+  srv = assert(mock.start(120)) -- before any assertion can fail: later tests need it
+  T.eq(codes[1], 0, outs[1])
+  T.eq(codes[2], 0, outs[2])
+  db = assert(kh.store.open(path))
+  for i, k in ipairs(order) do
+    local o = outs[1][i]
+    T.eq(o.text, live[k].text, "prompt " .. k)
+    T.eq(outs[2][i].text, o.text, "deterministic")
+    T.eq(o.usage, live[k].usage, "usage from the stored stream")
+    T.eq(o.recorded_dialect, live[k].dialect)
+    T.eq(o.model, "mock-model")
+    T.eq(o.replay, true)
+    T.eq(o.replay_of, live[k].store_id)
+    local rec = assert(db:get(o.store_id))
+    T.eq(rec.replay, true)
+    T.eq(rec.replay_of, live[k].store_id)
+  end
+  db:close()
+  -- the CLI says it is a replay
+  T.eq(cli_code, 0, cli)
+  T.match(cli, "^" .. live[5].text:gsub("%p", "%%%0") .. "\n")
+  T.match(cli, "replayed from llm_call")
+  os.execute("rm -rf " .. mock.quote(dir))
+end)
+
+T.test("no key value is ever in the store", function()
+  local okey = "sk-proj-" .. string.format("%08x%08x%08x", math.random(0, 0x7fffffff),
+    math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+  local akey = "sk-ant-" .. string.format("%08x%08x%08x", math.random(0, 0x7fffffff),
+    math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+  local dir = T.tmpdir()
+  local path = dir .. "/s"
+  local env = "OPENAI_API_KEY=" .. okey .. " ANTHROPIC_API_KEY=" .. akey
+  -- CLI: a success and a 401 whose body echoes the Authorization header
+  local out, code = khlua_env(env, "llm", "ask", "--store", path, "--provider", "openai",
+    "--base-url", srv.base(), "--model", "m", "--json", "hello")
+  T.eq(code, 0, out)
+  T.match(kh.json.decode(out).store_id, "^llm_call%-")
+  out, code = khlua_env(env, "llm", "ask", "--store", path, "--provider", "openai",
+    "--base-url", srv.base("echokey", 0, tag()), "--model", "m", "--json", "hello")
+  T.eq(code, 1, out)
+  T.match(kh.json.decode(out).store_id, "^llm_call%-", "recorded, so the key was redacted first")
+  -- Lua: anthropic and responses, the echo too; and the store itself refuses a key
+  local script = string.format([[
+    local kh = require "kh"
+    local db = assert(kh.store.open(%q))
+    local ok, msg = db:put_blob("x-api-key: " .. os.getenv("ANTHROPIC_API_KEY"))
+    assert(not ok and msg:find("ANTHROPIC_API_KEY", 1, true), "the store refuses a key")
+    assert(kh.llm.record_to(db))
+    for _, p in ipairs({ "anthropic", "openai-responses" }) do
+      for _, base in ipairs({ %q, %q }) do
+        local r, m, c, rec = kh.llm.chat { provider = p, model = "m", base_url = base,
+          messages = { { role = "user", content = "hi" } }, options = { max_retries = 0 } }
+        rec = r or rec
+        assert(rec.store_id and not rec.store_error, rec.store_error)
+      end
+    end
+    db:close()
+    print("done")]], path, srv.base(), srv.base("echokey", 0, tag()))
+  out, code = khlua_env(env, "-e", script)
+  T.eq(code, 0, out)
+  T.match(out, "done")
+  -- every byte of the store, and every blob decompressed
+  local h = assert(io.popen("cat " .. mock.quote(path) .. "/*"))
+  local bytes = h:read("a")
+  h:close()
+  T.ok(#bytes > 0)
+  for _, key in ipairs({ okey, akey }) do
+    T.ok(not bytes:find(key, 1, true), "a key in the store's files")
+  end
+  local db = assert(kh.store.open(path, { readonly = true }))
+  local recs = assert(db:query { type = "llm_call" })
+  T.eq(#recs, 6)
+  local echoed = 0
+  for _, rec in ipairs(recs) do
+    local blobs = { kh.json.encode(rec) }
+    for _, f in ipairs({ "request_blob", "response_blob" }) do
+      if rec[f] then blobs[#blobs + 1] = db:get_blob(rec[f]) end
+    end
+    for _, b in ipairs(blobs) do
+      for _, key in ipairs({ okey, akey }) do T.ok(not b:find(key, 1, true), "a key in " .. rec.id) end
+      if b:find("Incorrect API key provided: [%w ]*%*%*%*%*") then echoed = echoed + 1 end
+    end
+  end
+  T.ok(echoed >= 3, "the echoed keys were stored redacted (" .. echoed .. ")")
+  db:close()
+  os.execute("rm -rf " .. mock.quote(dir))
+end)
+
+T.test("stop the mock server", function()
+  srv.stop()
+  os.execute("rm -rf " .. mock.quote(CLI_STORE_DIR))
+end)

@@ -1,0 +1,313 @@
+/* cmd_profile.c: `khlua profile`: profiler evidence for one launch list: the
+ * range profiler's metrics per kernel in a profile worker, the bottleneck
+ * state, and with --ncu Nsight Compute's report beside it.  Also the hidden
+ * `--run-only` mode, the process ncu profiles.  Until the evaluation path
+ * (engine/eval) exists, --task/--solution answer "not yet". */
+#include "kh_lua.h"
+
+#include "profile.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: khlua profile --cubin FILE --spec LAUNCHLIST.json [--json]\n"
+            "                     [--metrics A,B,...] [--replay user|kernel]\n"
+            "                     [--min-bytes N] [--flops N] [--latency-ns T]\n"
+            "                     [--ncu] [--ncu-path P] [--sections S,...] [--out DIR]\n"
+            "       khlua profile --task DIR --solution FILE [--workload UUID] [--ncu] [--json]\n"
+            "\n"
+            "Profiles each kernel of a launch list (engine/launch.h) in a profile worker\n"
+            "with CUPTI's range profiler, and prints per kernel its time, SM / memory /\n"
+            "DRAM throughput in %% of peak, occupancy, and the bottleneck state\n"
+            "(Nsight Compute's speed-of-light rule, the re-read factor against\n"
+            "--min-bytes, the fraction of speed of light against the copy bandwidth the\n"
+            "worker measured at start).  Where counters are not permitted it says\n"
+            "\"no counters\" and why, and still times the list.\n"
+            "\n"
+            "  --metrics LIST  metric names (default $KHLUA_PROFILE_METRICS or the built-in\n"
+            "                  list; names the GPU does not know are dropped and listed)\n"
+            "  --replay MODE   user (default: buffers restored and L2 flushed before each\n"
+            "                  pass) or kernel (CUPTI replays each kernel)\n"
+            "  --min-bytes N   the task's minimum bytes moved (re-read factor, SOL)\n"
+            "  --flops N       the task's FLOPs\n"
+            "  --latency-ns T  a measured latency to take the SOL fraction against\n"
+            "  --ncu           also run Nsight Compute (--clock-control none) and compare\n"
+            "  --ncu-path P    the ncu executable (default: PATH, then $CUDA_HOME/bin)\n"
+            "  --sections S    ncu sections (default SpeedOfLight,LaunchStats,Occupancy,\n"
+            "                  MemoryWorkloadAnalysis)\n"
+            "  --out DIR       where ncu's report.ncu-rep and raw.csv go\n"
+            "  --json          the whole report as one JSON object\n"
+            "\n"
+            "--task/--solution need the evaluation path and are not available yet.\n"
+            "Exit 0 when profiled (with or without counters), 1 when it could not run,\n"
+            "2 on usage errors.\n");
+}
+
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            unsigned char *b = cap < (1u << 30) ? realloc(buf, cap * 2) : NULL;
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (!r)
+            break;
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static int num_arg(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return !errno && end != s && !*end && isfinite(*v) && *v >= 0;
+}
+
+static const char *str_or(const json_t *o, const char *k, const char *dflt)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : dflt;
+}
+
+static double num(const json_t *o, const char *k)
+{
+    const json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* A right-aligned number, or "-" when unknown. */
+static void cell(char *buf, int width, int prec, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, 24, "%*.*f", width, prec, v);
+    else
+        snprintf(buf, 24, "%*s", width, "-");
+}
+
+static void print_report(const json_t *rep)
+{
+    const json_t *gpu = json_object_get(rep, "gpu");
+    const json_t *peaks = json_object_get(rep, "peaks");
+    printf("gpu       %s (%s)\n", str_or(gpu, "name", "?"), str_or(gpu, "uuid", "?"));
+    if (isfinite(num(peaks, "copy_bytes_per_s")))
+        printf("peaks     copy %.0f GB/s (measured at worker start)\n",
+               num(peaks, "copy_bytes_per_s") / 1e9);
+    else
+        printf("peaks     %s\n", str_or(peaks, "error", "not measured"));
+    if (json_is_true(json_object_get(rep, "counters")))
+        printf("counters  %s, %s replay, %lld passes\n", str_or(rep, "chip", "?"),
+               str_or(rep, "replay", "?"),
+               (long long)json_integer_value(json_object_get(rep, "passes")));
+    else
+        printf("counters  none: %s\n", str_or(rep, "why", "?"));
+    size_t i;
+    const json_t *d;
+    json_array_foreach(json_object_get(rep, "dropped"), i, d)
+        printf("dropped   %s: %s\n", str_or(d, "metric", "?"), str_or(d, "why", "?"));
+    printf("\n%-3s %-24s %10s %6s %6s %6s %6s %7s  %s\n", "#", "kernel", "time us", "sm%",
+           "mem%", "dram%", "warps%", "occ%", "state");
+    const json_t *k;
+    json_array_foreach(json_object_get(rep, "kernels"), i, k) {
+        const json_t *m = json_object_get(k, "metrics"), *s = json_object_get(k, "state");
+        char c[6][24];
+        cell(c[0], 10, 2, num(s, "time_ns") / 1e3);
+        cell(c[1], 6, 1, num(s, "sm_pct"));
+        cell(c[2], 6, 1, num(s, "mem_pct"));
+        cell(c[3], 6, 1, num(s, "dram_pct"));
+        cell(c[4], 6, 1, num(m, "sm__warps_active.avg.pct_of_peak_sustained_active"));
+        cell(c[5], 7, 1, num(s, "occupancy_pct"));
+        printf("%-3zu %-24.24s %s %s %s %s %s %s  %s\n", i, str_or(k, "kernel", "?"), c[0],
+               c[1], c[2], c[3], c[4], c[5], str_or(s, "signature", "?"));
+    }
+    const json_t *t = json_object_get(rep, "timing");
+    if (t)
+        printf("\ntiming    %.2f us (%s, %s protocol)\n", num(t, "latency_ns") / 1e3,
+               str_or(t, "timer", "?"), str_or(t, "protocol", "?"));
+    printf("state     %s\n", str_or(rep, "signature", "?"));
+    const json_t *ncu = json_object_get(rep, "ncu");
+    if (ncu && json_object_get(ncu, "error")) {
+        printf("ncu       failed: %s\n", str_or(ncu, "error", "?"));
+    } else if (ncu) {
+        printf("ncu       %s\n", str_or(ncu, "report", "?"));
+        json_array_foreach(json_object_get(ncu, "kernels"), i, k) {
+            const json_t *s = json_object_get(k, "state");
+            const json_t *dd = json_array_get(json_object_get(ncu, "dram_pct_delta"), i);
+            printf("  %-3zu %-24.24s dram %5.1f%% (%+.1f vs in-process)  %s\n", i,
+                   str_or(k, "kernel", "?"), num(s, "dram_pct"),
+                   json_is_number(dd) ? json_number_value(dd) : NAN,
+                   str_or(s, "signature", "?"));
+        }
+    }
+}
+
+int kh_cmd_profile(kh_engine *e, int argc, char **argv)
+{
+    const char *cubin_path = NULL, *spec_path = NULL, *metrics = NULL, *replay = "user";
+    const char *task = NULL, *solution = NULL, *ncu_path = NULL, *sections = NULL,
+               *out_dir = NULL;
+    int json = 0, ncu = 0, run_only = 0;
+    kh_profile_opts o = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        double v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--ncu")) {
+            ncu = 1;
+        } else if (!strcmp(a, "--run-only")) {
+            run_only = 1;
+        } else if (!strcmp(a, "--cubin") && has) {
+            cubin_path = argv[++i];
+        } else if (!strcmp(a, "--spec") && has) {
+            spec_path = argv[++i];
+        } else if (!strcmp(a, "--metrics") && has) {
+            metrics = argv[++i];
+        } else if (!strcmp(a, "--replay") && has) {
+            replay = argv[++i];
+        } else if (!strcmp(a, "--ncu-path") && has) {
+            ncu_path = argv[++i];
+        } else if (!strcmp(a, "--sections") && has) {
+            sections = argv[++i];
+        } else if (!strcmp(a, "--out") && has) {
+            out_dir = argv[++i];
+        } else if (!strcmp(a, "--task") && has) {
+            task = argv[++i];
+        } else if (!strcmp(a, "--solution") && has) {
+            solution = argv[++i];
+        } else if (!strcmp(a, "--workload") && has) {
+            i++;
+        } else if ((!strcmp(a, "--min-bytes") || !strcmp(a, "--flops") ||
+                    !strcmp(a, "--latency-ns")) && has) {
+            if (!num_arg(argv[i + 1], &v)) {
+                fprintf(stderr, "khlua profile: %s wants a non-negative number, not '%s'\n", a,
+                        argv[i + 1]);
+                return 2;
+            }
+            i++;
+            if (!strcmp(a, "--min-bytes"))
+                o.ctx.min_bytes = v;
+            else if (!strcmp(a, "--flops"))
+                o.ctx.flops = v;
+            else
+                o.ctx.measured_ns = v;
+        } else {
+            fprintf(stderr, "khlua profile: unknown or incomplete argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (task || solution) {
+        if (!task || !solution) {
+            fprintf(stderr, "khlua profile: --task and --solution go together\n");
+            return 2;
+        }
+        fprintf(stderr, "khlua profile: --task/--solution is not available yet: it needs the "
+                        "evaluation path (engine/eval) to resolve a solution's launch list; "
+                        "use --cubin FILE --spec LAUNCHLIST.json meanwhile\n");
+        return 1;
+    }
+    if (!cubin_path || !spec_path) {
+        fprintf(stderr, "khlua profile: --cubin and --spec are required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(replay, "user") && strcmp(replay, "kernel")) {
+        fprintf(stderr, "khlua profile: --replay is user or kernel, not '%s'\n", replay);
+        return 2;
+    }
+    size_t n = 0;
+    unsigned char *cubin = slurp(cubin_path, &n);
+    if (!cubin || !n) {
+        fprintf(stderr, "khlua profile: cannot read %s%s%s\n", cubin_path,
+                cubin ? ": empty" : ": ", cubin ? "" : strerror(errno));
+        free(cubin);
+        return 1;
+    }
+    json_error_t je;
+    json_t *spec = json_load_file(spec_path, 0, &je);
+    if (!json_is_object(spec)) {
+        fprintf(stderr, "khlua profile: %s:%d: %s\n", spec_path, je.line,
+                spec ? "not a JSON object" : je.text);
+        json_decref(spec);
+        free(cubin);
+        return 1;
+    }
+    kh_err err = {0};
+    if (run_only) {
+        /* ncu's target: no output of our own on stdout (ncu's CSV may share it). */
+        kh_status st = kh_profile_target(cubin, n, spec, &err);
+        json_decref(spec);
+        free(cubin);
+        if (st)
+            fprintf(stderr, "khlua profile --run-only: %s\n", err.msg);
+        return st ? 1 : 0;
+    }
+    json_t *mlist = NULL;
+    if (metrics) {
+        mlist = json_array();
+        char *copy = kh_strdup(metrics), *save = NULL;
+        for (char *t = copy ? strtok_r(copy, ", ", &save) : NULL; t;
+             t = strtok_r(NULL, ", ", &save))
+            json_array_append_new(mlist, json_string(t));
+        free(copy);
+    }
+    o.cubin = cubin;
+    o.cubin_len = n;
+    o.spec = spec;
+    o.metrics = mlist;
+    o.kernel_replay = !strcmp(replay, "kernel");
+    o.ncu = ncu;
+    o.ncu_path = ncu_path;
+    o.ncu_sections = sections;
+    o.out_dir = out_dir;
+    json_t *rep = NULL;
+    kh_status st = kh_profile_run(e, &o, &rep, &err);
+    json_decref(spec);
+    json_decref(mlist);
+    free(cubin);
+    if (st) {
+        fprintf(stderr, "khlua profile: %s (%s)\n", err.msg, kh_status_name(st));
+        return 1;
+    }
+    if (json) {
+        char *s = json_dumps(rep, JSON_INDENT(2) | JSON_SORT_KEYS);
+        if (s)
+            puts(s);
+        free(s);
+    } else {
+        print_report(rep);
+    }
+    int bad_ncu = ncu && json_object_get(json_object_get(rep, "ncu"), "error") != NULL;
+    json_decref(rep);
+    return bad_ncu ? 1 : 0;
+}

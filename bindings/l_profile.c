@@ -1,0 +1,218 @@
+/* l_profile.c: kh.profile: the bottleneck state in Lua.
+ *   kh.profile.classify(metrics, context) -> state   pure (bottleneck.h)
+ *   kh.profile.parse_ncu_csv(text)       -> kernels  ncu's raw CSV (ncu.h)
+ *   kh.profile.default_metrics()         -> {names}
+ *   kh.profile.run(opts)                 -> report   a profile worker (+ ncu)
+ * Unknown values (JSON null in the engine's tables) are left out, so a Lua
+ * reader tests `state.reread` for nil. */
+#include "kh_lua.h"
+
+#include "ncu.h"
+#include "profile.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Drop null members, recursively, so they read as nil in Lua. */
+static void strip_nulls(json_t *j)
+{
+    if (json_is_object(j)) {
+        const char *k;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(j, tmp, k, v) {
+            if (json_is_null(v))
+                json_object_del(j, k);
+            else
+                strip_nulls(v);
+        }
+    } else if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v)
+            strip_nulls(v);
+    }
+}
+
+static void push_clean(lua_State *L, json_t *j)
+{
+    strip_nulls(j);
+    kh_lua_push_json(L, j);
+    json_decref(j);
+}
+
+/* A number field of the table at idx, or 0; misuse raises. */
+static double optnum(lua_State *L, int idx, const char *k)
+{
+    double v = 0;
+    int ty = lua_getfield(L, idx, k);
+    if (ty == LUA_TNUMBER)
+        v = lua_tonumber(L, -1);
+    else if (ty != LUA_TNIL)
+        luaL_argerror(L, idx, lua_pushfstring(L, "%s must be a number", k));
+    lua_pop(L, 1);
+    if (!isfinite(v) || v < 0)
+        luaL_argerror(L, idx, lua_pushfstring(L, "%s must be finite and >= 0", k));
+    return v;
+}
+
+/* The table field k at idx as JSON (new), or NULL when absent; raises when it
+ * cannot be JSON. */
+static json_t *optjson(lua_State *L, int idx, const char *k)
+{
+    if (lua_getfield(L, idx, k) == LUA_TNIL) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    kh_err err;
+    json_t *j = kh_lua_to_json(L, -1, &err);
+    lua_pop(L, 1);
+    if (!j)
+        luaL_argerror(L, idx, lua_pushfstring(L, "%s: %s", k, err.msg));
+    return j;
+}
+
+static void context(lua_State *L, int idx, kh_bn_context *c)
+{
+    memset(c, 0, sizeof *c);
+    if (lua_isnoneornil(L, idx))
+        return;
+    luaL_checktype(L, idx, LUA_TTABLE);
+    c->min_bytes = optnum(L, idx, "min_bytes");
+    c->flops = optnum(L, idx, "flops");
+    c->copy_bytes_per_s = optnum(L, idx, "copy_bytes_per_s");
+    c->matrix_flops_per_s = optnum(L, idx, "matrix_flops_per_s");
+    c->measured_ns = optnum(L, idx, "measured_ns");
+}
+
+/* classify(metrics | nil, context?) */
+static int l_classify(lua_State *L)
+{
+    if (!lua_isnil(L, 1))
+        luaL_checktype(L, 1, LUA_TTABLE);
+    kh_bn_context c;
+    context(L, 2, &c);
+    char why[256] = "";
+    if (lua_istable(L, 2) && lua_getfield(L, 2, "why") != LUA_TNIL) {
+        if (!lua_isstring(L, -1))
+            luaL_argerror(L, 2, "why must be a string");
+        snprintf(why, sizeof why, "%s", lua_tostring(L, -1));
+        lua_pop(L, 1);
+    } else if (lua_istable(L, 2)) {
+        lua_pop(L, 1);
+    }
+    kh_bn_launch bl;
+    json_t *launch = NULL, *device = NULL;
+    if (lua_istable(L, 2)) {
+        launch = optjson(L, 2, "launch");
+        device = optjson(L, 2, "device");
+    }
+    kh_profile_launch_from_json(launch, device, &bl);
+    json_decref(launch);
+    json_decref(device);
+    kh_bn_metrics m;
+    int have = !lua_isnil(L, 1);
+    if (have) {
+        kh_err err;
+        json_t *mj = kh_lua_to_json(L, 1, &err);
+        if (!mj)
+            return luaL_argerror(L, 1, err.msg);
+        kh_bn_metrics_from_json(mj, &m);
+        json_decref(mj);
+    }
+    kh_bn_state s;
+    kh_bn_classify(have ? &m : NULL, lua_istable(L, 2) ? &bl : NULL, &c, why[0] ? why : NULL,
+                   &s);
+    push_clean(L, kh_bn_state_json(&s));
+    return 1;
+}
+
+static int l_parse_ncu_csv(lua_State *L)
+{
+    size_t n;
+    const char *t = luaL_checklstring(L, 1, &n);
+    json_t *ks;
+    kh_err err;
+    if (kh_ncu_parse_csv(t, n, &ks, &err))
+        return kh_lua_fail(L, &err);
+    push_clean(L, ks);
+    return 1;
+}
+
+static int l_default_metrics(lua_State *L)
+{
+    push_clean(L, kh_profile_default_metrics());
+    return 1;
+}
+
+/* run{cubin = bytes, spec = launch list, metrics?, replay?, ncu?, min_bytes?,
+ *     flops?, measured_ns?, out?, ncu_path?, sections?, timeout?} */
+static int l_run(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    kh_profile_opts o = {0};
+    context(L, 1, &o.ctx);
+    size_t n = 0;
+    lua_getfield(L, 1, "cubin");
+    const char *cubin = lua_isstring(L, -1) ? lua_tolstring(L, -1, &n) : NULL;
+    if (!cubin || !n)
+        return luaL_argerror(L, 1, "cubin (the module's bytes) is required");
+    /* the string stays on the stack, so it outlives the call */
+    const char *strs[] = {"replay", "out", "ncu_path", "sections"};
+    const char *vals[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 4; i++) {
+        int ty = lua_getfield(L, 1, strs[i]);
+        if (ty == LUA_TSTRING)
+            vals[i] = lua_tostring(L, -1);
+        else if (ty != LUA_TNIL)
+            return luaL_argerror(L, 1, lua_pushfstring(L, "%s must be a string", strs[i]));
+    }
+    if (vals[0] && strcmp(vals[0], "user") && strcmp(vals[0], "kernel"))
+        return luaL_argerror(L, 1, "replay must be \"user\" or \"kernel\"");
+    lua_getfield(L, 1, "ncu");
+    o.ncu = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    o.timeout_s = optnum(L, 1, "timeout");
+    json_t *spec = optjson(L, 1, "spec");
+    if (!json_is_object(spec)) {
+        json_decref(spec);
+        return luaL_argerror(L, 1, "spec (a launch list table) is required");
+    }
+    json_t *metrics = optjson(L, 1, "metrics");
+    if (metrics && !json_is_array(metrics)) {
+        json_decref(spec);
+        json_decref(metrics);
+        return luaL_argerror(L, 1, "metrics must be a list of names");
+    }
+    o.cubin = (const unsigned char *)cubin;
+    o.cubin_len = n;
+    o.spec = spec;
+    o.metrics = metrics;
+    o.kernel_replay = vals[0] && !strcmp(vals[0], "kernel");
+    o.out_dir = vals[1];
+    o.ncu_path = vals[2];
+    o.ncu_sections = vals[3];
+    json_t *rep = NULL;
+    kh_err err;
+    kh_status st = kh_profile_run(kh_lua_engine(L), &o, &rep, &err);
+    json_decref(spec);
+    json_decref(metrics);
+    if (st)
+        return kh_lua_fail(L, &err);
+    push_clean(L, rep);
+    return 1;
+}
+
+void kh_open_profile(lua_State *L, kh_engine *e)
+{
+    static const luaL_Reg fns[] = {
+        {"classify", l_classify},
+        {"parse_ncu_csv", l_parse_ncu_csv},
+        {"default_metrics", l_default_metrics},
+        {"run", l_run},
+        {NULL, NULL},
+    };
+    kh_lua_newlib(L, e, fns);
+}
