@@ -21,6 +21,20 @@ local M = {}
 -- Peak figures by backend; host peaks are unknown unless given (--host-peak-gbs).
 M.peaks = { cuda = { gbps = 4800, gflops = 60000 } }
 
+-- The engine's bottleneck state (kh.profile.classify / kh.profile.run: kind,
+-- counters, sm_pct, dram_pct, occupancy_pct, spills, reread, sol_fraction,
+-- signature) as the counters table the rules read; nil when the profiler
+-- had no counters (its `why` says why).
+local KINDS = { ["memory-bound"] = "memory", ["compute-bound"] = "compute",
+  ["latency-bound"] = "latency", ["small-grid"] = "latency", balanced = "compute" }
+function M.counters_from_profile(ps)
+  if not ps or not ps.counters then return nil end
+  return { kind = ps.kind, bound = KINDS[ps.kind], signature = ps.signature, sm_pct = ps.sm_pct,
+    dram_pct = ps.dram_pct, mem_pct = ps.mem_pct, occupancy_pct = ps.occupancy_pct,
+    occupancy_limiter = ps.occupancy_limiter, spills = ps.spills, reread = ps.reread,
+    sol_fraction = ps.sol_fraction }
+end
+
 -- state from the incumbent's per-workload latencies and the task's bounds.
 --   perf: {[uuid] = latency_ms}; workloads: {{uuid, axes, sol = {bytes, flops}}}
 function M.state(backend, workloads, perf, counters, peaks)
@@ -48,7 +62,12 @@ function M.state(backend, workloads, perf, counters, peaks)
   end
   st.small_share = #st.sol > 0 and small / #st.sol or 0
   st.sol_fraction = #fr > 0 and stats.geomean(fr) or nil
-  if counters and counters.dram_pct and counters.sm_pct then
+  if counters and counters.sol_fraction then
+    st.sol_fraction = counters.sol_fraction -- the engine's, from its measured copy bandwidth
+  end
+  if counters and counters.bound then
+    st.bound = counters.bound -- the engine's classification (ncu's SOL rule)
+  elseif counters and counters.dram_pct and counters.sm_pct then
     if counters.dram_pct >= 60 and counters.dram_pct >= counters.sm_pct then
       st.bound = "memory"
     elseif counters.sm_pct >= 60 then

@@ -123,3 +123,26 @@ T.test("directions: no counters is a valid state; counters change the bound", fu
   local d = dirs.pick(none, { vectorized_loads = true, launch_shape = true }, nil)
   T.ne(d.name, "vectorized_loads")
 end)
+
+T.test("directions read the engine's bottleneck state (kh.profile.classify)", function()
+  if not (kh.profile and kh.profile.classify) then T.skip("kh.profile is not in this build") end
+  local SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+  local MEM = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+  local DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+  local ws = { { uuid = "u1", sol = { bytes = 1 << 26 } } }
+  local mem = 80 + math.random() * 15
+  local ps = kh.profile.classify({ [SM] = 100 - mem, [MEM] = mem, [DRAM] = mem })
+  local c = dirs.counters_from_profile(ps)
+  T.eq(c.bound, "memory")
+  local st = dirs.state("cuda", ws, { u1 = 1 }, c)
+  T.eq(st.bound, "memory")
+  T.eq(dirs.pick(st, nil, nil).name, "vectorized_loads")
+  local sm = 80 + math.random() * 15
+  local cs = dirs.state("cuda", ws, { u1 = 1 },
+    dirs.counters_from_profile(kh.profile.classify({ [SM] = sm, [MEM] = 100 - sm, [DRAM] = 5 })))
+  T.eq(cs.bound, "compute")
+  -- no counters: a valid state, the latency-only rules apply
+  local none = kh.profile.classify(nil, { why = "KHLUA_NO_COUNTERS" })
+  T.eq(dirs.counters_from_profile(none), nil)
+  T.eq(dirs.state("cuda", ws, { u1 = 1 }, nil).bound, "memory")
+end)
