@@ -3,6 +3,7 @@
 # on a GPU machine, and print a short table.  Usage, from the repository root:
 #   bash scripts/gpu-tests.sh [BUILD_DIR]        (default build-portable)
 # Runs tests/c/test_gpu_* binaries and tests/lua/gpu_*.lua; exit 1 if any failed.
+# KH_GPU_SKIP="gpu_kernels ..." leaves the named Lua tests out (long ones).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-portable}
@@ -36,6 +37,7 @@ for t in "$build"/tests/test_gpu_*; do
 done
 for t in "$root"/tests/lua/gpu_*.lua; do
   [ -f "$t" ] || continue
+  case " ${KH_GPU_SKIP:-} " in *" $(basename "$t" .lua) "*) continue;; esac
   echo "== $t" >>"$log"
   run_one "$(basename "$t" .lua)" "$build/khlua" "$root/tests/lua/run.lua" "$t"
 done
