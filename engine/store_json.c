@@ -246,8 +246,11 @@ static kh_status dump_value(const json_t *j, kh_sbuf *b, int depth, kh_err *err)
             if (!first && put(b, ",", 1, err))
                 return KH_ENOMEM;
             first = 0;
-            kh_status st = dump_string(json_object_iter_key(it), json_object_iter_key_len(it),
-                                       b, err);
+            const char *key = json_object_iter_key(it);
+            size_t kn = json_object_iter_key_len(it);
+            if (memchr(key, 0, kn))
+                return kh_err_set(err, KH_EINVAL, "a key holds a NUL byte");
+            kh_status st = dump_string(key, kn, b, err);
             if (!st)
                 st = put(b, ":", 1, err);
             if (!st)
