@@ -457,6 +457,7 @@ void kh_store_close(kh_store *s)
     free(s->cbuf);
     free(s->dbuf);
     kh_sbuf_free(&s->log);
+    free(s->seen);
     for (int i = 0; i < 3; i++) {
         if (s->secret[i]) {
             memset(s->secret[i], 0, s->secret_len[i]);
@@ -565,6 +566,7 @@ static kh_status tx_recover(kh_store_txn *tx, kh_err *err)
         if (tx->txn)
             mdb_txn_abort(tx->txn);
         tx->txn = NULL;
+        memset(tx->wcur, 0, sizeof tx->wcur); /* freed by the abort */
         if (s->map_size >= MAX_MAP_SIZE || ++tx->growths > 40)
             return kh_err_set(err, KH_ESTORE, "store map full at %zu bytes and cannot grow",
                               s->map_size);
@@ -640,6 +642,8 @@ static kh_status run_scope(kh_store *s, int write, kh_store_fn fn, void *arg, kh
     if (write) { /* borrow the store's log buffer; ops_free gives it back */
         tx.log = s->log;
         s->log = (kh_sbuf){0};
+        if (++s->seen_gen == 0 && s->seen) /* wrapped: clear, so no slot looks current */
+            memset(s->seen, 0, KH_REFSEEN * sizeof *s->seen);
     }
     s->busy = 1;
     kh_err ferr;
@@ -666,6 +670,7 @@ static kh_status run_scope(kh_store *s, int write, kh_store_fn fn, void *arg, kh
     for (;;) {
         rc = mdb_txn_commit(tx.txn);
         tx.txn = NULL;
+        memset(tx.wcur, 0, sizeof tx.wcur); /* freed by the commit */
         if (rc != MDB_MAP_FULL)
             break;
         st = tx_recover(&tx, &ferr);
@@ -1328,6 +1333,31 @@ json_t *kh_store_decode_record(kh_store *s, const MDB_val *v, kh_err *err)
 }
 
 /* ---- records: writing ------------------------------------------------------------------ */
+/* The write txn's cursor for slot (see kh_store_txn.wcur). */
+static int wcursor(kh_store_txn *tx, int slot, MDB_dbi dbi, MDB_cursor **c)
+{
+    if (!tx->wcur[slot]) {
+        int rc = mdb_cursor_open(tx->txn, dbi, &tx->wcur[slot]);
+        if (rc) {
+            tx->wcur[slot] = NULL;
+            return rc;
+        }
+    }
+    *c = tx->wcur[slot];
+    return 0;
+}
+
+static int kind_slot(char kind)
+{
+    switch (kind) {
+    case 'T': return 0;
+    case 'S': return 1;
+    case 'k': return 2;
+    case 'r': return 3;
+    default: return 4;
+    }
+}
+
 static kh_status index_update(kh_store_txn *tx, const kh_rec_keys *k, const char *id,
                               int del, int *full, kh_err *err)
 {
@@ -1338,8 +1368,15 @@ static kh_status index_update(kh_store_txn *tx, const kh_rec_keys *k, const char
     MDB_val v = {index_value(k, val), val};
     for (size_t i = 0; i < n; i++) {
         MDB_val key = {lens[i], keys[i]};
-        int rc = del ? mdb_del(tx->txn, tx->s->index, &key, NULL)
-                     : mdb_put(tx->txn, tx->s->index, &key, &v, 0);
+        int rc;
+        if (del) {
+            rc = mdb_del(tx->txn, tx->s->index, &key, NULL);
+        } else {
+            MDB_cursor *c;
+            rc = wcursor(tx, 1 + kind_slot((char)keys[i][0]), tx->s->index, &c);
+            if (!rc)
+                rc = mdb_cursor_put(c, &key, &v, 0);
+        }
         if (rc == MDB_NOTFOUND && del)
             continue;
         if (rc == MDB_MAP_FULL) {
@@ -1399,8 +1436,10 @@ static kh_status record_write(kh_store_txn *tx, const kh_store_op *op, int *full
         }
     }
     MDB_val v = {op->textlen, (void *)text};
-    rc = mdb_put(tx->txn, s->records, &key, &v,
-                 (flags & KH_STORE_REPLACE) ? 0 : MDB_NOOVERWRITE);
+    MDB_cursor *c;
+    rc = wcursor(tx, 0, s->records, &c);
+    if (!rc)
+        rc = mdb_cursor_put(c, &key, &v, (flags & KH_STORE_REPLACE) ? 0 : MDB_NOOVERWRITE);
     if (rc == MDB_KEYEXIST) {
         st = kh_err_set(err, KH_ESTATE,
                         "record %s already exists (records are immutable; pass replace to "
@@ -1504,13 +1543,30 @@ static kh_status check_record_ref(void *arg, const char *field, const char *valu
     }
     if (!c->check_exists)
         return KH_OK;
-    MDB_val key = {strlen(value), (void *)value}, v;
-    int rc = mdb_get(c->tx->txn, c->tx->s->records, &key, &v);
+    kh_store *s = c->tx->s;
+    size_t n = strlen(value); /* < KH_STORE_ID_MAX: id_ok */
+    struct kh_refseen *e = NULL;
+    if (!s->seen)
+        s->seen = calloc(KH_REFSEEN, sizeof *s->seen); /* NULL: no memo, still correct */
+    if (s->seen) {
+        e = &s->seen[XXH3_64bits(value, n) % KH_REFSEEN];
+        if (e->gen == s->seen_gen && e->len == n && !memcmp(e->id, value, n))
+            return KH_OK;
+    }
+    MDB_val key = {n, (void *)value}, v;
+    int rc = mdb_get(c->tx->txn, s->records, &key, &v);
     if (rc == MDB_NOTFOUND)
         return kh_err_set(err, KH_EINVAL,
                           "field '%s': record %s is not in the store (write it first)", field,
                           value);
-    return rc ? kh_store_mdb_err(err, rc, "checking a record reference") : KH_OK;
+    if (rc)
+        return kh_store_mdb_err(err, rc, "checking a record reference");
+    if (e) {
+        e->gen = s->seen_gen;
+        e->len = (unsigned char)n;
+        memcpy(e->id, value, n);
+    }
+    return KH_OK;
 }
 
 kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,

@@ -49,6 +49,18 @@ struct kh_store {
     pid_t pid; /* the process that opened it (a forked child inherits the list) */
     struct kh_store *next_open;
     kh_sbuf log; /* a write txn's record log, kept between txns to reuse it */
+    struct kh_refseen *seen; /* KH_REFSEEN slots, allocated on first use */
+    uint32_t seen_gen;       /* bumped per write txn: older slots are stale */
+};
+
+/* Record ids a write txn has already found in the store (for the reference
+ * check of later puts).  Nothing deletes a record inside a txn, so a hit
+ * stays true until the txn ends. */
+#define KH_REFSEEN 4096
+struct kh_refseen {
+    uint32_t gen;
+    unsigned char len;
+    char id[KH_STORE_ID_MAX];
 };
 
 kh_status kh_sbuf_reserve(kh_sbuf *b, size_t extra, kh_err *err);
@@ -83,6 +95,11 @@ struct kh_store_txn {
     kh_store_op *ops;
     size_t nops, capops;
     kh_sbuf log; /* the record texts of ops */
+    /* write txn: cursors reused by record puts, 0 records, 1..5 index kinds
+     * T S k r c.  Positioned cursors let LMDB skip the descent from the root
+     * when the next key falls in the same leaf (ids and index keys are time
+     * ordered).  Opened on first use; LMDB frees them when the txn ends. */
+    MDB_cursor *wcur[6];
     int growths;
 };
 

@@ -40,7 +40,7 @@ void kh_sbuf_free(kh_sbuf *b)
     b->n = b->cap = 0;
 }
 
-static kh_status put(kh_sbuf *b, const void *s, size_t n, kh_err *err)
+static inline kh_status put(kh_sbuf *b, const void *s, size_t n, kh_err *err)
 {
     if (b->cap - b->n < n && kh_sbuf_reserve(b, n, err))
         return KH_ENOMEM;
@@ -90,53 +90,50 @@ static kh_status dump_string(const char *str, size_t n, kh_sbuf *b, kh_err *err)
 {
     static const char hx[] = "0123456789ABCDEF";
     const unsigned char *s = (const unsigned char *)str;
-    /* worst case 6 bytes out per byte in: reserve once for the usual sizes */
-    if (n < 4096 && kh_sbuf_reserve(b, 6 * n + 2, err))
-        return KH_ENOMEM;
     if (put(b, "\"", 1, err))
         return KH_ENOMEM;
     size_t i = 0;
     while (i < n) {
-        size_t j = i;
-        while (j < n && plain[s[j]])
-            j++;
-        if (j > i && put(b, s + i, j - i, err))
+        /* at most 6 bytes out per byte in; a UTF-8 sequence may run 3 past stop */
+        size_t chunk = n - i < 65536 ? n - i : 65536;
+        if (kh_sbuf_reserve(b, 6 * chunk + 8, err))
             return KH_ENOMEM;
-        i = j;
-        if (i == n)
-            break;
-        unsigned c = s[i];
-        char esc[6];
-        size_t en = 2;
-        if (c >= 0x80) {
-            size_t l = utf8_seq(s + i, n - i);
-            if (!l)
-                return kh_err_set(err, KH_EINVAL, "a string holds invalid UTF-8 (byte %zu)", i);
-            if (put(b, s + i, l, err))
-                return KH_ENOMEM;
-            i += l;
-            continue;
+        char *o = b->p + b->n;
+        for (size_t stop = i + chunk; i < stop;) {
+            unsigned c = s[i];
+            if (plain[c]) {
+                *o++ = (char)c;
+                i++;
+                continue;
+            }
+            if (c >= 0x80) {
+                size_t l = utf8_seq(s + i, n - i);
+                if (!l)
+                    return kh_err_set(err, KH_EINVAL, "a string holds invalid UTF-8 (byte %zu)",
+                                      i);
+                memcpy(o, s + i, l);
+                o += l;
+                i += l;
+                continue;
+            }
+            *o++ = '\\';
+            switch (c) {
+            case '"': *o++ = '"'; break;
+            case '\\': *o++ = '\\'; break;
+            case '\b': *o++ = 'b'; break;
+            case '\f': *o++ = 'f'; break;
+            case '\n': *o++ = 'n'; break;
+            case '\r': *o++ = 'r'; break;
+            case '\t': *o++ = 't'; break;
+            default:
+                memcpy(o, "u00", 3);
+                o[3] = hx[c >> 4];
+                o[4] = hx[c & 15];
+                o += 5;
+            }
+            i++;
         }
-        esc[0] = '\\';
-        switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        default:
-            esc[1] = 'u';
-            esc[2] = '0';
-            esc[3] = '0';
-            esc[4] = hx[c >> 4];
-            esc[5] = hx[c & 15];
-            en = 6;
-        }
-        if (put(b, esc, en, err))
-            return KH_ENOMEM;
-        i++;
+        b->n = (size_t)(o - b->p);
     }
     return put(b, "\"", 1, err);
 }

@@ -99,7 +99,7 @@ static double anchor_writes(const char *dir, size_t n, size_t batch)
     MDB_env *env;
     MDB_txn *txn;
     MDB_dbi dbi;
-    if (mdb_env_create(&env) || mdb_env_set_mapsize(env, (size_t)64 << 30) ||
+    if (mdb_env_create(&env) || mdb_env_set_mapsize(env, n * 4096 + ((size_t)1 << 30)) ||
         mdb_env_open(env, p, 0, 0644))
         die("anchor env", NULL);
     double t0 = kh_now();
@@ -135,10 +135,12 @@ static double anchor_read_p99(const char *dir, size_t n, double *p50)
     MDB_env *env;
     MDB_txn *txn;
     MDB_dbi dbi;
-    if (mdb_env_create(&env) || mdb_env_set_mapsize(env, (size_t)64 << 30) ||
+    if (mdb_env_create(&env) || mdb_env_set_mapsize(env, n * 4096 + ((size_t)1 << 30)) ||
         mdb_env_open(env, p, MDB_RDONLY, 0644))
         die("anchor env", NULL);
-    size_t q = 20000;
+    size_t q = getenv("KH_BENCH_QUERIES") ? strtoull(getenv("KH_BENCH_QUERIES"), NULL, 10) : 20000;
+    if (q < 100)
+        q = 100;
     double *lat = malloc(q * sizeof *lat);
     for (size_t i = 0; i < q; i++) {
         char key[32];
@@ -287,7 +289,10 @@ int main(int argc, char **argv)
     ZSTD_freeCCtx(cc);
 
     /* ---- queries ---- */
-    size_t q = 20000;
+    /* KH_BENCH_QUERIES: queries per kind (default 20000; fewer to profile) */
+    size_t q = getenv("KH_BENCH_QUERIES") ? strtoull(getenv("KH_BENCH_QUERIES"), NULL, 10) : 20000;
+    if (q < 100)
+        q = 100;
     double *lat = malloc(q * sizeof *lat);
     double p50, p99, a50, a99;
     a99 = anchor_read_p99(dir, n, &a50);
