@@ -78,13 +78,26 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
 }
 
 /* ---- writer ------------------------------------------------------------------------- */
-/* plain[c]: byte c is copied as it is (printable ASCII but '"' and '\\') */
-static unsigned char plain[256];
-static void plain_init(void)
-{
-    for (int c = 0x20; c < 0x80; c++)
-        plain[c] = c != '"' && c != '\\';
-}
+/* plain[c]: byte c stands for itself in a JSON string (printable ASCII but
+ * '"' and '\\') */
+static const unsigned char plain[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
 
 static kh_status dump_string(const char *str, size_t n, kh_sbuf *b, kh_err *err)
 {
@@ -288,8 +301,7 @@ static kh_status dump_value(const json_t *j, kh_sbuf *b, int depth, kh_err *err)
 
 kh_status kh_store_json_dump(const json_t *j, kh_sbuf *b, kh_err *err)
 {
-    if (!plain[' '])
-        plain_init(); /* idempotent: a race writes the same bytes */
+
     size_t n0 = b->n;
     kh_status st = dump_value(j, b, 0, err);
     if (st)
@@ -311,8 +323,10 @@ static json_t *perr(jp *s, const char *what)
     return NULL;
 }
 
-static void skip_ws(jp *s)
+static inline void skip_ws(jp *s)
 {
+    if (s->p < s->end && *s->p > ' ')
+        return;
     while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t'))
         s->p++;
 }
@@ -364,18 +378,20 @@ static size_t utf8_put(unsigned cp, unsigned char *o)
  * either in the input or in s->tmp (valid until the next string). */
 static int parse_string(jp *s, const char **out, size_t *n)
 {
-    s->p++;
-    const unsigned char *a = s->p;
-    while (s->p < s->end && *s->p != '"' && *s->p != '\\' && *s->p >= 0x20) {
-        if (*s->p >= 0x80) {
-            size_t l = utf8_seq(s->p, (size_t)(s->end - s->p));
-            if (!l)
-                return perr(s, "invalid UTF-8"), 0;
-            s->p += l;
-        } else {
-            s->p++;
+    const unsigned char *a = s->p + 1, *p = a, *end = s->end;
+    for (;;) { /* locals, not s->p: the compiler keeps them in registers */
+        while (p < end && plain[*p])
+            p++;
+        if (p == end || *p < 0x80)
+            break;
+        size_t l = utf8_seq(p, (size_t)(end - p));
+        if (!l) {
+            s->p = p;
+            return perr(s, "invalid UTF-8"), 0;
         }
+        p += l;
     }
+    s->p = p;
     if (s->p < s->end && *s->p == '"') { /* no escapes: point into the input */
         *out = (const char *)a;
         *n = (size_t)(s->p - a);
@@ -499,6 +515,31 @@ static json_t *parse_number(jp *s)
         json_int_t v = a[0] == '-' ? (json_int_t)(0 - u) : (json_int_t)u;
         json_t *j = json_integer(v);
         return j ? j : perr(s, "out of memory");
+    }
+    /* the usual real ("12.3456"): at most 15 digits, no exponent, is an exact
+     * integer divided by an exact power of ten, one correctly rounded
+     * division, the same double strtod gives */
+    static const double p10[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    const unsigned char *q = a + (a[0] == '-');
+    if (n - (size_t)(q - a) <= 16) {
+        uint64_t m = 0;
+        int frac = -1, ok = 1;
+        for (; q < s->p && ok; q++) {
+            if (*q == '.')
+                frac = 0;
+            else if (*q >= '0' && *q <= '9') {
+                m = m * 10 + (uint64_t)(*q - '0');
+                if (frac >= 0)
+                    frac++;
+            } else
+                ok = 0; /* an exponent */
+        }
+        if (ok && frac > 0 && frac <= 15 && m < (1ULL << 53)) {
+            double v = (double)m / p10[frac];
+            json_t *j = json_real(a[0] == '-' ? -v : v);
+            return j ? j : perr(s, "out of memory");
+        }
     }
     char t[128];
     if (n >= sizeof t)
