@@ -497,6 +497,10 @@ kh_status kh_store_txn_status(const kh_store_txn *tx, kh_err *err)
 
 static void ops_free(kh_store_txn *tx)
 {
+    kh_sbuf_free(&tx->pend);
+    free(tx->pofs);
+    tx->pofs = NULL;
+    tx->npend = tx->cappend = 0;
     free(tx->ops);
     tx->ops = NULL;
     tx->nops = tx->capops = 0;
@@ -556,6 +560,7 @@ static int begin_write(kh_store *s, MDB_txn **txn)
 }
 
 static kh_status apply_op(kh_store_txn *tx, const kh_store_op *op, int *full, kh_err *err);
+static kh_status index_flush(kh_store_txn *tx, kh_err *err);
 
 /* After MDB_MAP_FULL: abort, double the map, begin again and replay every
  * logged write.  The txn's callback does not run again. */
@@ -567,6 +572,8 @@ static kh_status tx_recover(kh_store_txn *tx, kh_err *err)
             mdb_txn_abort(tx->txn);
         tx->txn = NULL;
         memset(tx->wcur, 0, sizeof tx->wcur); /* freed by the abort */
+        tx->npend = 0; /* the replay queues the index entries again */
+        tx->pend.n = 0;
         if (s->map_size >= MAX_MAP_SIZE || ++tx->growths > 40)
             return kh_err_set(err, KH_ESTORE, "store map full at %zu bytes and cannot grow",
                               s->map_size);
@@ -668,6 +675,10 @@ static kh_status run_scope(kh_store *s, int write, kh_store_fn fn, void *arg, kh
         return KH_OK;
     }
     for (;;) {
+        rc = 0;
+        st = index_flush(&tx, &ferr);
+        if (st)
+            break;
         rc = mdb_txn_commit(tx.txn);
         tx.txn = NULL;
         memset(tx.wcur, 0, sizeof tx.wcur); /* freed by the commit */
@@ -1347,16 +1358,84 @@ static int wcursor(kh_store_txn *tx, int slot, MDB_dbi dbi, MDB_cursor **c)
     return 0;
 }
 
-static int kind_slot(char kind)
+/* Queue an index entry (see kh_store_txn.pend). */
+static kh_status index_queue(kh_store_txn *tx, const unsigned char *key, size_t kn,
+                             const char *val, size_t vn, kh_err *err)
 {
-    switch (kind) {
-    case 'T': return 0;
-    case 'S': return 1;
-    case 'k': return 2;
-    case 'r': return 3;
-    default: return 4;
+    if (tx->npend == tx->cappend) {
+        size_t nc = tx->cappend ? tx->cappend * 2 : 1024;
+        size_t *p = realloc(tx->pofs, nc * sizeof *p);
+        if (!p)
+            return kh_err_set(err, KH_ENOMEM, "out of memory queueing index entries");
+        tx->pofs = p;
+        tx->cappend = nc;
+    }
+    if (kh_sbuf_reserve(&tx->pend, 3 + kn + vn, err))
+        return KH_ENOMEM;
+    unsigned char *p = (unsigned char *)tx->pend.p + tx->pend.n;
+    p[0] = (unsigned char)(kn >> 8);
+    p[1] = (unsigned char)kn;
+    p[2] = (unsigned char)vn;
+    memcpy(p + 3, key, kn);
+    memcpy(p + 3 + kn, val, vn);
+    tx->pofs[tx->npend++] = tx->pend.n;
+    tx->pend.n += 3 + kn + vn;
+    return KH_OK;
+}
+
+static _Thread_local const char *pend_base; /* for the qsort comparator */
+
+/* LMDB's default order: bytes, then the shorter first. */
+static int pend_cmp(const void *a, const void *b)
+{
+    const unsigned char *x = (const unsigned char *)pend_base + *(const size_t *)a,
+                        *y = (const unsigned char *)pend_base + *(const size_t *)b;
+    size_t xn = (size_t)x[0] << 8 | x[1], yn = (size_t)y[0] << 8 | y[1];
+    int c = memcmp(x + 3, y + 3, xn < yn ? xn : yn);
+    return c ? c : (xn > yn) - (xn < yn);
+}
+
+/* Write the queued index entries in key order.  MDB_MAP_FULL sets *full
+ * (the caller grows the map and replays, which queues them again). */
+static kh_status index_flush_once(kh_store_txn *tx, int *full, kh_err *err)
+{
+    if (!tx->npend)
+        return KH_OK;
+    pend_base = tx->pend.p;
+    qsort(tx->pofs, tx->npend, sizeof *tx->pofs, pend_cmp);
+    pend_base = NULL;
+    MDB_cursor *c;
+    int rc = wcursor(tx, 1, tx->s->index, &c);
+    for (size_t i = 0; !rc && i < tx->npend; i++) {
+        unsigned char *p = (unsigned char *)tx->pend.p + tx->pofs[i];
+        size_t kn = (size_t)p[0] << 8 | p[1];
+        MDB_val key = {kn, p + 3}, v = {p[2], p + 3 + kn};
+        rc = mdb_cursor_put(c, &key, &v, 0);
+    }
+    if (rc == MDB_MAP_FULL) {
+        *full = 1;
+        return KH_ESTORE;
+    }
+    if (rc)
+        return kh_store_mdb_err(err, rc, "writing the index");
+    tx->npend = 0;
+    tx->pend.n = 0;
+    return KH_OK;
+}
+
+/* index_flush_once, growing the map when it fills. */
+static kh_status index_flush(kh_store_txn *tx, kh_err *err)
+{
+    for (;;) {
+        int full = 0;
+        kh_status st = index_flush_once(tx, &full, err);
+        if (!full)
+            return st;
+        if ((st = tx_recover(tx, err)))
+            return st;
     }
 }
+
 
 static kh_status index_update(kh_store_txn *tx, const kh_rec_keys *k, const char *id,
                               int del, int *full, kh_err *err)
@@ -1366,17 +1445,19 @@ static kh_status index_update(kh_store_txn *tx, const kh_rec_keys *k, const char
     char val[128];
     size_t n = kh_store_index_keys(k, id, keys, lens);
     MDB_val v = {index_value(k, val), val};
+    if (!del) {
+        for (size_t i = 0; i < n; i++)
+            if (index_queue(tx, keys[i], lens[i], val, v.mv_size, err))
+                return KH_ENOMEM;
+        return KH_OK;
+    }
+    /* the entries to delete may still be queued */
+    kh_status st = index_flush_once(tx, full, err);
+    if (st)
+        return st;
     for (size_t i = 0; i < n; i++) {
         MDB_val key = {lens[i], keys[i]};
-        int rc;
-        if (del) {
-            rc = mdb_del(tx->txn, tx->s->index, &key, NULL);
-        } else {
-            MDB_cursor *c;
-            rc = wcursor(tx, 1 + kind_slot((char)keys[i][0]), tx->s->index, &c);
-            if (!rc)
-                rc = mdb_cursor_put(c, &key, &v, 0);
-        }
+        int rc = mdb_del(tx->txn, tx->s->index, &key, NULL);
         if (rc == MDB_NOTFOUND && del)
             continue;
         if (rc == MDB_MAP_FULL) {
@@ -1810,6 +1891,11 @@ kh_status kh_store_txn_query(kh_store_txn *tx, const kh_store_filter *q, int ids
     *out = NULL;
     if (tx->st)
         return tx_sticky(tx, err);
+    if (tx->write && tx->npend) { /* the txn's own puts are part of the answer */
+        kh_status st = index_flush(tx, err);
+        if (st)
+            return tx_fail(tx, st, err);
+    }
     const char *fields[5] = {q->type, q->task, q->run, q->candidate, q->status};
     for (int i = 0; i < 5; i++)
         if (fields[i] && strlen(fields[i]) > 200)

@@ -95,11 +95,18 @@ struct kh_store_txn {
     kh_store_op *ops;
     size_t nops, capops;
     kh_sbuf log; /* the record texts of ops */
-    /* write txn: cursors reused by record puts, 0 records, 1..5 index kinds
-     * T S k r c.  Positioned cursors let LMDB skip the descent from the root
-     * when the next key falls in the same leaf (ids and index keys are time
-     * ordered).  Opened on first use; LMDB frees them when the txn ends. */
-    MDB_cursor *wcur[6];
+    /* write txn: cursors reused by puts, 0 records, 1 index.  A positioned
+     * cursor lets LMDB skip the descent from the root when the next key falls
+     * in the same leaf (ids are time ordered; index entries are written
+     * sorted).  Opened on first use; LMDB frees them when the txn ends. */
+    MDB_cursor *wcur[2];
+    /* write txn: index entries not yet in LMDB, each "klen(2) vlen(1) key
+     * value" at an offset of pend; written in key order before a query, an
+     * index delete and the commit.  A task's or a candidate's entries are
+     * scattered over the index: in key order a batch walks it once, leaf by
+     * leaf, instead of a descent into a cold leaf per put. */
+    kh_sbuf pend;
+    size_t *pofs, npend, cappend;
     int growths;
 };
 
