@@ -751,6 +751,76 @@ static void test_gc_backup_export_import(void **state)
 }
 
 
+
+/* ---- index entries queued within a write txn ------------------------------------ */
+struct pend_arg {
+    int n;
+    char ids[300][KH_STORE_ID_MAX];
+    int status[300];
+};
+
+static kh_status pend_fn(kh_store_txn *tx, void *arg, kh_err *err)
+{
+    struct pend_arg *a = arg;
+    static const char *ST[3] = {"PASSED", "RUNTIME_ERROR", "TIMEOUT"};
+    for (int i = 0; i < a->n; i++) {
+        a->status[i] = (int)(rnd() % 3);
+        json_t *r = json_pack("{s:s, s:s, s:s}", "type", "run", "policy", "p", "status",
+                              ST[a->status[i]]);
+        kh_status st = kh_store_txn_put(tx, r, 0, a->ids[i], err);
+        json_decref(r);
+        if (st)
+            return st;
+    }
+    /* the txn's own puts are in its query answers, newest first */
+    for (int k = 0; k < 3; k++) {
+        kh_store_filter f = {.type = "run", .status = ST[k]};
+        json_t *out;
+        kh_status st = kh_store_txn_query(tx, &f, 1, &out, err);
+        if (st)
+            return st;
+        size_t j = 0;
+        for (int i = a->n - 1; i >= 0; i--)
+            if (a->status[i] == k) {
+                assert_true(j < json_array_size(out));
+                assert_string_equal(json_string_value(json_array_get(out, j)), a->ids[i]);
+                j++;
+            }
+        assert_int_equal(j, json_array_size(out));
+        json_decref(out);
+    }
+    /* a replace in the same txn moves its index entry to the new status */
+    int v = (int)(rnd() % (unsigned)a->n);
+    a->status[v] = (a->status[v] + 1) % 3;
+    json_t *r = json_pack("{s:s, s:s, s:s, s:s}", "type", "run", "id", a->ids[v], "policy", "q",
+                          "status", ST[a->status[v]]);
+    kh_status st = kh_store_txn_put(tx, r, KH_STORE_REPLACE, NULL, err);
+    json_decref(r);
+    return st;
+}
+
+static void test_txn_index_order(void **state)
+{
+    fixture *f = *state;
+    kh_err err;
+    struct pend_arg *a = calloc(1, sizeof *a);
+    a->n = 100 + (int)(rnd() % 200);
+    assert_int_equal(kh_store_update(f->s, pend_fn, a, &err), KH_OK);
+    static const char *ST[3] = {"PASSED", "RUNTIME_ERROR", "TIMEOUT"};
+    for (int k = 0; k < 3; k++) {
+        kh_store_filter q = {.type = "run", .status = ST[k]};
+        json_t *out;
+        assert_int_equal(kh_store_query(f->s, &q, 1, &out, &err), KH_OK);
+        size_t want = 0;
+        for (int i = 0; i < a->n; i++)
+            want += a->status[i] == k;
+        assert_int_equal(json_array_size(out), want);
+        json_decref(out);
+    }
+    json_decref(verify_ok(f->s));
+    free(a);
+}
+
 /* ---- the store's JSON writer and reader ------------------------------------------ */
 static json_t *rand_string(int key)
 {
@@ -986,6 +1056,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gc_backup_export_import, setup, teardown),
         cmocka_unit_test(test_time_format),
         cmocka_unit_test(test_json_codec),
+        cmocka_unit_test_setup_teardown(test_txn_index_order, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
