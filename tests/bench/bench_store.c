@@ -359,7 +359,7 @@ int main(int argc, char **argv)
             json_decref(out);
         }
         pct(lat, q, &p50, &p99);
-        if (p99 > 50 && (qs[k].ids_only || qs[k].kind == 0))
+        if (p99 > 50) /* the queries that read and parse records count too */
             all_met = 0;
         printf("  %-30s %9.1f %9.1f   p99/anchor %.2f   target p99 <= 50 us: %.2fx %s "
                "(%.1f results/query)\n",
@@ -373,7 +373,7 @@ int main(int argc, char **argv)
            (long long)json_integer_value(json_object_get(st, "records_total")),
            (long long)json_integer_value(json_object_get(st, "map_used")) >> 20,
            (long long)json_integer_value(json_object_get(st, "map_size")) >> 20);
-    printf("targets: writes %s, read p99 (get by id, index queries) %s\n",
+    printf("targets: writes %s, read p99 (get by id, every index query) %s\n",
            wps >= 100000 ? "MET" : "NOT MET", all_met ? "MET" : "NOT MET");
     json_decref(st);
     kh_store_close(s);
