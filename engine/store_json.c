@@ -2,9 +2,11 @@
  * values.  Every record write serialises one jansson object and every record
  * read parses one back; jansson's json_dumps (a loop check per container,
  * one callback per token) and json_loadb (a byte-at-a-time stream) were most
- * of the store's cost.  The text is the same compact JSON jansson writes
- * (insertion order, "%.17g" reals); any JSON reader, jansson included, reads
- * it.  User input elsewhere is still parsed by jansson. */
+ * of the store's cost.  The text is compact JSON as jansson writes it
+ * (insertion order, the same escapes) except that a real takes the fewest
+ * decimals that read back to the same double; any JSON reader, jansson
+ * included, reads it (tests/c/test_store.c checks that).  User input
+ * elsewhere is still parsed by jansson. */
 #include "store_int.h"
 
 #include <locale.h>
