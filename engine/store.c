@@ -77,15 +77,30 @@ void kh_store_format_time(int64_t us, char out[40])
         sec--;
     }
     struct tm tm;
-    gmtime_r(&sec, &tm);
-    char buf[128]; /* wide enough for any int fields, so no truncation warning */
-    snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-    size_t n = strlen(buf);
-    if (n > 39)
-        n = 39;
-    memcpy(out, buf, n);
-    out[n] = '\0';
+    if (!gmtime_r(&sec, &tm))
+        memset(&tm, 0, sizeof tm);
+    if (tm.tm_year + 1900 < 0 || tm.tm_year + 1900 > 9999) {
+        char buf[128]; /* wide enough for any int fields */
+        snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+        snprintf(out, 40, "%.39s", buf);
+        return;
+    }
+    /* by hand: every record write formats one, and snprintf was visible */
+    int f[7] = {tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                (int)frac};
+    static const int width[7] = {4, 2, 2, 2, 2, 2, 6};
+    static const char sep[7] = {'-', '-', 'T', ':', ':', '.', 'Z'};
+    char *p = out;
+    for (int i = 0; i < 7; i++) {
+        for (int d = width[i] - 1; d >= 0; d--) {
+            p[d] = (char)('0' + f[i] % 10);
+            f[i] /= 10;
+        }
+        p += width[i];
+        *p++ = sep[i];
+    }
+    *p = '\0';
 }
 
 /* n decimal digits at p, or -1.  Hand-rolled: every record write parses its
@@ -441,6 +456,8 @@ void kh_store_close(kh_store *s)
     ZSTD_freeDCtx(s->dctx);
     free(s->cbuf);
     free(s->dbuf);
+    kh_sbuf_free(&s->log);
+    free(s->seen);
     for (int i = 0; i < 3; i++) {
         if (s->secret[i]) {
             memset(s->secret[i], 0, s->secret_len[i]);
@@ -480,13 +497,20 @@ kh_status kh_store_txn_status(const kh_store_txn *tx, kh_err *err)
 
 static void ops_free(kh_store_txn *tx)
 {
-    for (size_t i = 0; i < tx->nops; i++) {
-        free(tx->ops[i].id);
-        free(tx->ops[i].text);
-    }
+    kh_sbuf_free(&tx->pend);
+    free(tx->pofs);
+    tx->pofs = NULL;
+    tx->npend = tx->cappend = 0;
     free(tx->ops);
     tx->ops = NULL;
     tx->nops = tx->capops = 0;
+    /* keep the log's memory for the next write txn, unless it grew large */
+    tx->log.n = 0;
+    if (tx->log.cap > ((size_t)64 << 20))
+        kh_sbuf_free(&tx->log);
+    if (tx->write)
+        tx->s->log = tx->log;
+    tx->log = (kh_sbuf){0};
 }
 
 static kh_status log_op(kh_store_txn *tx, const kh_store_op *op, kh_err *err)
@@ -536,6 +560,7 @@ static int begin_write(kh_store *s, MDB_txn **txn)
 }
 
 static kh_status apply_op(kh_store_txn *tx, const kh_store_op *op, int *full, kh_err *err);
+static kh_status index_flush(kh_store_txn *tx, kh_err *err);
 
 /* After MDB_MAP_FULL: abort, double the map, begin again and replay every
  * logged write.  The txn's callback does not run again. */
@@ -546,6 +571,9 @@ static kh_status tx_recover(kh_store_txn *tx, kh_err *err)
         if (tx->txn)
             mdb_txn_abort(tx->txn);
         tx->txn = NULL;
+        memset(tx->wcur, 0, sizeof tx->wcur); /* freed by the abort */
+        tx->npend = 0; /* the replay queues the index entries again */
+        tx->pend.n = 0;
         if (s->map_size >= MAX_MAP_SIZE || ++tx->growths > 40)
             return kh_err_set(err, KH_ESTORE, "store map full at %zu bytes and cannot grow",
                               s->map_size);
@@ -587,11 +615,12 @@ static kh_status exec_op(kh_store_txn *tx, kh_store_op *op, kh_err *err)
             break;
     }
     op->live = NULL; /* a replay must not see the caller's object */
+    op->keys = NULL;
     if (st == KH_OK)
         st = log_op(tx, op, err);
     if (st) {
-        free(op->id);
-        free(op->text);
+        if (op->kind == KH_OP_RECORD)
+            tx->log.n = op->off; /* drop its text from the log */
         return tx_fail(tx, st, err);
     }
     return KH_OK;
@@ -617,6 +646,12 @@ static kh_status run_scope(kh_store *s, int write, kh_store_fn fn, void *arg, kh
     if (rc)
         return kh_store_mdb_err(err, rc, write ? "beginning a write transaction"
                                                : "beginning a read transaction");
+    if (write) { /* borrow the store's log buffer; ops_free gives it back */
+        tx.log = s->log;
+        s->log = (kh_sbuf){0};
+        if (++s->seen_gen == 0 && s->seen) /* wrapped: clear, so no slot looks current */
+            memset(s->seen, 0, KH_REFSEEN * sizeof *s->seen);
+    }
     s->busy = 1;
     kh_err ferr;
     kh_err_clear(&ferr);
@@ -640,8 +675,13 @@ static kh_status run_scope(kh_store *s, int write, kh_store_fn fn, void *arg, kh
         return KH_OK;
     }
     for (;;) {
+        rc = 0;
+        st = index_flush(&tx, &ferr);
+        if (st)
+            break;
         rc = mdb_txn_commit(tx.txn);
         tx.txn = NULL;
+        memset(tx.wcur, 0, sizeof tx.wcur); /* freed by the commit */
         if (rc != MDB_MAP_FULL)
             break;
         st = tx_recover(&tx, &ferr);
@@ -1033,7 +1073,7 @@ static const struct {
 int kh_store_known_type(const char *name)
 {
     for (size_t i = 0; i < KH_ARRAY_LEN(TYPES); i++)
-        if (!strcmp(TYPES[i].name, name))
+        if (TYPES[i].name[0] == name[0] && !strcmp(TYPES[i].name, name))
             return (int)i + 1;
     return 0;
 }
@@ -1044,7 +1084,8 @@ static const char *ref_type(const char *field)
 {
     if (kh_store_known_type(field))
         return field;
-    if (!strcmp(field, "parent") || !strcmp(field, "incumbent"))
+    if ((field[0] == 'p' && !strcmp(field, "parent")) ||
+        (field[0] == 'i' && !strcmp(field, "incumbent")))
         return "candidate";
     return NULL;
 }
@@ -1053,6 +1094,18 @@ static int id_char(int c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
            c == '-' || c == '_' || c == '.' || c == ':';
+}
+
+/* check_id's rules without the message (the write path's common case). */
+static int id_ok(const char *id, const char *type)
+{
+    size_t tn = strlen(type), n;
+    if (strncmp(id, type, tn) || id[tn] != '-')
+        return 0;
+    for (n = tn + 1; id[n]; n++)
+        if (!id_char((unsigned char)id[n]))
+            return 0;
+    return n > tn + 1 && n < KH_STORE_ID_MAX;
 }
 
 static kh_status check_id(const char *id, const char *type, const char *what, kh_err *err)
@@ -1281,11 +1334,8 @@ static size_t index_value(const kh_rec_keys *k, char *buf)
 json_t *kh_store_decode_record(kh_store *s, const MDB_val *v, kh_err *err)
 {
     (void)s;
-    json_error_t je;
-    json_t *j = json_loadb(v->mv_data, v->mv_size, 0, &je);
-    if (!j)
-        kh_err_set(err, KH_ECORRUPT, "stored record is not JSON: %s", je.text);
-    else if (!json_is_object(j)) {
+    json_t *j = kh_store_json_parse(v->mv_data, v->mv_size, err);
+    if (j && !json_is_object(j)) {
         json_decref(j);
         j = NULL;
         kh_err_set(err, KH_ECORRUPT, "stored record is not a JSON object");
@@ -1294,22 +1344,120 @@ json_t *kh_store_decode_record(kh_store *s, const MDB_val *v, kh_err *err)
 }
 
 /* ---- records: writing ------------------------------------------------------------------ */
-static kh_status index_update(kh_store_txn *tx, const json_t *rec, const char *id, int del,
-                              int *full, kh_err *err)
+/* The write txn's cursor for slot (see kh_store_txn.wcur). */
+static int wcursor(kh_store_txn *tx, int slot, MDB_dbi dbi, MDB_cursor **c)
 {
-    kh_rec_keys k;
-    kh_status st = kh_store_rec_keys(rec, &k, err);
-    if (st)
-        return st;
+    if (!tx->wcur[slot]) {
+        int rc = mdb_cursor_open(tx->txn, dbi, &tx->wcur[slot]);
+        if (rc) {
+            tx->wcur[slot] = NULL;
+            return rc;
+        }
+    }
+    *c = tx->wcur[slot];
+    return 0;
+}
+
+/* Queue an index entry (see kh_store_txn.pend). */
+static kh_status index_queue(kh_store_txn *tx, const unsigned char *key, size_t kn,
+                             const char *val, size_t vn, kh_err *err)
+{
+    if (tx->npend == tx->cappend) {
+        size_t nc = tx->cappend ? tx->cappend * 2 : 1024;
+        size_t *p = realloc(tx->pofs, nc * sizeof *p);
+        if (!p)
+            return kh_err_set(err, KH_ENOMEM, "out of memory queueing index entries");
+        tx->pofs = p;
+        tx->cappend = nc;
+    }
+    if (kh_sbuf_reserve(&tx->pend, 3 + kn + vn, err))
+        return KH_ENOMEM;
+    unsigned char *p = (unsigned char *)tx->pend.p + tx->pend.n;
+    p[0] = (unsigned char)(kn >> 8);
+    p[1] = (unsigned char)kn;
+    p[2] = (unsigned char)vn;
+    memcpy(p + 3, key, kn);
+    memcpy(p + 3 + kn, val, vn);
+    tx->pofs[tx->npend++] = tx->pend.n;
+    tx->pend.n += 3 + kn + vn;
+    return KH_OK;
+}
+
+static _Thread_local const char *pend_base; /* for the qsort comparator */
+
+/* LMDB's default order: bytes, then the shorter first. */
+static int pend_cmp(const void *a, const void *b)
+{
+    const unsigned char *x = (const unsigned char *)pend_base + *(const size_t *)a,
+                        *y = (const unsigned char *)pend_base + *(const size_t *)b;
+    size_t xn = (size_t)x[0] << 8 | x[1], yn = (size_t)y[0] << 8 | y[1];
+    int c = memcmp(x + 3, y + 3, xn < yn ? xn : yn);
+    return c ? c : (xn > yn) - (xn < yn);
+}
+
+/* Write the queued index entries in key order.  MDB_MAP_FULL sets *full
+ * (the caller grows the map and replays, which queues them again). */
+static kh_status index_flush_once(kh_store_txn *tx, int *full, kh_err *err)
+{
+    if (!tx->npend)
+        return KH_OK;
+    pend_base = tx->pend.p;
+    qsort(tx->pofs, tx->npend, sizeof *tx->pofs, pend_cmp);
+    pend_base = NULL;
+    MDB_cursor *c;
+    int rc = wcursor(tx, 1, tx->s->index, &c);
+    for (size_t i = 0; !rc && i < tx->npend; i++) {
+        unsigned char *p = (unsigned char *)tx->pend.p + tx->pofs[i];
+        size_t kn = (size_t)p[0] << 8 | p[1];
+        MDB_val key = {kn, p + 3}, v = {p[2], p + 3 + kn};
+        rc = mdb_cursor_put(c, &key, &v, 0);
+    }
+    if (rc == MDB_MAP_FULL) {
+        *full = 1;
+        return KH_ESTORE;
+    }
+    if (rc)
+        return kh_store_mdb_err(err, rc, "writing the index");
+    tx->npend = 0;
+    tx->pend.n = 0;
+    return KH_OK;
+}
+
+/* index_flush_once, growing the map when it fills. */
+static kh_status index_flush(kh_store_txn *tx, kh_err *err)
+{
+    for (;;) {
+        int full = 0;
+        kh_status st = index_flush_once(tx, &full, err);
+        if (!full)
+            return st;
+        if ((st = tx_recover(tx, err)))
+            return st;
+    }
+}
+
+
+static kh_status index_update(kh_store_txn *tx, const kh_rec_keys *k, const char *id,
+                              int del, int *full, kh_err *err)
+{
     unsigned char keys[KH_IDX_MAX][KH_IDX_KEY_MAX];
     size_t lens[KH_IDX_MAX];
     char val[128];
-    size_t n = kh_store_index_keys(&k, id, keys, lens);
-    MDB_val v = {index_value(&k, val), val};
+    size_t n = kh_store_index_keys(k, id, keys, lens);
+    MDB_val v = {index_value(k, val), val};
+    if (!del) {
+        for (size_t i = 0; i < n; i++)
+            if (index_queue(tx, keys[i], lens[i], val, v.mv_size, err))
+                return KH_ENOMEM;
+        return KH_OK;
+    }
+    /* the entries to delete may still be queued */
+    kh_status st = index_flush_once(tx, full, err);
+    if (st)
+        return st;
     for (size_t i = 0; i < n; i++) {
         MDB_val key = {lens[i], keys[i]};
-        int rc = del ? mdb_del(tx->txn, tx->s->index, &key, NULL)
-                     : mdb_put(tx->txn, tx->s->index, &key, &v, 0);
+        int rc = mdb_del(tx->txn, tx->s->index, &key, NULL);
         if (rc == MDB_NOTFOUND && del)
             continue;
         if (rc == MDB_MAP_FULL) {
@@ -1322,21 +1470,28 @@ static kh_status index_update(kh_store_txn *tx, const json_t *rec, const char *i
     return KH_OK;
 }
 
-/* Write (or replace) a serialized record and its index entries.  live is
- * the record already parsed (first run); a replay parses the text again. */
-static kh_status record_write(kh_store_txn *tx, const char *id, const char *text,
-                              const json_t *live, int flags, int *full, kh_err *err)
+/* Write (or replace) a serialized record and its index entries.  The first
+ * run has the record's index fields from the put; a replay parses the text
+ * again. */
+static kh_status record_write(kh_store_txn *tx, const kh_store_op *op, int *full, kh_err *err)
 {
     kh_store *s = tx->s;
+    const char *id = tx->log.p + op->off, *text = id + op->idlen + 1;
+    int flags = op->flags;
     json_t *rec = NULL;
-    if (!live) {
-        json_error_t je;
-        rec = json_loads(text, 0, &je);
+    kh_rec_keys rk;
+    const kh_rec_keys *keys = op->keys;
+    if (!keys) {
+        rec = kh_store_json_parse(text, op->textlen, err);
         if (!rec)
-            return kh_err_set(err, KH_EINVAL, "record %s: not JSON: %s", id, je.text);
-        live = rec;
+            return kh_err_prefix(err, "record %s", id), KH_EINVAL;
+        if (kh_store_rec_keys(rec, &rk, err)) {
+            json_decref(rec);
+            return KH_EINVAL;
+        }
+        keys = &rk;
     }
-    MDB_val key = {strlen(id), (void *)id}, old;
+    MDB_val key = {op->idlen, (void *)id}, old;
     kh_status st = KH_OK;
     int rc = MDB_NOTFOUND;
     /* a plain put lets LMDB refuse an existing key (one B-tree descent);
@@ -1349,7 +1504,10 @@ static kh_status record_write(kh_store_txn *tx, const char *id, const char *text
                 st = KH_ECORRUPT;
                 goto out;
             }
-            st = index_update(tx, o, id, 1, full, err);
+            kh_rec_keys ok;
+            st = kh_store_rec_keys(o, &ok, err);
+            if (!st)
+                st = index_update(tx, &ok, id, 1, full, err);
             json_decref(o);
             if (st)
                 goto out;
@@ -1358,9 +1516,11 @@ static kh_status record_write(kh_store_txn *tx, const char *id, const char *text
             goto out;
         }
     }
-    MDB_val v = {strlen(text), (void *)text};
-    rc = mdb_put(tx->txn, s->records, &key, &v,
-                 (flags & KH_STORE_REPLACE) ? 0 : MDB_NOOVERWRITE);
+    MDB_val v = {op->textlen, (void *)text};
+    MDB_cursor *c;
+    rc = wcursor(tx, 0, s->records, &c);
+    if (!rc)
+        rc = mdb_cursor_put(c, &key, &v, (flags & KH_STORE_REPLACE) ? 0 : MDB_NOOVERWRITE);
     if (rc == MDB_KEYEXIST) {
         st = kh_err_set(err, KH_ESTATE,
                         "record %s already exists (records are immutable; pass replace to "
@@ -1377,7 +1537,7 @@ static kh_status record_write(kh_store_txn *tx, const char *id, const char *text
         st = kh_store_mdb_err(err, rc, "writing a record");
         goto out;
     }
-    st = index_update(tx, live, id, 0, full, err);
+    st = index_update(tx, keys, id, 0, full, err);
 out:
     json_decref(rec);
     return st;
@@ -1387,7 +1547,7 @@ static kh_status apply_op(kh_store_txn *tx, const kh_store_op *op, int *full, kh
 {
     switch (op->kind) {
     case KH_OP_RECORD:
-        return record_write(tx, op->id, op->text, op->live, op->flags, full, err);
+        return record_write(tx, op, full, err);
     case KH_OP_BLOB:
         return blob_write(tx, &op->h, op->data, op->len, full, err);
     case KH_OP_DEL_BLOB:
@@ -1414,15 +1574,16 @@ static void make_id(kh_store *s, const char *type, int64_t *t_us, char out[KH_ST
     static const char b32[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
     int64_t us = next_us(s);
     *t_us = us;
-    char t[12], r[5];
+    size_t tn = strlen(type); /* a known type: short */
+    memcpy(out, type, tn);
+    char *p = out + tn;
+    *p++ = '-';
     for (int i = 10; i >= 0; i--)
-        t[10 - i] = b32[((uint64_t)us >> (5 * i)) & 31];
-    t[11] = '\0';
+        *p++ = b32[((uint64_t)us >> (5 * i)) & 31];
     uint32_t salt = s->id_salt;
     for (int i = 0; i < 4; i++)
-        r[i] = b32[(salt >> (5 * i)) & 31];
-    r[4] = '\0';
-    snprintf(out, KH_STORE_ID_MAX, "%s-%s%s", type, t, r);
+        *p++ = b32[(salt >> (5 * i)) & 31];
+    *p = '\0';
 }
 
 struct ref_ctx {
@@ -1454,18 +1615,39 @@ static kh_status check_record_ref(void *arg, const char *field, const char *valu
     struct ref_ctx *c = arg;
     if (!value)
         return kh_err_set(err, KH_EINVAL, "field '%s' must hold a record id string", field);
-    char what[64];
-    snprintf(what, sizeof what, "field '%s'", field);
-    kh_status st = check_id(value, ref_type(field), what, err);
-    if (st || !c->check_exists)
-        return st;
-    MDB_val key = {strlen(value), (void *)value}, v;
-    int rc = mdb_get(c->tx->txn, c->tx->s->records, &key, &v);
+    const char *type = ref_type(field);
+    if (!id_ok(value, type)) {
+        char what[64];
+        snprintf(what, sizeof what, "field '%s'", field);
+        kh_status st = check_id(value, type, what, err);
+        return st ? st : kh_err_set(err, KH_EINVAL, "%s: bad id '%s'", what, value);
+    }
+    if (!c->check_exists)
+        return KH_OK;
+    kh_store *s = c->tx->s;
+    size_t n = strlen(value); /* < KH_STORE_ID_MAX: id_ok */
+    struct kh_refseen *e = NULL;
+    if (!s->seen)
+        s->seen = calloc(KH_REFSEEN, sizeof *s->seen); /* NULL: no memo, still correct */
+    if (s->seen) {
+        e = &s->seen[XXH3_64bits(value, n) % KH_REFSEEN];
+        if (e->gen == s->seen_gen && e->len == n && !memcmp(e->id, value, n))
+            return KH_OK;
+    }
+    MDB_val key = {n, (void *)value}, v;
+    int rc = mdb_get(c->tx->txn, s->records, &key, &v);
     if (rc == MDB_NOTFOUND)
         return kh_err_set(err, KH_EINVAL,
                           "field '%s': record %s is not in the store (write it first)", field,
                           value);
-    return rc ? kh_store_mdb_err(err, rc, "checking a record reference") : KH_OK;
+    if (rc)
+        return kh_store_mdb_err(err, rc, "checking a record reference");
+    if (e) {
+        e->gen = s->seen_gen;
+        e->len = (unsigned char)n;
+        memcpy(e->id, value, n);
+    }
+    return KH_OK;
 }
 
 kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
@@ -1556,12 +1738,22 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
     if ((st = kh_store_each_record_ref(rec, check_record_ref, &rc, err)) ||
         (st = kh_store_each_blob_ref(rec, check_blob_ref, &rc, err)))
         return tx_fail(tx, st, err);
-    char *text = json_dumps(rec, JSON_COMPACT);
-    if (!text)
-        return tx_fail(tx, kh_err_set(err, KH_ENOMEM, "cannot serialize record %s", id), err);
-    const char *sec = find_secret(s, text, strlen(text));
+    /* "id\0text" into the txn's log, where a replay finds it */
+    size_t off = tx->log.n, idlen = strlen(id);
+    if ((st = kh_sbuf_reserve(&tx->log, idlen + 1, err)))
+        return tx_fail(tx, st, err);
+    memcpy(tx->log.p + off, id, idlen + 1);
+    tx->log.n += idlen + 1;
+    if ((st = kh_store_json_dump(rec, &tx->log, err))) {
+        tx->log.n = off;
+        kh_err_prefix(err, "cannot serialize record %s", id);
+        return tx_fail(tx, st, err);
+    }
+    size_t textlen = tx->log.n - off - idlen - 1;
+    const char *sec = find_secret(s, tx->log.p + off + idlen + 1, textlen);
     if (sec) {
-        free(text);
+        memset(tx->log.p + off, 0, tx->log.n - off);
+        tx->log.n = off;
         return tx_fail(tx,
                        kh_err_set(err, KH_EINVAL,
                                   "refusing to store record %s: it contains the value of $%s "
@@ -1571,13 +1763,11 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
     }
     kh_store_op op = {.kind = KH_OP_RECORD,
                       .flags = flags & KH_STORE_REPLACE,
-                      .id = kh_strdup(id),
-                      .text = text,
-                      .live = rec};
-    if (!op.id) {
-        free(text);
-        return tx_fail(tx, kh_err_set(err, KH_ENOMEM, "out of memory"), err);
-    }
+                      .off = off,
+                      .idlen = idlen,
+                      .textlen = textlen,
+                      .live = rec,
+                      .keys = &k};
     if ((st = exec_op(tx, &op, err)))
         return st;
     if (id_out)
@@ -1701,6 +1891,11 @@ kh_status kh_store_txn_query(kh_store_txn *tx, const kh_store_filter *q, int ids
     *out = NULL;
     if (tx->st)
         return tx_sticky(tx, err);
+    if (tx->write && tx->npend) { /* the txn's own puts are part of the answer */
+        kh_status st = index_flush(tx, err);
+        if (st)
+            return tx_fail(tx, st, err);
+    }
     const char *fields[5] = {q->type, q->task, q->run, q->candidate, q->status};
     for (int i = 0; i < 5; i++)
         if (fields[i] && strlen(fields[i]) > 200)

@@ -22,6 +22,11 @@ enum { KH_BLOB_RAW = 0, KH_BLOB_ZSTD = 1, KH_BLOB_CHUNKED = 2 };
 #define KH_IDX_KEY_MAX 511
 #define KH_IDX_MAX 5 /* index entries per record at most: T, S, k, r, c */
 
+/* A growable byte buffer. */
+typedef struct kh_sbuf {
+    char *p;
+    size_t n, cap;
+} kh_sbuf;
 struct kh_store {
     char *path;
     MDB_env *env;
@@ -43,15 +48,39 @@ struct kh_store {
     ino_t ino;
     pid_t pid; /* the process that opened it (a forked child inherits the list) */
     struct kh_store *next_open;
+    kh_sbuf log; /* a write txn's record log, kept between txns to reuse it */
+    struct kh_refseen *seen; /* KH_REFSEEN slots, allocated on first use */
+    uint32_t seen_gen;       /* bumped per write txn: older slots are stale */
 };
+
+/* Record ids a write txn has already found in the store (for the reference
+ * check of later puts).  Nothing deletes a record inside a txn, so a hit
+ * stays true until the txn ends. */
+#define KH_REFSEEN 4096
+struct kh_refseen {
+    uint32_t gen;
+    unsigned char len;
+    char id[KH_STORE_ID_MAX];
+};
+
+kh_status kh_sbuf_reserve(kh_sbuf *b, size_t extra, kh_err *err);
+void kh_sbuf_free(kh_sbuf *b);
+
+/* store_json.c: append j's compact JSON to b (KH_EINVAL for NaN, infinity,
+ * invalid UTF-8, nesting past 2048; b is left as it was on failure). */
+kh_status kh_store_json_dump(const json_t *j, kh_sbuf *b, kh_err *err);
+/* Parse one JSON value (a stored record); NULL with KH_ECORRUPT in err. */
+json_t *kh_store_json_parse(const void *data, size_t n, kh_err *err);
 
 enum { KH_OP_RECORD = 1, KH_OP_BLOB, KH_OP_DEL_BLOB, KH_OP_DEL_RECORD };
 typedef struct kh_store_op {
     int kind;
     int flags;
-    char *id;   /* record ops (owned) */
-    char *text; /* OP_RECORD: the JSON text (owned) */
+    /* OP_RECORD: "id\0text" at this offset of the txn's log buffer; one
+     * buffer for the whole txn, no allocation per record */
+    size_t off, idlen, textlen;
     const json_t *live; /* OP_RECORD, first run only: the parsed record (borrowed) */
+    const struct kh_rec_keys *keys; /* first run only: live's index fields */
     const void *data; /* OP_BLOB: borrowed, valid until update returns */
     size_t len;
     kh_hash h;
@@ -65,6 +94,19 @@ struct kh_store_txn {
     kh_err err;
     kh_store_op *ops;
     size_t nops, capops;
+    kh_sbuf log; /* the record texts of ops */
+    /* write txn: cursors reused by puts, 0 records, 1 index.  A positioned
+     * cursor lets LMDB skip the descent from the root when the next key falls
+     * in the same leaf (ids are time ordered; index entries are written
+     * sorted).  Opened on first use; LMDB frees them when the txn ends. */
+    MDB_cursor *wcur[2];
+    /* write txn: index entries not yet in LMDB, each "klen(2) vlen(1) key
+     * value" at an offset of pend; written in key order before a query, an
+     * index delete and the commit.  A task's or a candidate's entries are
+     * scattered over the index: in key order a batch walks it once, leaf by
+     * leaf, instead of a descent into a cold leaf per put. */
+    kh_sbuf pend;
+    size_t *pofs, npend, cappend;
     int growths;
 };
 

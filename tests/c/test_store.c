@@ -4,8 +4,10 @@
 #include "kh_test.h"
 
 #include "store.h"
+#include "store_int.h" /* the record JSON writer and reader, tested against jansson */
 
 #include <lmdb.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -748,6 +750,271 @@ static void test_gc_backup_export_import(void **state)
     kh_store_close(s2);
 }
 
+
+
+/* ---- index entries queued within a write txn ------------------------------------ */
+struct pend_arg {
+    int n;
+    char ids[300][KH_STORE_ID_MAX];
+    int status[300];
+};
+
+static kh_status pend_fn(kh_store_txn *tx, void *arg, kh_err *err)
+{
+    struct pend_arg *a = arg;
+    static const char *ST[3] = {"PASSED", "RUNTIME_ERROR", "TIMEOUT"};
+    for (int i = 0; i < a->n; i++) {
+        a->status[i] = (int)(rnd() % 3);
+        json_t *r = json_pack("{s:s, s:s, s:s}", "type", "run", "policy", "p", "status",
+                              ST[a->status[i]]);
+        kh_status st = kh_store_txn_put(tx, r, 0, a->ids[i], err);
+        json_decref(r);
+        if (st)
+            return st;
+    }
+    /* the txn's own puts are in its query answers, newest first */
+    for (int k = 0; k < 3; k++) {
+        kh_store_filter f = {.type = "run", .status = ST[k]};
+        json_t *out;
+        kh_status st = kh_store_txn_query(tx, &f, 1, &out, err);
+        if (st)
+            return st;
+        size_t j = 0;
+        for (int i = a->n - 1; i >= 0; i--)
+            if (a->status[i] == k) {
+                assert_true(j < json_array_size(out));
+                assert_string_equal(json_string_value(json_array_get(out, j)), a->ids[i]);
+                j++;
+            }
+        assert_int_equal(j, json_array_size(out));
+        json_decref(out);
+    }
+    /* a replace in the same txn moves its index entry to the new status */
+    int v = (int)(rnd() % (unsigned)a->n);
+    a->status[v] = (a->status[v] + 1) % 3;
+    json_t *r = json_pack("{s:s, s:s, s:s, s:s}", "type", "run", "id", a->ids[v], "policy", "q",
+                          "status", ST[a->status[v]]);
+    kh_status st = kh_store_txn_put(tx, r, KH_STORE_REPLACE, NULL, err);
+    json_decref(r);
+    return st;
+}
+
+static void test_txn_index_order(void **state)
+{
+    fixture *f = *state;
+    kh_err err;
+    struct pend_arg *a = calloc(1, sizeof *a);
+    a->n = 100 + (int)(rnd() % 200);
+    assert_int_equal(kh_store_update(f->s, pend_fn, a, &err), KH_OK);
+    static const char *ST[3] = {"PASSED", "RUNTIME_ERROR", "TIMEOUT"};
+    for (int k = 0; k < 3; k++) {
+        kh_store_filter q = {.type = "run", .status = ST[k]};
+        json_t *out;
+        assert_int_equal(kh_store_query(f->s, &q, 1, &out, &err), KH_OK);
+        size_t want = 0;
+        for (int i = 0; i < a->n; i++)
+            want += a->status[i] == k;
+        assert_int_equal(json_array_size(out), want);
+        json_decref(out);
+    }
+    json_decref(verify_ok(f->s));
+    free(a);
+}
+
+/* ---- the store's JSON writer and reader ------------------------------------------ */
+static json_t *rand_string(int key)
+{
+    char buf[96];
+    size_t n = 0, want = rnd() % 40;
+    while (n < want) {
+        unsigned pick = (unsigned)(rnd() % 8), cp = 1;
+        if (pick < 3)
+            cp = 0x20 + (unsigned)(rnd() % 95); /* printable ASCII, '"' and '\\' too */
+        else if (pick == 3)
+            cp = (unsigned)(rnd() % 0x20); /* control characters, NUL (not in keys) too */
+        if (cp == 0 && key)
+            cp = 1;
+        else if (pick == 4)
+            cp = 0x80 + (unsigned)(rnd() % 0x780);
+        else if (pick == 5)
+            cp = 0xe000 + (unsigned)(rnd() % 0x2000);
+        else if (pick == 6)
+            cp = 0x10000 + (unsigned)(rnd() % 0x100000);
+        else
+            cp = "\"\\/\b\f\n\r\t"[rnd() % 8];
+        if (cp < 0x80) {
+            buf[n++] = (char)cp;
+        } else if (cp < 0x800) {
+            buf[n++] = (char)(0xc0 | cp >> 6);
+            buf[n++] = (char)(0x80 | (cp & 0x3f));
+        } else if (cp < 0x10000) {
+            buf[n++] = (char)(0xe0 | cp >> 12);
+            buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+            buf[n++] = (char)(0x80 | (cp & 0x3f));
+        } else {
+            buf[n++] = (char)(0xf0 | cp >> 18);
+            buf[n++] = (char)(0x80 | ((cp >> 12) & 0x3f));
+            buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+            buf[n++] = (char)(0x80 | (cp & 0x3f));
+        }
+    }
+    return json_stringn(buf, n);
+}
+
+static double rand_real(void)
+{
+    double d;
+    switch (rnd() % 5) {
+    case 0: /* a measurement with a few decimals */
+        d = (double)(rnd() % 10000000) / (double)(1ULL << (rnd() % 4)) / 1e4;
+        break;
+    case 1: /* any bit pattern that is a finite number */
+        do {
+            uint64_t u = rnd();
+            memcpy(&d, &u, 8);
+        } while (!isfinite(d));
+        break;
+    case 2:
+        d = (double)(rnd() % 1000) * 1e-7;
+        break;
+    case 3:
+        d = (double)rnd() * 1e3;
+        break;
+    default:
+        d = (double)(int64_t)(rnd() % 100000) - 50000.0;
+    }
+    return rnd() % 2 ? -d : d;
+}
+
+static json_t *rand_value(int depth)
+{
+    switch (rnd() % (depth > 3 ? 6 : 8)) {
+    case 0: return rand_string(0);
+    case 1: return json_integer((json_int_t)rnd());
+    case 2: return json_real(rand_real());
+    case 3: return rnd() % 2 ? json_true() : json_false();
+    case 4: return json_null();
+    case 5: return json_integer(rnd() % 2 ? INT64_MIN : INT64_MAX);
+    case 6: {
+        json_t *a = json_array();
+        for (size_t i = rnd() % 5; i > 0; i--)
+            json_array_append_new(a, rand_value(depth + 1));
+        return a;
+    }
+    default: {
+        json_t *o = json_object();
+        for (size_t i = rnd() % 6; i > 0; i--) {
+            json_t *k = rand_string(1);
+            json_object_setn_new(o, json_string_value(k), json_string_length(k),
+                                 rand_value(depth + 1));
+            json_decref(k);
+        }
+        return o;
+    }
+    }
+}
+
+/* json_equal, and reals bit for bit (json_equal has -0.0 == 0.0) */
+static int same_json(const json_t *a, const json_t *b)
+{
+    if (json_is_real(a) && json_is_real(b)) {
+        double x = json_real_value(a), y = json_real_value(b);
+        return memcmp(&x, &y, 8) == 0;
+    }
+    if (json_is_array(a) && json_is_array(b)) {
+        if (json_array_size(a) != json_array_size(b))
+            return 0;
+        for (size_t i = 0; i < json_array_size(a); i++)
+            if (!same_json(json_array_get(a, i), json_array_get(b, i)))
+                return 0;
+        return 1;
+    }
+    if (json_is_object(a) && json_is_object(b)) {
+        if (json_object_size(a) != json_object_size(b))
+            return 0;
+        for (void *it = json_object_iter((json_t *)a); it;
+             it = json_object_iter_next((json_t *)a, it)) {
+            json_t *o = json_object_getn(b, json_object_iter_key(it), json_object_iter_key_len(it));
+            if (!o || !same_json(json_object_iter_value(it), o))
+                return 0;
+        }
+        return 1;
+    }
+    return json_equal(a, b);
+}
+
+static void test_json_codec(void **state)
+{
+    (void)state;
+    kh_err err;
+    for (int i = 0; i < 3000; i++) {
+        json_t *v = json_object();
+        for (size_t k = 1 + rnd() % 8; k > 0; k--) {
+            char key[16];
+            snprintf(key, sizeof key, "k%u", (unsigned)(rnd() % 50));
+            json_object_set_new(v, key, rand_value(0));
+        }
+        kh_sbuf b = {0};
+        assert_int_equal(kh_store_json_dump(v, &b, &err), KH_OK);
+        /* jansson reads what we write, to the same values */
+        json_error_t je;
+        json_t *j = json_loadb(b.p, b.n, JSON_ALLOW_NUL, &je);
+        if (!j)
+            fail_msg("jansson cannot read %.*s: %s", (int)b.n, b.p, je.text);
+        assert_true(same_json(v, j));
+        /* our reader reads it, and what jansson writes */
+        json_t *o = kh_store_json_parse(b.p, b.n, &err);
+        if (!o)
+            fail_msg("cannot read back %.*s: %s", (int)b.n, b.p, err.msg);
+        assert_true(same_json(v, o));
+        char *t = json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ESCAPE_SLASH);
+        json_t *o2 = kh_store_json_parse(t, strlen(t), &err);
+        assert_non_null(o2);
+        assert_true(same_json(v, o2));
+        /* damaged text is an error, never a crash: cut it short */
+        size_t cut = b.n > 1 ? (size_t)(rnd() % (b.n - 1)) + 1 : 1;
+        json_t *bad = kh_store_json_parse(b.p, b.n - cut, &err);
+        assert_null(bad);
+        assert_int_equal(err.code, KH_ECORRUPT);
+        free(t);
+        json_decref(o2);
+        json_decref(o);
+        json_decref(j);
+        json_decref(v);
+        kh_sbuf_free(&b);
+    }
+    /* a short real stays short: 0.1 is written as 0.1 */
+    json_t *r = json_pack("{s:f, s:f, s:f}", "a", 0.1, "b", -2.0, "c", -0.0);
+    kh_sbuf b = {0};
+    assert_int_equal(kh_store_json_dump(r, &b, &err), KH_OK);
+    assert_int_equal(b.n, strlen("{\"a\":0.1,\"b\":-2.0,\"c\":-0.0}"));
+    assert_memory_equal(b.p, "{\"a\":0.1,\"b\":-2.0,\"c\":-0.0}", b.n);
+    json_decref(r);
+    /* a NUL in a key (jansson could not read it back) is refused */
+    b.n = 0;
+    r = json_object();
+    json_object_setn_new(r, "a\0b", 3, json_true());
+    assert_int_equal(kh_store_json_dump(r, &b, &err), KH_EINVAL);
+    assert_int_equal(b.n, 0);
+    json_decref(r);
+    /* invalid UTF-8 (possible through the unchecked jansson calls) is refused */
+    b.n = 0;
+    r = json_pack("{s:o}", "x", json_stringn_nocheck("ok\xff", 3));
+    assert_int_equal(kh_store_json_dump(r, &b, &err), KH_EINVAL);
+    assert_int_equal(b.n, 0);
+    json_decref(r);
+    kh_sbuf_free(&b);
+    const char *bad[] = {"{\"a\":01}", "{\"a\":1e}", "{\"a\":\"\\ud800\"}", "{\"a\":\"\xc0\xaf\"}",
+                         "{\"a\":[1,]}", "{\"a\":1} x", "{\"a\":99999999999999999999}",
+                         "{\"a\":tru}", "{\"a\":1e999}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        json_t *x = kh_store_json_parse(bad[i], strlen(bad[i]), &err);
+        if (x)
+            fail_msg("accepted %s", bad[i]);
+        assert_int_equal(err.code, KH_ECORRUPT);
+    }
+}
+
 static void test_time_format(void **state)
 {
     (void)state;
@@ -788,6 +1055,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_secrets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_backup_export_import, setup, teardown),
         cmocka_unit_test(test_time_format),
+        cmocka_unit_test(test_json_codec),
+        cmocka_unit_test_setup_teardown(test_txn_index_order, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
