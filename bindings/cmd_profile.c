@@ -20,6 +20,8 @@ static void usage(FILE *f)
             "                     [--metrics A,B,...] [--replay user|kernel]\n"
             "                     [--min-bytes N] [--flops N] [--latency-ns T]\n"
             "                     [--ncu] [--ncu-path P] [--sections S,...] [--out DIR]\n"
+            "                     [--store PATH | --no-store] [--candidate ID] [--evaluation ID]\n"
+            "                     [--remeasure-peaks] [--peaks-max-age SECONDS]\n"
             "       khlua profile --task DIR --solution FILE [--workload UUID] [--ncu] [--json]\n"
             "\n"
             "Profiles each kernel of a launch list (engine/launch.h) in a profile worker\n"
@@ -43,6 +45,15 @@ static void usage(FILE *f)
             "                  MemoryWorkloadAnalysis)\n"
             "  --out DIR       where ncu's report.ncu-rep and raw.csv go\n"
             "  --json          the whole report as one JSON object\n"
+            "  --store PATH    record into this store (default: --store before the command,\n"
+            "                  $KHLUA_STORE, else .khlua/store): a profile record with the\n"
+            "                  metrics and states, ncu's report and raw CSV and the cubin as\n"
+            "                  blobs; the GPU's peaks as a device record, reused while fresh\n"
+            "  --no-store      neither read nor write a store (peaks measured afresh)\n"
+            "  --candidate ID, --evaluation ID   link the profile record to these\n"
+            "  --remeasure-peaks      measure the copy bandwidth now, whatever is stored\n"
+            "  --peaks-max-age S      stored peaks older than S seconds are re-measured\n"
+            "                         (default 604800, one week; same driver required)\n"
             "\n"
             "--task/--solution need the evaluation path and are not available yet.\n"
             "Exit 0 when profiled (with or without counters), 1 when it could not run,\n"
@@ -116,8 +127,9 @@ static void print_report(const json_t *rep)
     const json_t *peaks = json_object_get(rep, "peaks");
     printf("gpu       %s (%s)\n", str_or(gpu, "name", "?"), str_or(gpu, "uuid", "?"));
     if (isfinite(num(peaks, "copy_bytes_per_s")))
-        printf("peaks     copy %.0f GB/s (measured at worker start)\n",
-               num(peaks, "copy_bytes_per_s") / 1e9);
+        printf("peaks     copy %.0f GB/s (%s %s)\n", num(peaks, "copy_bytes_per_s") / 1e9,
+               !strcmp(str_or(peaks, "source", "?"), "store") ? "kept from" : "measured",
+               str_or(peaks, "measured_at", "?"));
     else
         printf("peaks     %s\n", str_or(peaks, "error", "not measured"));
     if (json_is_true(json_object_get(rep, "counters")))
@@ -150,6 +162,10 @@ static void print_report(const json_t *rep)
         printf("\ntiming    %.2f us (%s, %s protocol)\n", num(t, "latency_ns") / 1e3,
                str_or(t, "timer", "?"), str_or(t, "protocol", "?"));
     printf("state     %s\n", str_or(rep, "signature", "?"));
+    if (json_object_get(rep, "store_id"))
+        printf("stored    %s\n", str_or(rep, "store_id", "?"));
+    else if (json_object_get(rep, "store_error"))
+        printf("stored    no: %s\n", str_or(rep, "store_error", "?"));
     const json_t *ncu = json_object_get(rep, "ncu");
     if (ncu && json_object_get(ncu, "error")) {
         printf("ncu       failed: %s\n", str_or(ncu, "error", "?"));
@@ -171,7 +187,8 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
     const char *cubin_path = NULL, *spec_path = NULL, *metrics = NULL, *replay = "user";
     const char *task = NULL, *solution = NULL, *ncu_path = NULL, *sections = NULL,
                *out_dir = NULL;
-    int json = 0, ncu = 0, run_only = 0;
+    const char *store_path = NULL, *candidate = NULL, *evaluation = NULL;
+    int json = 0, ncu = 0, run_only = 0, no_store = 0;
     kh_profile_opts o = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -184,6 +201,24 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
             json = 1;
         } else if (!strcmp(a, "--ncu")) {
             ncu = 1;
+        } else if (!strcmp(a, "--no-store")) {
+            no_store = 1;
+        } else if (!strcmp(a, "--remeasure-peaks")) {
+            o.remeasure_peaks = 1;
+        } else if (!strcmp(a, "--store") && has) {
+            store_path = argv[++i];
+        } else if (!strcmp(a, "--candidate") && has) {
+            candidate = argv[++i];
+        } else if (!strcmp(a, "--evaluation") && has) {
+            evaluation = argv[++i];
+        } else if (!strcmp(a, "--peaks-max-age") && has) {
+            if (!num_arg(argv[i + 1], &v) || v <= 0) {
+                fprintf(stderr, "khlua profile: --peaks-max-age wants seconds > 0, not '%s'\n",
+                        argv[i + 1]);
+                return 2;
+            }
+            o.peaks_max_age_s = v;
+            i++;
         } else if (!strcmp(a, "--run-only")) {
             run_only = 1;
         } else if (!strcmp(a, "--cubin") && has) {
@@ -291,7 +326,32 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
     o.ncu_sections = sections;
     o.out_dir = out_dir;
     json_t *rep = NULL;
+    if (no_store && (store_path || candidate || evaluation)) {
+        fprintf(stderr, "khlua profile: --no-store excludes --store, --candidate and "
+                        "--evaluation\n");
+        json_decref(spec);
+        json_decref(mlist);
+        free(cubin);
+        return 2;
+    }
+    kh_store *store = NULL;
+    if (!no_store) {
+        kh_store_opts so = {0};
+        const char *sp = store_path ? store_path : kh_engine_store_path(e);
+        if (kh_store_open(sp, &so, &store, &err)) {
+            fprintf(stderr, "khlua profile: cannot open the store %s: %s (--no-store to "
+                            "profile without one)\n", sp, err.msg);
+            json_decref(spec);
+            json_decref(mlist);
+            free(cubin);
+            return 1;
+        }
+    }
+    o.store = store;
+    o.candidate = candidate;
+    o.evaluation = evaluation;
     kh_status st = kh_profile_run(e, &o, &rep, &err);
+    kh_store_close(store);
     json_decref(spec);
     json_decref(mlist);
     free(cubin);

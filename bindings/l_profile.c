@@ -2,7 +2,8 @@
  *   kh.profile.classify(metrics, context) -> state   pure (bottleneck.h)
  *   kh.profile.parse_ncu_csv(text)       -> kernels  ncu's raw CSV (ncu.h)
  *   kh.profile.default_metrics()         -> {names}
- *   kh.profile.run(opts)                 -> report   a profile worker (+ ncu)
+ *   kh.profile.run(opts)                 -> report   a profile worker (+ ncu),
+ *                                                    recorded when opts.store
  * Unknown values (JSON null in the engine's tables) are left out, so a Lua
  * reader tests `state.reread` for nil. */
 #include "kh_lua.h"
@@ -148,7 +149,11 @@ static int l_default_metrics(lua_State *L)
 }
 
 /* run{cubin = bytes, spec = launch list, metrics?, replay?, ncu?, min_bytes?,
- *     flops?, measured_ns?, out?, ncu_path?, sections?, timeout?} */
+ *     flops?, measured_ns?, out?, ncu_path?, sections?, timeout?,
+ *     store = db?, task?, candidate?, evaluation?, remeasure_peaks?,
+ *     peaks_max_age?}
+ * With store (a kh.Store, as kh.compile takes it) the report is recorded
+ * there and the GPU's peaks are reused from it while fresh. */
 static int l_run(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -160,9 +165,10 @@ static int l_run(lua_State *L)
     if (!cubin || !n)
         return luaL_argerror(L, 1, "cubin (the module's bytes) is required");
     /* the string stays on the stack, so it outlives the call */
-    const char *strs[] = {"replay", "out", "ncu_path", "sections"};
-    const char *vals[4] = {NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 4; i++) {
+    const char *strs[] = {"replay", "out", "ncu_path", "sections", "task", "candidate",
+                          "evaluation"};
+    const char *vals[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 7; i++) {
         int ty = lua_getfield(L, 1, strs[i]);
         if (ty == LUA_TSTRING)
             vals[i] = lua_tostring(L, -1);
@@ -175,6 +181,16 @@ static int l_run(lua_State *L)
     o.ncu = lua_toboolean(L, -1);
     lua_pop(L, 1);
     o.timeout_s = optnum(L, 1, "timeout");
+    o.peaks_max_age_s = optnum(L, 1, "peaks_max_age");
+    lua_getfield(L, 1, "remeasure_peaks");
+    o.remeasure_peaks = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    /* anchored by the table; raises inside db:update (transactions do not nest) */
+    if (lua_getfield(L, 1, "store") != LUA_TNIL)
+        o.store = kh_lua_check_store_idle(L, -1);
+    lua_pop(L, 1);
+    if (!o.store && (vals[4] || vals[5] || vals[6]))
+        return luaL_argerror(L, 1, "task, candidate and evaluation link a record: give store");
     json_t *spec = optjson(L, 1, "spec");
     if (!json_is_object(spec)) {
         json_decref(spec);
@@ -194,6 +210,9 @@ static int l_run(lua_State *L)
     o.out_dir = vals[1];
     o.ncu_path = vals[2];
     o.ncu_sections = vals[3];
+    o.task = vals[4];
+    o.candidate = vals[5];
+    o.evaluation = vals[6];
     json_t *rep = NULL;
     kh_err err;
     kh_status st = kh_profile_run(kh_lua_engine(L), &o, &rep, &err);

@@ -3,11 +3,13 @@
  *   info                      the device, the chip, whether counters work
  *   load   (payload: cubin)   load a module under params.module
  *   unload                    drop a module
- *   peaks                     the device's measured copy bandwidth
+ *   peaks  {measure?}         the device's measured copy bandwidth
+ *                             (measure: again, now)
  *   profile                   per-kernel metrics of a launch list, the
  *                             launches' resources and occupancy, a timing
- * Peaks are measured once, when the worker starts, and reported with the
- * GPU's UUID.  Also here: kh_profile_target, the process ncu profiles.
+ * Peaks are measured once, when the worker starts (or, with
+ * KHLUA_PEAKS_LAZY, on the first "peaks" call: the coordinator reuses the
+ * peaks it keeps per GPU UUID), and reported with the GPU's UUID.  Also here: kh_profile_target, the process ncu profiles.
  * A sticky CUDA error is reported, then the process exits. */
 #include "bench.h"
 #include "cubin.h"
@@ -101,6 +103,9 @@ static json_t *measure_peaks(kh_gpu *g)
             json_object_set_new(res, "copy_median_ns", json_real(r.median_ns));
             json_object_set_new(res, "copy_bytes", json_integer((json_int_t)bytes));
             json_object_set_new(res, "timer", json_string(r.timer));
+            json_object_set_new(res, "method",
+                                json_string("cuMemcpyDtoDAsync, median of 20 copies, "
+                                            "(read + write bytes) / time"));
             kh_bench_result_free(&r);
         }
         kh_gpu_buf_free(g, &a);
@@ -137,8 +142,12 @@ static kh_status prof_init(kh_worker *w, kh_err *err)
         free(s);
         return st;
     }
-    s->peaks = getenv("KHLUA_NO_PEAKS") ? json_pack("{s:s}", "error", "KHLUA_NO_PEAKS set")
-                                        : measure_peaks(s->g);
+    /* KHLUA_PEAKS_LAZY: the coordinator may hold this GPU's peaks already
+     * (kept per UUID in the store) and asks "peaks" {measure} only when not. */
+    if (getenv("KHLUA_NO_PEAKS"))
+        s->peaks = json_pack("{s:s}", "error", "KHLUA_NO_PEAKS set");
+    else if (!getenv("KHLUA_PEAKS_LAZY"))
+        s->peaks = measure_peaks(s->g);
     kh_worker_set_state(w, s);
     return KH_OK;
 }
@@ -273,9 +282,16 @@ static kh_status m_peaks(kh_worker *w, const json_t *params, const unsigned char
                          size_t n, json_t **result, unsigned char **out, size_t *out_n,
                          kh_err *err)
 {
-    (void)params; (void)payload; (void)n; (void)out; (void)out_n; (void)err;
-    *result = json_incref(S(w)->peaks);
-    return KH_OK;
+    (void)payload; (void)n; (void)out; (void)out_n; (void)err;
+    prof_state *s = S(w);
+    if (json_is_true(json_object_get(params, "measure")) && !getenv("KHLUA_NO_PEAKS")) {
+        json_decref(s->peaks);
+        s->peaks = NULL;
+    }
+    if (!s->peaks)
+        s->peaks = measure_peaks(s->g);
+    *result = json_incref(s->peaks);
+    return after(w, KH_OK);
 }
 
 static int dev_attr(prof_state *s, CUdevice_attribute a)
