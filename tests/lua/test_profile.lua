@@ -2,7 +2,8 @@
 -- classify is pure and agrees with ncu's rule on random metric sets, names
 -- the occupancy limiter from launch context, says "no counters" and why;
 -- parse_ncu_csv reads the hand-written fixture; misuse raises; run and the
--- CLI fail clearly without a GPU; --task/--solution say "not yet".
+-- CLI fail clearly without a GPU; --task/--solution say "not yet"; the
+-- store options are checked and a failed run records nothing.
 local T = require "testlib"
 local kh = require "kh"
 
@@ -72,6 +73,9 @@ T.test("misuse raises", function()
   T.raises(function() kh.profile.run { spec = { launches = {} } } end, "cubin")
   T.raises(function() kh.profile.run { cubin = "x", spec = { launches = {} }, replay = "sometimes" } end,
     "replay")
+  T.raises(function() kh.profile.run { cubin = "x", spec = { launches = {} }, candidate = "c" } end,
+    "store")
+  T.raises(function() kh.profile.run { cubin = "x", spec = { launches = {} }, store = {} } end)
 end)
 
 T.test("parse_ncu_csv reads the fixture; a bad CSV returns nil, msg, code", function()
@@ -115,4 +119,35 @@ T.test("khlua profile: --task says not yet; bad arguments are usage errors", fun
   out, code = T.khlua("profile", "--cubin", "/nonexistent.cubin", "--spec", "b")
   T.eq(code, 1)
   T.match(out, "cannot read")
+end)
+
+T.test("khlua profile: store options", function()
+  local dir = T.tmpdir()
+  local f = assert(io.open(dir .. "/k.cubin", "wb")); f:write("\127ELF not really"); f:close()
+  f = assert(io.open(dir .. "/s.json", "wb")); f:write('{"buffers": [], "launches": []}'); f:close()
+  local out, code = T.khlua("profile", "--cubin", dir .. "/k.cubin", "--spec", dir .. "/s.json",
+                            "--no-store", "--candidate", "candidate-x")
+  T.eq(code, 2)
+  T.match(out, "no%-store")
+  out, code = T.khlua("profile", "--cubin", dir .. "/k.cubin", "--spec", dir .. "/s.json",
+                      "--peaks-max-age", "-3")
+  T.eq(code, 2)
+  -- a store that cannot be opened is named, and nothing is profiled
+  f = assert(io.open(dir .. "/afile", "wb")); f:write("x"); f:close()
+  out, code = T.khlua("profile", "--cubin", dir .. "/k.cubin", "--spec", dir .. "/s.json",
+                      "--store", dir .. "/afile")
+  T.eq(code, 1)
+  T.match(out, "cannot open the store")
+  T.match(out, "afile")
+end)
+
+T.test("kh.profile.run: a run that fails (no GPU, or a bad cubin) records no profile", function()
+  local dir = T.tmpdir()
+  local db = assert(kh.store.open(dir .. "/store"))
+  local r, msg = kh.profile.run { cubin = "\127ELF not really", spec = { buffers = {}, launches = {} },
+                                  store = db }
+  T.eq(r, nil)
+  T.ok(type(msg) == "string")
+  T.eq(#db:query { type = "profile" }, 0)
+  db:close()
 end)
