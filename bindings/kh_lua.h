@@ -65,6 +65,7 @@ void kh_open_check(lua_State *L, kh_engine *e);
 void kh_open_compile(lua_State *L, kh_engine *e);
 void kh_open_store(lua_State *L, kh_engine *e);
 void kh_open_profile(lua_State *L, kh_engine *e);
+void kh_open_eval(lua_State *L, kh_engine *e);
 
 /* The `kh` module itself (package.preload.kh); expects the engine as upvalue. */
 int kh_luaopen_kh(lua_State *L);
@@ -85,6 +86,7 @@ int kh_cmd_task(kh_engine *e, int argc, char **argv);
 int kh_cmd_compile(kh_engine *e, int argc, char **argv);
 int kh_cmd_store(kh_engine *e, int argc, char **argv);
 int kh_cmd_profile(kh_engine *e, int argc, char **argv);
+int kh_cmd_eval(kh_engine *e, int argc, char **argv);
 
 /* True if argv holds -h or --help (commands print their usage and exit 0). */
 int kh_cli_wants_help(int argc, char **argv);

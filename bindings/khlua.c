@@ -26,6 +26,7 @@ static const kh_command commands[] = {
     {"store", "the artifact store: ls, show, cat, stats, verify, export, import, gc, backup",
      kh_cmd_store},
     {"profile", "profiler metrics and the bottleneck state of a launch list", kh_cmd_profile},
+    {"eval", "evaluate a solution on a task's workloads: verdicts, checks, timing", kh_cmd_eval},
 };
 
 static lua_State *g_L;

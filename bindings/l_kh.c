@@ -100,6 +100,7 @@ int kh_luaopen_kh(lua_State *L)
         {"compile", kh_open_compile},
         {"store", kh_open_store},
         {"profile", kh_open_profile},
+        {"eval", kh_open_eval},
     };
     for (size_t i = 0; i < KH_ARRAY_LEN(modules); i++) {
         modules[i].open(L, e);

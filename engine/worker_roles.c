@@ -6,11 +6,13 @@ extern const kh_worker_role kh_role_compile;
 extern const kh_worker_role kh_role_echo;
 extern const kh_worker_role kh_role_gpu;
 extern const kh_worker_role kh_role_profile;
+extern const kh_worker_role kh_role_host;
 
 const kh_worker_role *const kh_worker_roles[] = {
     &kh_role_compile,
     &kh_role_echo,
     &kh_role_gpu,
     &kh_role_profile,
+    &kh_role_host,
     NULL,
 };

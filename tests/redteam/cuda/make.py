@@ -125,6 +125,5 @@ ref = {"name": "add_ref_c", "definition": DEF["name"], "author": "khlua-redteam"
 json.dump(ref, open("solutions/add_ref_c.json", "w"), indent=2)
 for name in K:
     json.dump(solution(name), open(f"solutions/rt_{name}.json", "w"), indent=2)
-json.dump({("rt_" + k): {"status": v[0], "check": v[1]} for k, v in EXPECT.items()},
-          open("expect.json", "w"), indent=2, sort_keys=True)
+# expect.json (verdicts and the checks that may catch each candidate) is kept by hand
 print(f"{len(K)} candidates")

@@ -1,0 +1,202 @@
+/* cmd_eval.c: `khlua eval --task DIR --solution FILE|NAME ...`: evaluates a
+ * solution on a task's workloads (engine/eval.h) and prints a table per
+ * workload, or FlashInfer-Bench Trace JSONL with --json.  Exit 0 when every
+ * workload PASSED, 1 when any did not (or the evaluation could not run), 2 on
+ * usage errors, 130 when interrupted. */
+#include "kh_lua.h"
+
+#include "eval.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: khlua eval --task DIR --solution FILE|NAME [options]\n"
+            "\n"
+            "Evaluates a solution (a Solution JSON file, or the name of one in the task)\n"
+            "on the task's workloads: correctness against the definition's trusted\n"
+            "reference with FlashInfer-Bench's rules plus khlua's hardened checks\n"
+            "(poisoned outputs, unchanged inputs, guard bands, determinism, verified\n"
+            "timed calls, the speed-of-light bound), then timing.  docs/evaluation.md.\n"
+            "\n"
+            "  --workloads all|N|UUID,...  which workloads (default all; N: the first N)\n"
+            "  --protocol P      official (default), screen or precise\n"
+            "  --no-timing       correctness only\n"
+            "  --parity          FlashInfer-Bench's checks alone (no hardened checks)\n"
+            "  --trials N        input sets for correctness (default 3)\n"
+            "  --seed N          base seed of the inputs (default fixed; recorded)\n"
+            "  --warmup N, --iters N, --timing-trials N   protocol overrides\n"
+            "  --rotate N        timing input sets (default 3)\n"
+            "  --warm            no cache flush before timed calls (default: flush)\n"
+            "  --verify F        share of timed calls whose outputs are checked (default 0.1)\n"
+            "  --deadline S      seconds per workload and worker request (default 300)\n"
+            "  --host-memory MB  memory limit of the host worker (default 8192)\n"
+            "  --atol X, --rtol X, --ratio X   tolerance overrides (required matched ratio)\n"
+            "  --no-store        do not record the verdicts in the store\n"
+            "  --json            FlashInfer-Bench Trace JSONL, one line per workload\n"
+            "\n"
+            "Exit 0 when every workload PASSED, 1 otherwise, 2 on usage errors.\n");
+}
+
+static int num_arg(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static const char *fmt_num(const json_t *j, char *buf, size_t n, int digits)
+{
+    if (json_is_string(j))
+        snprintf(buf, n, "%s", json_string_value(j));
+    else if (json_is_number(j) && digits < 0)
+        snprintf(buf, n, "%.3g", json_number_value(j));
+    else if (json_is_number(j))
+        snprintf(buf, n, "%.*f", digits, json_number_value(j));
+    else
+        snprintf(buf, n, "-");
+    return buf;
+}
+
+int kh_cmd_eval(kh_engine *e, int argc, char **argv)
+{
+    if (kh_cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    kh_eval_opts o;
+    kh_eval_opts_default(&o);
+    const char *task = NULL, *sol = NULL;
+    int as_json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x;
+        int takes = 1;
+        if (!strcmp(a, "--json")) {
+            as_json = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--parity")) {
+            o.parity = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--no-store")) {
+            o.record = 0;
+            takes = 0;
+        } else if (!strcmp(a, "--warm")) {
+            o.cold = 0;
+            takes = 0;
+        } else if (!strcmp(a, "--no-timing")) {
+            o.timing = 0;
+            takes = 0;
+        } else if (!v) {
+            fprintf(stderr, "khlua eval: %s: %s\n", a,
+                    a[0] == '-' ? "unknown option or missing value" : "unexpected argument");
+            usage(stderr);
+            return 2;
+        } else if (!strcmp(a, "--task"))
+            task = v;
+        else if (!strcmp(a, "--solution"))
+            sol = v;
+        else if (!strcmp(a, "--workloads"))
+            o.workloads = v;
+        else if (!strcmp(a, "--protocol"))
+            o.protocol = v;
+        else if (!num_arg(v, &x)) {
+            fprintf(stderr, "khlua eval: %s: expected a number, got '%s'\n", a, v);
+            return 2;
+        } else if (!strcmp(a, "--trials"))
+            o.trials = (int)x;
+        else if (!strcmp(a, "--seed"))
+            o.seed = (uint64_t)x;
+        else if (!strcmp(a, "--warmup"))
+            o.warmup = (int)x;
+        else if (!strcmp(a, "--iters"))
+            o.iters = (int)x;
+        else if (!strcmp(a, "--timing-trials"))
+            o.timing_trials = (int)x;
+        else if (!strcmp(a, "--rotate"))
+            o.rotate_inputs = (int)x;
+        else if (!strcmp(a, "--verify"))
+            o.verify_timed_fraction = x;
+        else if (!strcmp(a, "--host-memory"))
+            o.host_memory_bytes = (uint64_t)(x * 1048576.0);
+        else if (!strcmp(a, "--deadline"))
+            o.deadline_s = x;
+        else if (!strcmp(a, "--atol"))
+            o.atol = x;
+        else if (!strcmp(a, "--rtol"))
+            o.rtol = x;
+        else if (!strcmp(a, "--ratio"))
+            o.required_matched_ratio = x;
+        else {
+            fprintf(stderr, "khlua eval: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i += takes;
+    }
+    if (!task || !sol) {
+        fprintf(stderr, "khlua eval: --task and --solution are required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(o.protocol, "official") && strcmp(o.protocol, "screen") &&
+        strcmp(o.protocol, "precise")) {
+        fprintf(stderr, "khlua eval: --protocol: expected official, screen or precise\n");
+        return 2;
+    }
+    kh_err err;
+    kh_eval *ev = kh_eval_new(e, NULL, &err);
+    json_t *traces = NULL;
+    kh_status st = ev ? kh_eval_run(ev, task, sol, &o, &traces, &err) : err.code;
+    kh_eval_free(ev);
+    if (st) {
+        fprintf(stderr, "khlua eval: %s\n", err.msg);
+        return st == KH_EINTR ? 130 : 1;
+    }
+    int all_ok = 1;
+    size_t i;
+    json_t *t;
+    if (!as_json)
+        printf("%-38s %-20s %-17s %11s %11s %12s %8s\n", "workload", "status", "failed check",
+               "max abs", "max rel", "latency ms", "speedup");
+    json_array_foreach(traces, i, t) {
+        json_t *evj = json_object_get(t, "evaluation");
+        const char *status = json_string_value(json_object_get(evj, "status"));
+        if (!status || strcmp(status, "PASSED"))
+            all_ok = 0;
+        if (as_json) {
+            char *line = json_dumps(t, JSON_COMPACT);
+            if (line)
+                printf("%s\n", line);
+            free(line);
+            continue;
+        }
+        json_t *kl = json_object_get(evj, "khlua");
+        json_t *c = json_object_get(evj, "correctness");
+        json_t *p = json_object_get(evj, "performance");
+        const char *fc = json_string_value(json_object_get(kl, "failed_check"));
+        char b1[32], b2[32], b3[32], b4[32];
+        printf("%-38s %-20s %-17s %11s %11s %12s %8s\n",
+               json_string_value(json_object_get(json_object_get(t, "workload"), "uuid")),
+               status ? status : "?", fc ? fc : "-",
+               fmt_num(json_object_get(c, "max_absolute_error"), b1, sizeof b1, -1),
+               fmt_num(json_object_get(c, "max_relative_error"), b2, sizeof b2, -1),
+               fmt_num(json_object_get(p, "latency_ms"), b3, sizeof b3, 4),
+               fmt_num(json_object_get(p, "speedup_factor"), b4, sizeof b4, 2));
+        const char *detail = json_string_value(json_object_get(kl, "detail"));
+        if (status && strcmp(status, "PASSED") && detail && *detail)
+            printf("    %.300s\n", detail);
+    }
+    json_decref(traces);
+    return all_ok ? 0 : 1;
+}

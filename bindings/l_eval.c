@@ -1,0 +1,198 @@
+/* l_eval.c: kh.eval, evaluation verdicts for Lua (engine/eval.h).
+ *
+ *   local traces, msg, code = kh.eval(task, solution [, opts])   -- also kh.eval.run
+ *
+ * Returns an array of FlashInfer-Bench Trace tables (evaluation.status, ...,
+ * evaluation.khlua.{checks, failed_check, seeds, hashes, ...}); nil, msg,
+ * code when it could not run.  Verdicts are recorded in opts.store (an open
+ * kh.Store) when given, else in the engine's store; record = false skips
+ * that.  The evaluator (its worker pools, built
+ * artifacts and reference outputs) is one per Lua state, kept in the
+ * registry and freed by its __gc at lua_close, like kh.compile's compiler. */
+#include "kh_lua.h"
+
+#include "eval.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char EVAL_KEY = 'e'; /* registry key: its address */
+
+typedef struct leval {
+    kh_eval *ev;
+} leval;
+
+static int eval_gc(lua_State *L)
+{
+    leval *le = luaL_checkudata(L, 1, "kh.Evaluator");
+    kh_eval_free(le->ev);
+    le->ev = NULL;
+    return 0;
+}
+
+static kh_eval *get_eval(lua_State *L)
+{
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &EVAL_KEY) == LUA_TUSERDATA) {
+        leval *le = lua_touserdata(L, -1);
+        lua_pop(L, 1);
+        return le->ev;
+    }
+    lua_pop(L, 1);
+    leval *le = lua_newuserdatauv(L, sizeof *le, 0);
+    le->ev = NULL;
+    if (luaL_newmetatable(L, "kh.Evaluator")) {
+        lua_pushcfunction(L, eval_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    kh_err err;
+    le->ev = kh_eval_new(kh_lua_engine(L), NULL, &err);
+    if (!le->ev) {
+        lua_pop(L, 1);
+        luaL_error(L, "%s", err.msg);
+    }
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &EVAL_KEY);
+    return le->ev;
+}
+
+static int opt_int(lua_State *L, int t, const char *k, int def)
+{
+    int ty = lua_getfield(L, t, k);
+    if (ty != LUA_TNIL && !lua_isinteger(L, -1))
+        luaL_error(L, "opts.%s must be an integer", k);
+    int v = ty == LUA_TNIL ? def : (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+static double opt_num(lua_State *L, int t, const char *k, double def)
+{
+    int ty = lua_getfield(L, t, k);
+    if (ty != LUA_TNIL && ty != LUA_TNUMBER)
+        luaL_error(L, "opts.%s must be a number", k);
+    double v = ty == LUA_TNIL ? def : lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+static int opt_bool(lua_State *L, int t, const char *k, int def)
+{
+    int ty = lua_getfield(L, t, k);
+    if (ty != LUA_TNIL && ty != LUA_TBOOLEAN)
+        luaL_error(L, "opts.%s must be a boolean", k);
+    int v = ty == LUA_TNIL ? def : lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* opts.workloads: "all", a count, a uuid string or an array of uuids; the
+ * string stays on the stack (anchored) until the call returns. */
+static const char *opt_workloads(lua_State *L, int t)
+{
+    int ty = lua_getfield(L, t, "workloads"); /* [.., w] */
+    if (ty == LUA_TNIL)
+        return NULL;
+    if (lua_isinteger(L, -1)) {
+        lua_pushfstring(L, "%d", (int)lua_tointeger(L, -1));
+        lua_remove(L, -2);
+        return lua_tostring(L, -1);
+    }
+    if (ty == LUA_TSTRING)
+        return lua_tostring(L, -1);
+    if (ty != LUA_TTABLE)
+        luaL_error(L, "opts.workloads must be \"all\", a count, a uuid or an array of uuids");
+    int w = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b); /* [.., w, buf...] */
+    lua_Integer n = (lua_Integer)lua_rawlen(L, w);
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, w, i) != LUA_TSTRING)
+            luaL_error(L, "opts.workloads[%d] must be a uuid string", (int)i);
+        if (i > 1) {
+            lua_pop(L, 1);
+            luaL_addchar(&b, ',');
+            lua_rawgeti(L, w, i);
+        }
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    lua_remove(L, -2);
+    return lua_tostring(L, -1);
+}
+
+static int l_run(lua_State *L)
+{
+    const char *task = luaL_checkstring(L, 1);
+    const char *sol = luaL_checkstring(L, 2);
+    kh_eval_opts o;
+    kh_eval_opts_default(&o);
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        int t = 3;
+        lua_getfield(L, t, "protocol"); /* anchored by the table */
+        if (!lua_isnil(L, -1))
+            o.protocol = luaL_checkstring(L, -1);
+        lua_pop(L, 1);
+        o.timing = opt_bool(L, t, "timing", o.timing);
+        o.parity = opt_bool(L, t, "parity", o.parity);
+        o.trials = opt_int(L, t, "trials", o.trials);
+        int ty = lua_getfield(L, t, "seed");
+        if (ty != LUA_TNIL) {
+            if (!lua_isinteger(L, -1))
+                luaL_error(L, "opts.seed must be an integer");
+            o.seed = (uint64_t)lua_tointeger(L, -1);
+        }
+        lua_pop(L, 1);
+        o.warmup = opt_int(L, t, "warmup", o.warmup);
+        o.iters = opt_int(L, t, "iters", o.iters);
+        o.timing_trials = opt_int(L, t, "timing_trials", o.timing_trials);
+        o.max_iters = opt_int(L, t, "max_iters", o.max_iters);
+        o.timing_timeout_s = opt_num(L, t, "timing_timeout_s", o.timing_timeout_s);
+        o.rotate_inputs = opt_int(L, t, "rotate_inputs", o.rotate_inputs);
+        o.verify_timed_fraction = opt_num(L, t, "verify_timed_fraction", o.verify_timed_fraction);
+        o.cold = opt_bool(L, t, "cold", o.cold);
+        ty = lua_getfield(L, t, "deterministic");
+        if (ty == LUA_TBOOLEAN)
+            o.deterministic = lua_toboolean(L, -1);
+        else if (ty != LUA_TNIL)
+            luaL_error(L, "opts.deterministic must be a boolean");
+        lua_pop(L, 1);
+        o.deadline_s = opt_num(L, t, "deadline_s", o.deadline_s);
+        o.atol = opt_num(L, t, "atol", o.atol);
+        o.rtol = opt_num(L, t, "rtol", o.rtol);
+        o.required_matched_ratio = opt_num(L, t, "required_matched_ratio",
+                                           o.required_matched_ratio);
+        o.time_reference = opt_bool(L, t, "time_reference", o.time_reference);
+        o.host_memory_bytes = (uint64_t)opt_num(L, t, "host_memory_bytes", 0);
+        o.record = opt_bool(L, t, "record", o.record);
+        if (lua_getfield(L, t, "store") != LUA_TNIL) /* anchored by the table */
+            o.store = kh_lua_check_store_idle(L, -1);
+        lua_pop(L, 1);
+        o.workloads = opt_workloads(L, t); /* stays on the stack */
+    }
+    kh_eval *ev = get_eval(L);
+    json_t *traces = NULL;
+    kh_err err;
+    if (kh_eval_run(ev, task, sol, &o, &traces, &err))
+        return kh_lua_fail(L, &err);
+    kh_lua_push_json(L, traces);
+    json_decref(traces);
+    return 1;
+}
+
+static int l_call(lua_State *L)
+{
+    lua_remove(L, 1); /* the module table */
+    return l_run(L);
+}
+
+void kh_open_eval(lua_State *L, kh_engine *e)
+{
+    static const luaL_Reg fns[] = {{"run", l_run}, {NULL, NULL}};
+    kh_lua_newlib(L, e, fns); /* [mod] */
+    lua_newtable(L);          /* [mod, mt] */
+    lua_pushlightuserdata(L, e);
+    lua_pushcclosure(L, l_call, 1);
+    lua_setfield(L, -2, "__call");
+    lua_setmetatable(L, -2);
+}

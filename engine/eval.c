@@ -1,0 +1,1770 @@
+/* eval.c: the coordinator's side of evaluation (eval.h, docs/evaluation.md).
+ * Owns: choosing workloads, resolving manifests into concrete `evaluate`
+ * requests, building artifacts (hostcc for the host backend, the compile
+ * core for cuda), the reference-output cache, the comparison of returned
+ * outputs (engine/check, FlashInfer-Bench's aggregation), the hardened
+ * checks' verdicts, the speed-of-light bound, and the verdict JSON.
+ * Running anything a candidate wrote is left to the workers (role_host.c,
+ * role_gpu.c) behind the supervisor's pools. */
+#include "eval.h"
+
+#include "bench.h"
+#include "check.h"
+#include "compile.h"
+#include "hostcc.h"
+#include "rng.h"
+#include "safetensors.h"
+#include "store.h"
+#include "supervisor.h"
+#include "task.h"
+#include "tensor.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KH_ASAN 1
+#endif
+#endif
+
+/* ---- caches --------------------------------------------------------------- */
+typedef struct art {
+    struct art *next;
+    char key[33];       /* source hash (kind, paths, contents) */
+    int host;           /* 1: shared object, 0: cubin */
+    int ok;
+    unsigned char *bytes;
+    size_t len;
+    char hash[33];      /* of the bytes */
+    char *log;
+} art;
+
+typedef struct refout {
+    struct refout *next;
+    char *def, *uuid;
+    uint64_t seed;
+    size_t n;
+    char **names;
+    unsigned char **bytes;
+    size_t *lens;
+} refout;
+
+typedef struct refperf {
+    struct refperf *next;
+    char *def, *uuid, *protocol;
+    double latency_ns;
+} refperf;
+
+struct kh_eval {
+    kh_engine *e;
+    char *exe, *launch;
+    uint64_t host_as;
+    kh_pool *host, *gpu;
+    kh_compiler *cc;
+    art *arts;
+    refout *refs;
+    refperf *perfs;
+    char as_env[64], asan_env[1024];
+    const char *env[3];
+    double gpu_bw;     /* gpu "peaks" copy bandwidth x margin, bytes/s; 0: not asked yet */
+    kh_store *store;   /* borrowed (cfg) or opened here on first record */
+    int own_store;
+};
+
+static char *dupstr(const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+static void hex128(const void *data, size_t len, char out[33])
+{
+    XXH128_hash_t h = XXH3_128bits(data, len);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", c.digest[i]);
+}
+
+kh_eval *kh_eval_new(kh_engine *e, const kh_eval_config *cfg, kh_err *err)
+{
+    kh_eval *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        kh_err_set(err, KH_ENOMEM, "out of memory");
+        return NULL;
+    }
+    ev->e = e;
+    ev->store = cfg ? cfg->store : NULL;
+    ev->host_as = cfg && cfg->host_as_bytes ? cfg->host_as_bytes : (uint64_t)8 << 30;
+    if ((cfg && cfg->exe && !(ev->exe = dupstr(cfg->exe))) ||
+        (cfg && cfg->launch && !(ev->launch = dupstr(cfg->launch)))) {
+        kh_eval_free(ev);
+        kh_err_set(err, KH_ENOMEM, "out of memory");
+        return NULL;
+    }
+    return ev;
+}
+
+void kh_eval_free(kh_eval *ev)
+{
+    if (!ev)
+        return;
+    kh_pool_free(ev->host);
+    kh_pool_free(ev->gpu);
+    if (ev->own_store)
+        kh_store_close(ev->store);
+    if (ev->cc)
+        kh_compile_free(ev->cc);
+    for (art *a = ev->arts, *n; a; a = n) {
+        n = a->next;
+        free(a->bytes);
+        free(a->log);
+        free(a);
+    }
+    for (refout *r = ev->refs, *n; r; r = n) {
+        n = r->next;
+        for (size_t i = 0; i < r->n; i++) {
+            free(r->names[i]);
+            free(r->bytes[i]);
+        }
+        free(r->names);
+        free(r->bytes);
+        free(r->lens);
+        free(r->def);
+        free(r->uuid);
+        free(r);
+    }
+    for (refperf *p = ev->perfs, *n; p; p = n) {
+        n = p->next;
+        free(p->def);
+        free(p->uuid);
+        free(p->protocol);
+        free(p);
+    }
+    free(ev->exe);
+    free(ev->launch);
+    free(ev);
+}
+
+void kh_eval_opts_default(kh_eval_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->protocol = "official";
+    o->timing = 1;
+    o->trials = 3;
+    o->seed = 0x6b686c7561ull; /* "khlua" */
+    o->warmup = o->iters = o->timing_trials = -1;
+    o->rotate_inputs = 3;
+    o->verify_timed_fraction = 0.1;
+    o->cold = 1;
+    o->deterministic = -1;
+    o->deadline_s = 300;
+    o->atol = o->rtol = o->required_matched_ratio = -1;
+    o->time_reference = 1;
+    o->record = 1;
+}
+
+/* ---- the store ------------------------------------------------------------
+ * One update per verdict: the task (named by its definition) and the candidate
+ * (content-addressed by the solution JSON) if not there yet, the raw samples
+ * as a blob (float64 little-endian, one per timed call, in call order), and
+ * the evaluation record. */
+typedef struct rec_ctx {
+    const kh_task_def *d;
+    const json_t *sol_json;
+    const char *sol_name;
+    json_t *trace;
+    const void *samples;
+    size_t samples_len;
+    char blob[33];
+    char cand_id[KH_STORE_ID_MAX], eval_id[KH_STORE_ID_MAX];
+} rec_ctx;
+
+static kh_status put_if_absent(kh_store_txn *tx, const char *id, json_t *rec, kh_err *err)
+{
+    json_t *have = NULL;
+    kh_status st = kh_store_txn_get(tx, id, &have, err);
+    json_decref(have);
+    if (st == KH_OK) {
+        json_decref(rec);
+        return KH_OK;
+    }
+    if (st != KH_ENOTFOUND) {
+        json_decref(rec);
+        return st;
+    }
+    char out[KH_STORE_ID_MAX];
+    st = kh_store_txn_put(tx, rec, 0, out, err);
+    json_decref(rec);
+    return st;
+}
+
+static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
+{
+    rec_ctx *r = arg;
+    char task_id[KH_STORE_ID_MAX];
+    snprintf(task_id, sizeof task_id, "task-%s", r->d->name);
+    kh_status st = put_if_absent(tx, task_id,
+                                 json_pack("{s:s, s:s, s:s, s:O}", "type", "task", "id", task_id,
+                                           "name", r->d->name, "definition", r->d->json),
+                                 err);
+    if (st)
+        return st;
+    char *sj = json_dumps(r->sol_json, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!sj)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    kh_hash sh;
+    st = kh_store_txn_put_blob(tx, sj, strlen(sj), &sh, err);
+    /* the bytes must stay valid until the update returns (write replay) */
+    char shex[33];
+    kh_hash_hex(&sh, shex);
+    snprintf(r->cand_id, sizeof r->cand_id, "candidate-%s", shex);
+    if (!st)
+        st = put_if_absent(tx, r->cand_id,
+                           json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:{s:s}}", "type",
+                                     "candidate", "id", r->cand_id, "task", task_id, "name",
+                                     r->sol_name, "source_blob", shex, "origin", "file",
+                                     "provenance", "source_hash", shex),
+                           err);
+    if (st) {
+        free(sj);
+        return st;
+    }
+    r->blob[0] = 0;
+    if (r->samples_len) {
+        kh_hash bh;
+        if ((st = kh_store_txn_put_blob(tx, r->samples, r->samples_len, &bh, err))) {
+            free(sj);
+            return st;
+        }
+        kh_hash_hex(&bh, r->blob);
+    }
+    json_t *evj = json_object_get(r->trace, "evaluation");
+    json_t *kl = json_object_get(evj, "khlua");
+    if (r->blob[0])
+        json_object_set_new(kl, "samples_blob", json_string(r->blob));
+    json_t *rec = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s?, s:s, s:s, s:O, s:O, s:{s:O, s:O, s:O}}", "type", "evaluation",
+        "task", task_id, "candidate", r->cand_id, "status",
+        json_string_value(json_object_get(evj, "status")), "samples_blob",
+        r->blob[0] ? r->blob : NULL, "definition", r->d->name, "solution", r->sol_name,
+        "workload", json_object_get(r->trace, "workload"), "evaluation", evj, "provenance",
+        "hashes", json_object_get(kl, "hashes"), "seeds", json_object_get(kl, "seeds"),
+        "worker", json_object_get(kl, "worker") ? json_object_get(kl, "worker") : json_null());
+    json_t *proto = json_object_get(kl, "protocol");
+    if (proto)
+        json_object_set(rec, "protocol", proto);
+    st = kh_store_txn_put(tx, rec, 0, r->eval_id, err);
+    json_decref(rec);
+    /* sj must outlive the transaction: freed by the caller's cleanup */
+    r->sol_json = (const json_t *)(void *)sj;
+    return st;
+}
+
+/* Record a verdict; on success the trace carries khlua.record and
+ * khlua.samples_blob. */
+static kh_status record(kh_eval *ev, kh_store *use, const kh_task_def *d,
+                        const kh_task_solution *sol, json_t *trace, const double *samples,
+                        size_t n, kh_err *err)
+{
+    if (!use && !ev->store) {
+        kh_status st = kh_store_open(kh_engine_store_path(ev->e), NULL, &ev->store, err);
+        if (st)
+            return st;
+        ev->own_store = 1;
+    }
+    unsigned char *raw = n ? malloc(n * 8) : NULL;
+    if (n && !raw)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, &samples[i], 8);
+        for (int b = 0; b < 8; b++)
+            raw[i * 8 + (size_t)b] = (unsigned char)(u >> (8 * b));
+    }
+    rec_ctx r = {.d = d, .sol_json = sol->json, .sol_name = sol->name, .trace = trace,
+                 .samples = raw, .samples_len = n * 8};
+    const json_t *sol_json = r.sol_json;
+    kh_status st = kh_store_update(use ? use : ev->store, rec_fn, &r, err);
+    if (r.sol_json != sol_json)
+        free((void *)r.sol_json); /* the dumped solution text, kept for the replay */
+    free(raw);
+    if (!st)
+        json_object_set_new(json_object_get(json_object_get(trace, "evaluation"), "khlua"),
+                            "record", json_string(r.eval_id));
+    return st;
+}
+
+/* ---- pools ---------------------------------------------------------------- */
+static kh_pool *pool_for(kh_eval *ev, int host, uint64_t mem, kh_err *err)
+{
+    kh_pool **pp = host ? &ev->host : &ev->gpu;
+    if (host && mem && mem != ev->host_as) {
+        kh_pool_free(ev->host);
+        ev->host = NULL;
+        ev->host_as = mem;
+    }
+    if (*pp)
+        return *pp;
+    /* the pool keeps pointers to these: they live in ev */
+    char *as_env = ev->as_env, *asan_env = ev->asan_env;
+    const char **env = ev->env;
+    size_t ne = 0;
+    if (host) {
+        snprintf(as_env, sizeof ev->as_env, "KHLUA_HOST_AS_BYTES=%llu",
+                 (unsigned long long)ev->host_as);
+        env[ne++] = as_env;
+#ifdef KH_ASAN
+        /* ASan needs its terabytes of shadow address space, so the worker
+         * cannot take an address-space limit: bound its resident memory. */
+        const char *cur = getenv("ASAN_OPTIONS");
+        snprintf(asan_env, sizeof ev->asan_env, "ASAN_OPTIONS=%s%shard_rss_limit_mb=%llu",
+                 cur ? cur : "", cur && *cur ? ":" : "",
+                 (unsigned long long)(ev->host_as >> 20));
+        env[ne++] = asan_env;
+#else
+        (void)asan_env;
+#endif
+    }
+    kh_wproc_opts wo = {.role = host ? "host" : "gpu", .launch = ev->launch, .exe = ev->exe,
+                        .env = ne ? env : NULL};
+    *pp = kh_pool_new(&wo, 1, err);
+    return *pp;
+}
+
+/* ---- building ------------------------------------------------------------- */
+static int is_host(const kh_task_solution *sol) { return sol->manifest && sol->manifest->host; }
+
+static kh_status write_whole(const char *path, const void *d, size_t n, kh_err *err)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return kh_err_set(err, KH_EIO, "cannot write %s: %s", path, strerror(errno));
+    size_t w = fwrite(d, 1, n, f);
+    if (fclose(f) || w != n)
+        return kh_err_set(err, KH_EIO, "cannot write %s", path);
+    return KH_OK;
+}
+
+static kh_status read_whole(const char *path, unsigned char **d, size_t *n, kh_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kh_err_set(err, KH_EIO, "cannot read %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    unsigned char *b = malloc(cap);
+    while (b) {
+        size_t r = fread(b + len, 1, cap - len, f);
+        len += r;
+        if (len < cap)
+            break;
+        unsigned char *nb = realloc(b, cap * 2);
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b || bad) {
+        free(b);
+        return kh_err_set(err, b ? KH_EIO : KH_ENOMEM, "cannot read %s", path);
+    }
+    *d = b;
+    *n = len;
+    return KH_OK;
+}
+
+static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, art **out,
+                       kh_err *err)
+{
+    json_t *srcs = json_object_get(sol->json, "sources");
+    int host = is_host(sol);
+    /* key: backend, trust, then every (path, content) */
+    XXH3_state_t *hs = XXH3_createState();
+    if (!hs)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    XXH3_128bits_reset(hs);
+    XXH3_128bits_update(hs, host ? "so" : "cubin", host ? 3 : 6);
+    XXH3_128bits_update(hs, trusted ? "T" : "U", 1);
+    size_t i;
+    json_t *s;
+    json_array_foreach(srcs, i, s) {
+        const char *p = json_string_value(json_object_get(s, "path"));
+        const char *c = json_string_value(json_object_get(s, "content"));
+        XXH3_128bits_update(hs, p ? p : "", (p ? strlen(p) : 0) + 1);
+        XXH3_128bits_update(hs, c ? c : "", (c ? strlen(c) : 0) + 1);
+    }
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(hs));
+    XXH3_freeState(hs);
+    char key[33];
+    for (int k = 0; k < 16; k++)
+        snprintf(key + 2 * k, 3, "%02x", canon.digest[k]);
+    for (art *a = ev->arts; a; a = a->next)
+        if (!strcmp(a->key, key)) {
+            *out = a;
+            return KH_OK;
+        }
+    art *a = calloc(1, sizeof *a);
+    if (!a)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    memcpy(a->key, key, 33);
+    a->host = host;
+    kh_status st = KH_OK;
+    if (host) {
+        const char *tmp = getenv("TMPDIR");
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/khlua-build-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir)) {
+            free(a);
+            return kh_err_set(err, KH_EIO, "mkdtemp: %s", strerror(errno));
+        }
+        char path[4600], so[4600], entry[4600] = "";
+        json_array_foreach(srcs, i, s) {
+            const char *p = json_string_value(json_object_get(s, "path"));
+            const char *c = json_string_value(json_object_get(s, "content"));
+            if (!p || !c || strchr(p, '/') || p[0] == '.') {
+                st = kh_err_set(err, KH_EUNSUPPORTED,
+                                "host sources must be plain file names (got '%s')", p ? p : "?");
+                break;
+            }
+            snprintf(path, sizeof path, "%s/%s", dir, p);
+            if ((st = write_whole(path, c, strlen(c), err)))
+                break;
+            if (sol->entry_file && !strcmp(p, sol->entry_file))
+                snprintf(entry, sizeof entry, "%s", path);
+        }
+        if (!st && !entry[0])
+            st = kh_err_set(err, KH_EINVAL, "entry file '%s' is not among the sources",
+                            sol->entry_file ? sol->entry_file : "?");
+        snprintf(so, sizeof so, "%s/candidate.so", dir);
+        if (!st) {
+            kh_hostcc_result res;
+            char inc[4200];
+            snprintf(inc, sizeof inc, "-I%s", dir);
+            const char *flags[] = {inc, "-lm"};
+            kh_status bs = kh_hostcc_build(ev->e, KH_HOSTCC_CC_SO, entry, so, NULL, flags, 2, 120,
+                                           &res, err);
+            if (bs == KH_OK) {
+                st = read_whole(so, &a->bytes, &a->len, err);
+                a->ok = st == KH_OK;
+            } else if (bs == KH_ECOMPILE || bs == KH_ETIMEOUT) {
+                a->log = dupstr(res.log && *res.log ? res.log : err->msg);
+                st = KH_OK;
+            } else {
+                st = bs;
+            }
+            if (bs != KH_EINVAL && bs != KH_ENOMEM)
+                kh_hostcc_result_free(&res);
+        }
+        json_array_foreach(srcs, i, s) {
+            const char *p = json_string_value(json_object_get(s, "path"));
+            if (p && !strchr(p, '/')) {
+                snprintf(path, sizeof path, "%s/%s", dir, p);
+                unlink(path);
+            }
+        }
+        unlink(so);
+        rmdir(dir);
+    } else {
+        const char *src = NULL;
+        json_array_foreach(srcs, i, s) {
+            const char *p = json_string_value(json_object_get(s, "path"));
+            if (p && sol->entry_file && !strcmp(p, sol->entry_file))
+                src = json_string_value(json_object_get(s, "content"));
+        }
+        if (json_array_size(srcs) != 1)
+            st = kh_err_set(err, KH_EUNSUPPORTED,
+                            "cuda candidates with several sources are not supported yet "
+                            "(NVRTC needs the others as headers)");
+        else if (!src)
+            st = kh_err_set(err, KH_EINVAL, "entry file '%s' is not among the sources",
+                            sol->entry_file ? sol->entry_file : "?");
+        if (!st && !ev->cc && !(ev->cc = kh_compile_new(ev->e, err)))
+            st = err->code;
+        if (!st) {
+            const kh_task_manifest *m = sol->manifest;
+            const char *kernels[64];
+            size_t nk = 0;
+            for (size_t l = 0; l < m->nlaunches && nk < 64; l++)
+                kernels[nk++] = m->launches[l].kernel;
+            kh_compile_req rq = {.source = src, .source_len = strlen(src),
+                                 .name = sol->entry_file, .kernels = kernels, .n_kernels = nk,
+                                 .trusted = trusted, .isolate = !trusted};
+            kh_artifact *ar = NULL;
+            kh_status bs = kh_compile_build(ev->cc, &rq, &ar, err);
+            if (bs == KH_OK) {
+                a->bytes = malloc(ar->cubin_len);
+                if (!a->bytes)
+                    st = kh_err_set(err, KH_ENOMEM, "out of memory");
+                else {
+                    memcpy(a->bytes, ar->cubin, ar->cubin_len);
+                    a->len = ar->cubin_len;
+                    a->ok = 1;
+                }
+            } else if (bs == KH_ECOMPILE || bs == KH_ETIMEOUT) {
+                a->log = dupstr(ar && ar->log ? ar->log : err->msg);
+            } else {
+                st = bs;
+            }
+            kh_artifact_free(ar);
+        }
+    }
+    if (st) {
+        free(a->bytes);
+        free(a->log);
+        free(a);
+        return st;
+    }
+    if (a->ok)
+        hex128(a->bytes, a->len, a->hash);
+    a->next = ev->arts;
+    ev->arts = a;
+    *out = a;
+    return KH_OK;
+}
+
+/* ---- requests ------------------------------------------------------------- */
+typedef struct wctx {
+    kh_eval *ev;
+    const kh_eval_opts *o;
+    const kh_task_def *d;
+    const kh_task_workload *w;
+    const char *base;        /* safetensors paths are relative to this */
+    uint64_t seeds[64];
+    size_t ntrials;
+    kh_check_evaluator evaluator;
+    kh_check_opts copts;
+    /* payload under construction: artifact first, then safetensors bytes */
+    unsigned char *pl;
+    size_t pl_len;
+} wctx;
+
+static kh_status pl_add(wctx *c, const void *d, size_t n, size_t *off, kh_err *err)
+{
+    unsigned char *p = realloc(c->pl, c->pl_len + n + 1);
+    if (!p)
+        return kh_err_set(err, KH_ENOMEM, "out of memory for a %zu-byte request", c->pl_len + n);
+    c->pl = p;
+    memcpy(p + c->pl_len, d, n);
+    *off = c->pl_len;
+    c->pl_len += n;
+    return KH_OK;
+}
+
+static json_t *shape_of(const kh_task_def *d, const kh_task_tensor *t, const int64_t *axes)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; !t->is_scalar && i < t->rank; i++)
+        json_array_append_new(a, json_integer(axes[t->dims[i]]));
+    return a;
+    (void)d;
+}
+
+/* An input's generator, from the workload's inputs entry. */
+static kh_status input_gen(wctx *c, const kh_task_tensor *t, size_t stream, json_t **gen,
+                           kh_err *err)
+{
+    json_t *in = json_object_get(json_object_get(c->w->json, "inputs"), t->name);
+    const char *type = json_string_value(json_object_get(in, "type"));
+    if (!type || !strcmp(type, "random")) {
+        const char *kind = c->evaluator == KH_EVAL_DSA_TOPK && !strcmp(t->name, "k_index_cache_fp8")
+                               ? "dsa_kcache" : "random";
+        *gen = json_pack("{s:s, s:I, s:I}", "kind", kind, "seed", (json_int_t)c->seeds[0],
+                         "stream", (json_int_t)stream);
+        return KH_OK;
+    }
+    if (!strcmp(type, "scalar")) {
+        json_t *v = json_object_get(in, "value");
+        if (!json_is_number(v) && !json_is_boolean(v))
+            return kh_err_set(err, KH_EINVAL, "workload %s: input '%s': scalar without a value",
+                              c->w->uuid, t->name);
+        double x = json_is_boolean(v) ? (json_is_true(v) ? 1.0 : 0.0) : json_number_value(v);
+        *gen = json_pack("{s:s, s:f}", "kind", "scalar", "value", x);
+        return KH_OK;
+    }
+    if (!strcmp(type, "safetensors")) {
+        const char *path = json_string_value(json_object_get(in, "path"));
+        const char *key = json_string_value(json_object_get(in, "tensor_key"));
+        if (!path || !key)
+            return kh_err_set(err, KH_EINVAL, "workload %s: input '%s': safetensors needs path "
+                              "and tensor_key", c->w->uuid, t->name);
+        char full[4096];
+        snprintf(full, sizeof full, "%s/%s", c->base, path);
+        kh_st_file *f = NULL;
+        kh_status st = kh_st_open(full, &f, err);
+        if (st)
+            return st;
+        kh_tensor *tt = NULL;
+        st = kh_st_get(f, key, &tt, err);
+        size_t off = 0;
+        if (!st)
+            st = pl_add(c, tt->data, tt->nbytes, &off, err);
+        if (!st)
+            *gen = json_pack("{s:s, s:[I, I]}", "kind", "bytes", "payload", (json_int_t)off,
+                             (json_int_t)tt->nbytes);
+        kh_tensor_free(tt);
+        kh_st_close(f);
+        return st;
+    }
+    return kh_err_set(err, KH_EINVAL, "workload %s: input '%s': unknown type '%s'", c->w->uuid,
+                      t->name, type);
+}
+
+static const kh_task_tensor *find_input(const kh_task_def *d, const char *name, size_t *idx)
+{
+    for (size_t i = 0; i < d->ninputs; i++)
+        if (!strcmp(d->inputs[i].name, name)) {
+            if (idx)
+                *idx = i;
+            return &d->inputs[i];
+        }
+    return NULL;
+}
+
+static kh_status concrete_arg(wctx *c, const kh_task_arg *a, json_t **out, kh_err *err)
+{
+    switch (a->kind) {
+    case KH_TASK_ARG_INPUT:
+    case KH_TASK_ARG_OUTPUT:
+    case KH_TASK_ARG_WORKSPACE:
+        *out = json_pack("{s:s}", "tensor", a->name);
+        return KH_OK;
+    case KH_TASK_ARG_SCALAR: {
+        const kh_task_tensor *t = find_input(c->d, a->name, NULL);
+        json_t *in = json_object_get(json_object_get(c->w->json, "inputs"), a->name);
+        const char *type = json_string_value(json_object_get(in, "type"));
+        json_t *v = json_object_get(in, "value");
+        if (t && type && !strcmp(type, "scalar") && json_is_number(v)) {
+            const char *k = !strcmp(t->dtype, "float32") ? "f32"
+                            : !strcmp(t->dtype, "int32") ? "i32"
+                            : !strcmp(t->dtype, "int64") ? "i64" : NULL;
+            if (k) {
+                *out = !strcmp(k, "f32") ? json_pack("{s:f}", k, json_number_value(v))
+                                         : json_pack("{s:I}", k, (json_int_t)json_number_value(v));
+                return KH_OK;
+            }
+        }
+        /* a random scalar (or another dtype): the worker passes the value */
+        *out = json_pack("{s:s}", "scalar", a->name);
+        return KH_OK;
+    }
+    case KH_TASK_ARG_VALUE: {
+        int64_t v;
+        kh_status st = kh_task_eval(c->d, c->w->axes, a->expr, NULL, NULL, &v, err);
+        if (st)
+            return st;
+        const char *ty = a->type ? a->type : "int32";
+        const char *k = !strcmp(ty, "int64") ? "i64" : !strcmp(ty, "uint32") ? "u32"
+                        : !strcmp(ty, "uint64") ? "u64" : "i32";
+        *out = json_pack("{s:I}", k, (json_int_t)v);
+        return KH_OK;
+    }
+    }
+    return kh_err_set(err, KH_EINVAL, "unknown argument kind");
+}
+
+/* The request params for sol on this workload (artifact at payload[0, len)). */
+static kh_status make_request(wctx *c, const kh_task_solution *sol, const art *a, int reference,
+                              json_t **params, kh_err *err)
+{
+    const kh_task_manifest *m = sol->manifest;
+    const int64_t *axes = c->w->axes;
+    kh_task_launch_dims dims[64];
+    int64_t ws[64];
+    if (m->nlaunches > 64 || m->nworkspace > 64)
+        return kh_err_set(err, KH_EUNSUPPORTED, "more than 64 launches or workspace buffers");
+    kh_status st = kh_task_manifest_resolve(sol, axes, dims, ws, err);
+    if (st)
+        return st;
+    json_t *p = json_object(), *tensors = json_array(), *args;
+    json_object_set_new(p, "artifact",
+                        json_pack("{s:s, s:s, s:[I, I]}", "kind", a->host ? "so" : "cubin", "key",
+                                  a->hash, "payload", (json_int_t)0, (json_int_t)a->len));
+    json_object_set_new(p, "tensors", tensors);
+    for (size_t i = 0; i < c->d->ninputs && !st; i++) {
+        const kh_task_tensor *t = &c->d->inputs[i];
+        json_t *gen = NULL;
+        if ((st = input_gen(c, t, i, &gen, err)))
+            break;
+        json_array_append_new(tensors, json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", t->name,
+                                                 "role", "input", "dtype", t->dtype, "shape",
+                                                 shape_of(c->d, t, axes), "gen", gen));
+    }
+    for (size_t i = 0; i < c->d->noutputs && !st; i++) {
+        const kh_task_tensor *t = &c->d->outputs[i];
+        json_array_append_new(tensors, json_pack("{s:s, s:s, s:s, s:o}", "name", t->name, "role",
+                                                 "output", "dtype", t->dtype, "shape",
+                                                 shape_of(c->d, t, axes)));
+    }
+    for (size_t i = 0; i < m->nworkspace && !st; i++)
+        json_array_append_new(tensors, json_pack("{s:s, s:s, s:I, s:b}", "name",
+                                                 m->workspace[i].name, "role", "workspace",
+                                                 "bytes", (json_int_t)ws[i], "zero",
+                                                 m->workspace[i].zero));
+    if (m->host) {
+        args = json_array();
+        for (size_t i = 0; i < m->nargs && !st; i++) {
+            json_t *v = NULL;
+            if (!(st = concrete_arg(c, &m->args[i], &v, err)))
+                json_array_append_new(args, v);
+        }
+        json_object_set_new(p, "entry", json_pack("{s:s, s:o}", "symbol", m->function, "args",
+                                                  args));
+    } else {
+        json_t *ls = json_array();
+        for (size_t l = 0; l < m->nlaunches && !st; l++) {
+            const kh_task_launch *L = &m->launches[l];
+            args = json_array();
+            for (size_t i = 0; i < L->nargs && !st; i++) {
+                json_t *v = NULL;
+                if (!(st = concrete_arg(c, &L->args[i], &v, err)))
+                    json_array_append_new(args, v);
+            }
+            json_array_append_new(
+                ls, json_pack("{s:s, s:[I,I,I], s:[I,I,I], s:I, s:o}", "kernel", L->kernel,
+                              "grid", (json_int_t)dims[l].grid[0], (json_int_t)dims[l].grid[1],
+                              (json_int_t)dims[l].grid[2], "block", (json_int_t)dims[l].block[0],
+                              (json_int_t)dims[l].block[1], (json_int_t)dims[l].block[2], "smem",
+                              (json_int_t)dims[l].shared_bytes, "args", args));
+        }
+        json_object_set_new(p, "launches", ls);
+    }
+    json_t *trials = json_array();
+    for (size_t t = 0; t < c->ntrials; t++)
+        json_array_append_new(trials, json_pack("{s:I}", "seed", (json_int_t)c->seeds[t]));
+    json_object_set_new(p, "trials", trials);
+    const kh_eval_opts *o = c->o;
+    int hard = !o->parity && !reference;
+    int det = o->deterministic >= 0 ? o->deterministic : m->host;
+    json_object_set_new(p, "checks",
+                        hard ? json_pack("{s:b, s:b, s:b, s:b, s:b}", "poison", 1,
+                                         "inputs_unchanged", 1, "guards", 1, "deterministic",
+                                         det && c->evaluator != KH_EVAL_SAMPLING,
+                                         "reload_before_timing", 1)
+                             : json_object());
+    json_object_set_new(p, "timing", json_null());
+    json_object_set_new(p, "deadline_s", json_real(o->deadline_s));
+    if (st) {
+        json_decref(p);
+        return st;
+    }
+    *params = p;
+    return KH_OK;
+}
+
+static void add_timing(wctx *c, json_t *p, int verify)
+{
+    const kh_eval_opts *o = c->o;
+    json_t *t = json_pack("{s:s, s:b, s:i, s:f, s:I}", "protocol", o->protocol, "cold", o->cold,
+                          "rotate_inputs", o->parity ? 1 : o->rotate_inputs,
+                          "verify_timed_fraction", verify ? o->verify_timed_fraction : 0.0,
+                          "sample_seed", (json_int_t)kh_rng_derive_seed(c->seeds[0], 7, 7));
+    if (o->warmup >= 0)
+        json_object_set_new(t, "warmup", json_integer(o->warmup));
+    if (o->iters >= 0)
+        json_object_set_new(t, "iters", json_integer(o->iters));
+    if (o->timing_trials >= 0)
+        json_object_set_new(t, "trials", json_integer(o->timing_trials));
+    if (o->max_iters > 0)
+        json_object_set_new(t, "max_iters", json_integer(o->max_iters));
+    if (o->timing_timeout_s > 0)
+        json_object_set_new(t, "timeout_s", json_real(o->timing_timeout_s));
+    json_object_set_new(p, "timing", t);
+}
+
+/* ---- calling a worker ----------------------------------------------------- */
+typedef struct wres {
+    kh_status st;     /* KH_OK: reply; else the failure */
+    kh_err err;
+    kh_msg reply;
+    double seconds;
+    int not_run;
+} wres;
+
+static void call_worker(wctx *c, int host, const json_t *params, const art *a, wres *r)
+{
+    memset(r, 0, sizeof *r);
+    kh_pool *p = pool_for(c->ev, host, c->o->host_memory_bytes, &r->err);
+    if (!p) {
+        r->st = r->err.code ? r->err.code : KH_ECHILD;
+        return;
+    }
+    /* artifact first in the payload */
+    if (c->pl_len < a->len || memcmp(c->pl, a->bytes, a->len)) {
+        r->st = kh_err_set(&r->err, KH_ESTATE, "request payload out of order");
+        return;
+    }
+    kh_pool_stats before, after;
+    kh_pool_stats_get(p, &before);
+    double t0 = kh_now();
+    /* the worker's own limits (CPU time) sit above the deadline, so an
+     * overrun is seen here first, as a TIMEOUT */
+    r->st = kh_pool_call(p, "evaluate", params, c->pl, c->pl_len, c->o->deadline_s + 1,
+                         &r->reply, &r->err);
+    r->seconds = kh_now() - t0;
+    kh_pool_stats_get(p, &after);
+    /* No request went out: the pool could not start a worker (no GPU, the
+     * role's init failed, a role that keeps dying).  Not the candidate's
+     * doing, so not a verdict. */
+    r->not_run = after.calls == before.calls;
+}
+
+/* [offset, length] of the reply payload, or NULL when out of range. */
+static const unsigned char *reply_bytes(const kh_msg *m, const json_t *sl, size_t want)
+{
+    json_int_t off = json_integer_value(json_array_get(sl, 0));
+    json_int_t len = json_integer_value(json_array_get(sl, 1));
+    if (!json_is_array(sl) || off < 0 || len < 0 || (size_t)len != want ||
+        (size_t)off > m->payload_len || (size_t)len > m->payload_len - (size_t)off)
+        return NULL;
+    return m->payload + off;
+}
+
+static size_t out_bytes(const kh_task_def *d, const kh_task_tensor *t, const int64_t *axes)
+{
+    uint64_t n = 1;
+    for (size_t i = 0; !t->is_scalar && i < t->rank; i++)
+        n *= (uint64_t)axes[t->dims[i]];
+    kh_dtype dt;
+    if (kh_dtype_parse(t->dtype, &dt, NULL))
+        return 0;
+    return kh_dtype_nbytes(dt, n);
+    (void)d;
+}
+
+/* ---- reference outputs ---------------------------------------------------- */
+static refout *ref_find(kh_eval *ev, const char *def, const char *uuid, uint64_t seed)
+{
+    for (refout *r = ev->refs; r; r = r->next)
+        if (r->seed == seed && !strcmp(r->def, def) && !strcmp(r->uuid, uuid))
+            return r;
+    return NULL;
+}
+
+static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs, char hash[33],
+                             kh_err *err);
+
+/* Reference outputs for the given seeds (the same request, other trials). */
+static kh_status ref_outputs_for(wctx *c, const kh_task_solution *ref, const uint64_t *seeds,
+                                 size_t n, refout **outs, char hash[33], kh_err *err)
+{
+    uint64_t saved[64];
+    size_t saved_n = c->ntrials;
+    memcpy(saved, c->seeds, sizeof saved);
+    memcpy(c->seeds, seeds, n * sizeof *seeds);
+    c->ntrials = n;
+    kh_status st = ref_outputs(c, ref, outs, hash, err);
+    memcpy(c->seeds, saved, sizeof saved);
+    c->ntrials = saved_n;
+    return st;
+}
+
+static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs, char hash[33],
+                             kh_err *err)
+{
+    size_t missing = 0;
+    for (size_t t = 0; t < c->ntrials; t++)
+        if (!(outs[t] = ref_find(c->ev, c->d->name, c->w->uuid, c->seeds[t])))
+            missing++;
+    if (missing) {
+        art *a = NULL;
+        kh_status st = build(c->ev, ref, 1, &a, err);
+        if (st)
+            return st;
+        if (!a->ok)
+            return kh_err_set(err, KH_ECOMPILE, "the trusted reference '%s' does not build: %.300s",
+                              ref->name, a->log ? a->log : "");
+        free(c->pl);
+        c->pl = NULL;
+        c->pl_len = 0;
+        size_t off = 0;
+        json_t *p = NULL;
+        if ((st = pl_add(c, a->bytes, a->len, &off, err)) ||
+            (st = make_request(c, ref, a, 1, &p, err)))
+            return st;
+        wres r;
+        call_worker(c, is_host(ref), p, a, &r);
+        json_decref(p);
+        if (r.st) {
+            st = kh_err_set(err, r.not_run && r.st == KH_ECHILD ? KH_ENODEV : r.st,
+                            "the trusted reference '%s' %s on workload %s: %s", ref->name,
+                            r.not_run ? "could not be run" : "failed", c->w->uuid, r.err.msg);
+            kh_msg_free(&r.reply);
+            return st;
+        }
+        json_t *res = json_object_get(r.reply.head, "result");
+        json_t *trials = json_object_get(res, "trials");
+        for (size_t t = 0; t < c->ntrials && !st; t++) {
+            if (outs[t])
+                continue;
+            json_t *o = json_object_get(json_array_get(trials, t), "outputs");
+            refout *ro = calloc(1, sizeof *ro);
+            if (!ro) {
+                st = kh_err_set(err, KH_ENOMEM, "out of memory");
+                break;
+            }
+            ro->def = dupstr(c->d->name);
+            ro->uuid = dupstr(c->w->uuid);
+            ro->seed = c->seeds[t];
+            ro->n = c->d->noutputs;
+            ro->names = calloc(ro->n, sizeof *ro->names);
+            ro->bytes = calloc(ro->n, sizeof *ro->bytes);
+            ro->lens = calloc(ro->n, sizeof *ro->lens);
+            ro->next = c->ev->refs;
+            c->ev->refs = ro;
+            if (!ro->def || !ro->uuid || !ro->names || !ro->bytes || !ro->lens) {
+                st = kh_err_set(err, KH_ENOMEM, "out of memory");
+                break;
+            }
+            for (size_t k = 0; k < ro->n; k++) {
+                const kh_task_tensor *ot = &c->d->outputs[k];
+                size_t want = out_bytes(c->d, ot, c->w->axes);
+                const unsigned char *b = reply_bytes(&r.reply, json_object_get(o, ot->name), want);
+                ro->names[k] = dupstr(ot->name);
+                ro->bytes[k] = malloc(want ? want : 1);
+                if (!b || !ro->names[k] || !ro->bytes[k]) {
+                    st = kh_err_set(err, b ? KH_ENOMEM : KH_ECORRUPT,
+                                    "the reference's reply lacks output '%s'", ot->name);
+                    break;
+                }
+                memcpy(ro->bytes[k], b, want);
+                ro->lens[k] = want;
+            }
+            outs[t] = ro;
+        }
+        kh_msg_free(&r.reply);
+        if (st)
+            return st;
+    }
+    XXH3_state_t *hs = XXH3_createState();
+    if (!hs)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    XXH3_128bits_reset(hs);
+    for (size_t t = 0; t < c->ntrials; t++)
+        for (size_t k = 0; k < outs[t]->n; k++)
+            XXH3_128bits_update(hs, outs[t]->bytes[k], outs[t]->lens[k]);
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(hs));
+    XXH3_freeState(hs);
+    for (int k = 0; k < 16; k++)
+        snprintf(hash + 2 * k, 3, "%02x", canon.digest[k]);
+    return KH_OK;
+}
+
+static kh_status ref_latency(wctx *c, const kh_task_solution *ref, double *ns, kh_err *err)
+{
+    for (refperf *p = c->ev->perfs; p; p = p->next)
+        if (!strcmp(p->def, c->d->name) && !strcmp(p->uuid, c->w->uuid) &&
+            !strcmp(p->protocol, c->o->protocol)) {
+            *ns = p->latency_ns;
+            return KH_OK;
+        }
+    art *a = NULL;
+    kh_status st = build(c->ev, ref, 1, &a, err);
+    if (st || !a->ok)
+        return st ? st : kh_err_set(err, KH_ECOMPILE, "the reference does not build");
+    free(c->pl);
+    c->pl = NULL;
+    c->pl_len = 0;
+    size_t off = 0;
+    json_t *p = NULL;
+    if ((st = pl_add(c, a->bytes, a->len, &off, err)) || (st = make_request(c, ref, a, 1, &p, err)))
+        return st;
+    add_timing(c, p, 0);
+    wres r;
+    call_worker(c, is_host(ref), p, a, &r);
+    json_decref(p);
+    if (r.st) {
+        st = kh_err_set(err, r.st, "timing the reference failed: %s", r.err.msg);
+        kh_msg_free(&r.reply);
+        return st;
+    }
+    json_t *tm = json_object_get(json_object_get(r.reply.head, "result"), "timing");
+    *ns = json_number_value(json_object_get(tm, "latency_ns"));
+    kh_msg_free(&r.reply);
+    refperf *rp = calloc(1, sizeof *rp);
+    if (rp) {
+        rp->def = dupstr(c->d->name);
+        rp->uuid = dupstr(c->w->uuid);
+        rp->protocol = dupstr(c->o->protocol);
+        rp->latency_ns = *ns;
+        rp->next = c->ev->perfs;
+        c->ev->perfs = rp;
+    }
+    return KH_OK;
+}
+
+/* The gpu worker measures a device-to-device copy ("peaks"): its median
+ * bandwidth, with a 1.5x margin because a tuned kernel may beat that copy and
+ * a bound that rejects honest work is worse than none.  Asked once; 0 when
+ * the worker cannot say (the check is then "unknown"). */
+static double gpu_bandwidth(wctx *c)
+{
+    if (c->ev->gpu_bw != 0)
+        return c->ev->gpu_bw > 0 ? c->ev->gpu_bw : 0;
+    c->ev->gpu_bw = -1;
+    kh_err err;
+    kh_pool *p = pool_for(c->ev, 0, 0, &err);
+    kh_msg m;
+    json_t *params = json_object();
+    if (p && kh_pool_call(p, "peaks", params, NULL, 0, 120, &m, &err) == KH_OK) {
+        double bw = json_number_value(json_object_get(json_object_get(m.head, "result"),
+                                                      "copy_bytes_per_s"));
+        if (bw > 0)
+            c->ev->gpu_bw = 1.5 * bw;
+        kh_msg_free(&m);
+    }
+    json_decref(params);
+    return c->ev->gpu_bw > 0 ? c->ev->gpu_bw : 0;
+}
+
+/* ---- comparison ----------------------------------------------------------- */
+static json_t *num(double x)
+{
+    if (isnan(x))
+        return json_string("nan");
+    if (isinf(x))
+        return json_string(x > 0 ? "inf" : "-inf");
+    return json_real(x);
+}
+
+typedef struct verdict {
+    const char *status;      /* FlashInfer-Bench's */
+    const char *failed;      /* failed check, or NULL */
+    char detail[700];
+    int has_correctness;
+    kh_check_result acc;
+    json_t *checks;          /* khlua.checks */
+} verdict;
+
+static void fail(verdict *v, const char *status, const char *check, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail(verdict *v, const char *status, const char *check, const char *fmt, ...)
+{
+    if (v->failed || strcmp(v->status, "PASSED"))
+        return;
+    v->status = status;
+    v->failed = check;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->detail, sizeof v->detail, fmt, ap);
+    va_end(ap);
+}
+
+/* Does element first_fail of out still hold the poison byte pattern? */
+static int untouched(const kh_tensor *t, int64_t idx, unsigned pat)
+{
+    if (idx < 0)
+        return 0;
+    int bits = kh_dtype_bits(t->dtype);
+    uint64_t code = kh_dtype_get_code(t->dtype, t->data, (uint64_t)idx);
+    uint64_t want = 0;
+    for (int b = 0; b < bits; b += 8)
+        want |= (uint64_t)pat << b;
+    if (bits < 8)
+        want = pat & 0xF;
+    return code == want;
+}
+
+/* Compare the outputs at slices `outs` of the reply with the reference ro.
+ * Returns 1 when they pass; fills r with the merged result. */
+static kh_status compare_set(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
+                             kh_check_result *merged, unsigned poison, int *untouched_fail,
+                             kh_err *err)
+{
+    kh_check_result_init(merged);
+    *untouched_fail = 0;
+    for (size_t k = 0; k < c->d->noutputs; k++) {
+        const kh_task_tensor *ot = &c->d->outputs[k];
+        kh_dtype dt;
+        kh_status st = kh_dtype_parse(ot->dtype, &dt, err);
+        if (st)
+            return st;
+        int64_t shape[KH_TENSOR_MAX_DIMS];
+        int nd = ot->is_scalar ? 0 : (int)ot->rank;
+        for (int i = 0; i < nd; i++)
+            shape[i] = c->w->axes[ot->dims[i]];
+        size_t want = ro->lens[k];
+        const unsigned char *b = reply_bytes(m, json_object_get(outs, ot->name), want);
+        if (!b)
+            return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks output '%s'", ot->name);
+        kh_tensor *tx = NULL, *ty = NULL;
+        kh_check_result r;
+        if ((st = kh_tensor_borrow(&tx, dt, nd, shape, (void *)b, want, err)) ||
+            (st = kh_tensor_borrow(&ty, dt, nd, shape, ro->bytes[k], want, err)) ||
+            (st = kh_check_compare(tx, ty, &c->copts, &r, err))) {
+            kh_tensor_free(tx);
+            kh_tensor_free(ty);
+            return st;
+        }
+        if (r.status != KH_CHECK_PASSED && poison && !*untouched_fail) {
+            /* Elements still holding the poison were never written.  For
+             * float outputs any such element counts (no arithmetic result
+             * has those bits: 0xFF.. is a NaN nobody computes, 0x7F.. the
+             * largest finite); for integers, where -1 is a value, only the
+             * first failing element is looked at. */
+            if (kh_dtype_is_float(dt)) {
+                for (uint64_t i = 0; i < tx->numel && !*untouched_fail; i++)
+                    *untouched_fail = untouched(tx, (int64_t)i, poison);
+            } else {
+                *untouched_fail = untouched(tx, r.first_fail, poison);
+            }
+        }
+        if (r.status != KH_CHECK_PASSED) {
+            size_t l = strlen(r.reason);
+            snprintf(r.reason + l, sizeof r.reason - l, " (output '%s')", ot->name);
+        }
+        kh_tensor_free(tx);
+        kh_tensor_free(ty);
+        kh_check_merge(merged, &r);
+        if (merged->final)
+            break;
+    }
+    return KH_OK;
+}
+
+static const char *fault_kind(const char *msg)
+{
+    const char *k = strstr(msg, "khlua-fault: kind=");
+    static char kind[48];
+    if (k) {
+        k += strlen("khlua-fault: kind=");
+        size_t n = strcspn(k, " \n;");
+        snprintf(kind, sizeof kind, "%.*s", (int)(n < 47 ? n : 47), k);
+        return kind;
+    }
+    /* AddressSanitizer builds: its hard_rss_limit_mb report ends with the
+     * process memory map */
+    if (strstr(msg, "rss limit") || strstr(msg, "out of memory") || strstr(msg, "out-of-memory") ||
+        strstr(msg, "End of process memory map"))
+        return "out_of_memory";
+    if (strstr(msg, "SIGSEGV"))
+        return "segfault";
+    if (strstr(msg, "SIGABRT"))
+        return "abort";
+    if (strstr(msg, "SIGBUS"))
+        return "bus_error";
+    if (strstr(msg, "SIGKILL"))
+        return "killed";
+    if (strstr(msg, "exited with code"))
+        return "exit";
+    return "crash";
+}
+
+/* ---- one workload --------------------------------------------------------- */
+static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_task_solution *ref,
+                               const char *sol_hash, json_t **trace, kh_err *err)
+{
+    const kh_eval_opts *o = c->o;
+    verdict v;
+    memset(&v, 0, sizeof v);
+    v.status = "PASSED";
+    kh_check_result_init(&v.acc);
+    v.checks = json_object();
+    json_t *kl = json_object(), *ev = json_object(), *perf = NULL, *timing = NULL;
+    json_t *samples = NULL;
+    kh_status st = KH_OK;
+    wres r;
+    memset(&r, 0, sizeof r);
+    art *a = NULL;
+    refout *ro[64] = {0};
+    char ref_hash[33] = "";
+
+    json_t *seeds = json_array();
+    for (size_t t = 0; t < c->ntrials; t++)
+        json_array_append_new(seeds, json_integer((json_int_t)c->seeds[t]));
+    json_object_set_new(kl, "seeds", seeds);
+    json_object_set_new(kl, "protocol", json_string(o->timing ? o->protocol : "none"));
+    json_object_set_new(kl, "parity", json_boolean(o->parity));
+    json_object_set_new(kl, "backend", json_string(is_host(sol) ? "host" : "cuda"));
+    json_object_set_new(kl, "evaluator", json_string(kh_check_evaluator_name(c->evaluator)));
+
+    if ((st = build(c->ev, sol, 0, &a, err)))
+        goto out;
+    if (!a->ok) {
+        fail(&v, "COMPILE_ERROR", NULL, "%.600s", a->log ? a->log : "compile failed");
+        json_object_set_new(ev, "log", json_string(a->log ? a->log : ""));
+        goto verdict;
+    }
+    if ((st = ref_outputs(c, ref, ro, ref_hash, err)))
+        goto out;
+
+    free(c->pl);
+    c->pl = NULL;
+    c->pl_len = 0;
+    size_t off = 0;
+    json_t *p = NULL;
+    if ((st = pl_add(c, a->bytes, a->len, &off, err)) || (st = make_request(c, sol, a, 0, &p, err)))
+        goto out;
+    if (o->timing)
+        add_timing(c, p, !o->parity);
+    call_worker(c, is_host(sol), p, a, &r);
+    json_decref(p);
+    json_object_set_new(kl, "worker_seconds", json_real(r.seconds));
+    if (r.st && r.not_run) {
+        st = kh_err_set(err, r.st == KH_ECHILD ? KH_ENODEV : r.st, "no %s worker: %s",
+                        is_host(sol) ? "host" : "gpu", r.err.msg);
+        goto out;
+    }
+    if (r.st == KH_ETIMEOUT) {
+        fail(&v, "TIMEOUT", NULL, "%s", r.err.msg);
+        goto verdict;
+    }
+    if (r.st == KH_ENODEV && !r.reply.head) {
+        st = kh_err_set(err, KH_ENODEV, "%s", r.err.msg);
+        goto out;
+    }
+    if (r.st == KH_ECHILD && !r.reply.head) {
+        const char *k = fault_kind(r.err.msg);
+        json_object_set_new(kl, "fault", json_string(k));
+        fail(&v, "RUNTIME_ERROR", !strcmp(k, "guard_page") ? "guards" : NULL, "%s", r.err.msg);
+        /* the candidate broke this worker, not the machine: no backoff */
+        if (is_host(sol) && c->ev->host)
+            kh_pool_reset(c->ev->host);
+        goto verdict;
+    }
+    if (r.st == KH_ECOMPILE) {
+        fail(&v, "COMPILE_ERROR", NULL, "%s", r.err.msg);
+        goto verdict;
+    }
+    if (r.st == KH_ESTATE || r.st == KH_EIO || (r.st && !r.reply.head)) {
+        st = kh_err_set(err, r.st, "%s", r.err.msg);
+        goto out;
+    }
+    if (r.st) { /* the worker refused the call: the candidate cannot be run so */
+        fail(&v, "RUNTIME_ERROR", NULL, "%s", r.err.msg);
+        goto verdict;
+    }
+
+    {
+        json_t *res = json_object_get(r.reply.head, "result");
+        json_t *trials = json_object_get(res, "trials"), *failures = json_object_get(res, "failures");
+        json_object_set(kl, "worker", json_object_get(res, "worker"));
+        int hard = !o->parity;
+        int poison_ok = 1, inputs_ok = 1, guards_ok = 1, det_ok = 1;
+        /* FlashInfer-Bench evaluates trial by trial, output by output. */
+        for (size_t t = 0; t < c->ntrials; t++) {
+            json_t *tr = json_array_get(trials, t);
+            size_t fi;
+            json_t *f;
+            json_array_foreach(failures, fi, f) {
+                json_t *ft = json_object_get(f, "trial");
+                if (!ft || json_integer_value(ft) < 0 || (size_t)json_integer_value(ft) != t)
+                    continue;
+                const char *ck = json_string_value(json_object_get(f, "check"));
+                const char *d = json_string_value(json_object_get(f, "detail"));
+                if (ck && !strcmp(ck, "inputs_unchanged")) {
+                    inputs_ok = 0;
+                    fail(&v, "RUNTIME_ERROR", "inputs_unchanged", "trial %zu: %s", t, d ? d : "");
+                } else if (ck && !strcmp(ck, "guards")) {
+                    guards_ok = 0;
+                    fail(&v, "RUNTIME_ERROR", "guards", "trial %zu: %s", t, d ? d : "");
+                }
+            }
+            if (strcmp(v.status, "PASSED"))
+                break;
+            kh_check_result ra, rb;
+            int ua = 0, ub = 0;
+            if ((st = compare_set(c, &r.reply, json_object_get(tr, "outputs"), ro[t], &ra,
+                                  hard ? 0xFF : 0, &ua, err)))
+                goto out;
+            kh_check_merge(&v.acc, &ra);
+            v.has_correctness = 1;
+            if (ra.status != KH_CHECK_PASSED) {
+                if (ua)
+                    poison_ok = 0;
+                fail(&v, kh_check_status_name(ra.status), ua ? "poison" : "correctness",
+                     "trial %zu (seed %llu)%s: %s", t, (unsigned long long)c->seeds[t],
+                     ua ? ", elements left as the poison 0xFF" : "", ra.reason);
+                break; /* FlashInfer-Bench returns at the first failing trial */
+            }
+            if (hard && json_object_get(tr, "outputs_b")) {
+                if ((st = compare_set(c, &r.reply, json_object_get(tr, "outputs_b"), ro[t], &rb,
+                                      0x7F, &ub, err)))
+                    goto out;
+                kh_check_merge(&v.acc, &rb);
+                if (rb.status != KH_CHECK_PASSED) {
+                    poison_ok = 0;
+                    fail(&v, kh_check_status_name(rb.status), "poison",
+                         "trial %zu (seed %llu): the output passed under poison 0xFF but not "
+                         "under 0x7F%s: %s", t, (unsigned long long)c->seeds[t],
+                         ub ? " (elements left unwritten)" : "", rb.reason);
+                    break;
+                }
+            }
+            const char *dc = json_string_value(json_object_get(json_object_get(tr, "checks"),
+                                                               "deterministic"));
+            if (dc && !strcmp(dc, "failed")) {
+                det_ok = 0;
+                fail(&v, "RUNTIME_ERROR", "deterministic",
+                     "trial %zu: two calls on the same inputs gave different bits", t);
+                break;
+            }
+        }
+        if (hard) {
+            json_object_set_new(v.checks, "poison", json_string(poison_ok ? "ok" : "failed"));
+            json_object_set_new(v.checks, "inputs_unchanged",
+                                json_string(inputs_ok ? "ok" : "failed"));
+            json_object_set_new(v.checks, "guards", json_string(guards_ok ? "ok" : "failed"));
+            int det = (o->deterministic >= 0 ? o->deterministic : is_host(sol)) &&
+                      c->evaluator != KH_EVAL_SAMPLING;
+            json_object_set_new(v.checks, "deterministic",
+                                json_string(!det ? "off" : det_ok ? "ok" : "failed"));
+        }
+        json_object_set_new(v.checks, "correctness",
+                            json_string(v.failed && !strcmp(v.failed, "correctness") ? "failed"
+                                                                                       : "ok"));
+
+        /* Timing: only for outputs that passed. */
+        timing = json_object_get(res, "timing");
+        if (!strcmp(v.status, "PASSED") && json_is_object(timing)) {
+            const char *ts = json_string_value(json_object_get(timing, "status"));
+            if (ts && strcmp(ts, "OK")) {
+                const char *why = json_string_value(json_object_get(timing, "why"));
+                fail(&v, "RUNTIME_ERROR", "kernel_set", "timing: %s", why ? why : ts);
+            }
+            /* failures during timing (no trial): inputs changed, guards */
+            size_t fi;
+            json_t *f;
+            json_array_foreach(failures, fi, f) {
+                json_t *ft = json_object_get(f, "trial"); /* absent or -1: timing */
+                if (ft && json_integer_value(ft) >= 0)
+                    continue;
+                const char *ck = json_string_value(json_object_get(f, "check"));
+                const char *d = json_string_value(json_object_get(f, "detail"));
+                if (ck && (!strcmp(ck, "inputs_unchanged") || !strcmp(ck, "guards"))) {
+                    json_object_set_new(v.checks, ck, json_string("failed"));
+                    fail(&v, "RUNTIME_ERROR", !strcmp(ck, "guards") ? "guards" : "inputs_unchanged",
+                         "%s", d ? d : "");
+                }
+            }
+            json_t *tos = json_object_get(res, "timed_outputs");
+            size_t ti, nverified = 0, nbad = 0;
+            json_t *to;
+            /* A timed output names the seed of its input set ("seed"), or
+             * the trial whose inputs it used ("set" alone, the host worker's
+             * sets are the trials' inputs).  Seeds not seen in correctness
+             * (the gpu worker's timing sets) get reference outputs now. */
+            uint64_t tseeds[64];
+            size_t ntseeds = 0;
+            json_array_foreach(tos, ti, to) {
+                json_t *sj = json_object_get(to, "seed");
+                json_int_t set = json_integer_value(json_object_get(to, "set"));
+                uint64_t sd = sj ? (uint64_t)json_integer_value(sj)
+                              : set >= 0 && (size_t)set < c->ntrials ? c->seeds[set] : 0;
+                int have = 0;
+                for (size_t k = 0; k < ntseeds; k++)
+                    have |= tseeds[k] == sd;
+                if (!have && ntseeds < 64)
+                    tseeds[ntseeds++] = sd;
+            }
+            refout *tro[64] = {0};
+            char unused[33];
+            if (ntseeds && (st = ref_outputs_for(c, ref, tseeds, ntseeds, tro, unused, err)))
+                goto out;
+            json_array_foreach(tos, ti, to) {
+                json_t *sj = json_object_get(to, "seed");
+                json_int_t set = json_integer_value(json_object_get(to, "set"));
+                uint64_t sd = sj ? (uint64_t)json_integer_value(sj)
+                              : set >= 0 && (size_t)set < c->ntrials ? c->seeds[set] : 0;
+                refout *rref = NULL;
+                for (size_t k = 0; k < ntseeds; k++)
+                    if (tseeds[k] == sd)
+                        rref = tro[k];
+                if (!rref)
+                    continue;
+                kh_check_result rt;
+                int ut = 0;
+                if ((st = compare_set(c, &r.reply, json_object_get(to, "outputs"), rref, &rt,
+                                      0xFF, &ut, err)))
+                    goto out;
+                nverified++;
+                if (rt.status != KH_CHECK_PASSED) {
+                    nbad++;
+                    fail(&v, "INCORRECT_NUMERICAL", "timed_outputs",
+                         "timed call %lld (input set %lld, seed %llu): %s",
+                         (long long)json_integer_value(json_object_get(to, "call")),
+                         (long long)set, (unsigned long long)sd, rt.reason);
+                    if (!v.has_correctness || v.acc.max_abs_error < rt.max_abs_error)
+                        v.acc.max_abs_error = rt.max_abs_error;
+                    if (v.acc.max_rel_error < rt.max_rel_error)
+                        v.acc.max_rel_error = rt.max_rel_error;
+                }
+            }
+            if (hard) {
+                json_object_set_new(v.checks, "timed_outputs",
+                                    json_string(nbad ? "failed" : nverified ? "ok" : "none sampled"));
+                json_object_set_new(kl, "timed_outputs_verified",
+                                    json_pack("{s:I, s:I}", "calls", (json_int_t)nverified,
+                                              "failed", (json_int_t)nbad));
+            }
+            double lat = json_number_value(json_object_get(timing, "latency_ns"));
+            /* speed of light: nothing moves the task's minimum bytes faster
+             * than the fastest measured copy, nor does its FLOPs faster than
+             * the peak */
+            int64_t sb = 0, sf = -1;
+            kh_err serr;
+            if (kh_task_speed_of_light(c->d, c->w->axes, &sb, &sf, &serr) == KH_OK) {
+                double bw = json_number_value(json_object_get(timing, "copy_bandwidth_Bps"));
+                if (bw <= 0 && !is_host(sol))
+                    bw = gpu_bandwidth(c);
+                double pk = json_number_value(json_object_get(timing, "peak_flops"));
+                double bound = 0;
+                if (bw > 0)
+                    bound = (double)sb / bw * 1e9;
+                if (pk > 0 && sf > 0 && (double)sf / pk * 1e9 > bound)
+                    bound = (double)sf / pk * 1e9;
+                json_object_set_new(kl, "speed_of_light",
+                                    json_pack("{s:I, s:I, s:f, s:f, s:f}", "bytes", (json_int_t)sb,
+                                              "flops", (json_int_t)sf, "copy_bandwidth_Bps", bw,
+                                              "peak_flops", pk, "bound_ns", bound));
+                if (hard) {
+                    if (bound <= 0)
+                        json_object_set_new(v.checks, "speed_of_light", json_string("unknown"));
+                    else if (lat < bound) {
+                        json_object_set_new(v.checks, "speed_of_light", json_string("failed"));
+                        fail(&v, "RUNTIME_ERROR", "speed_of_light",
+                             "latency %.1f ns is below the speed-of-light bound %.1f ns "
+                             "(%lld bytes at %.3g B/s%s): impossible", lat, bound, (long long)sb,
+                             bw, sf > 0 && pk > 0 ? ", or the FLOPs at the peak" : "");
+                    } else
+                        json_object_set_new(v.checks, "speed_of_light", json_string("ok"));
+                }
+            }
+            if (hard && !json_object_get(v.checks, "kernel_set") &&
+                !json_object_get(timing, "kernels_per_call") && is_host(sol))
+                json_object_set_new(v.checks, "kernel_set", json_string("n/a (host)"));
+            json_object_set_new(kl, "timer", json_incref(json_object_get(timing, "timer")));
+            samples = json_incref(json_object_get(timing, "samples_ns"));
+            if (!strcmp(v.status, "PASSED")) {
+                double ref_ns = NAN;
+                if (o->time_reference && (st = ref_latency(c, ref, &ref_ns, err)))
+                    goto out;
+                perf = json_pack("{s:f}", "latency_ms", lat / 1e6);
+                if (isfinite(ref_ns) && ref_ns > 0) {
+                    json_object_set_new(perf, "reference_latency_ms", json_real(ref_ns / 1e6));
+                    json_object_set_new(perf, "speedup_factor", json_real(ref_ns / lat));
+                }
+            }
+            json_t *tcopy = json_deep_copy(timing);
+            json_object_del(tcopy, "samples_ns");
+            json_object_set_new(kl, "timing", tcopy);
+        }
+    }
+
+verdict:
+    json_object_set_new(ev, "status", json_string(v.status));
+    if (!strcmp(v.status, "PASSED") || !strcmp(v.status, "INCORRECT_NUMERICAL")) {
+        json_t *cj = json_pack("{s:o, s:o}", "max_relative_error", num(v.acc.max_rel_error),
+                               "max_absolute_error", num(v.acc.max_abs_error));
+        if (c->evaluator == KH_EVAL_LOWBIT)
+            json_object_set_new(cj, "extra", json_pack("{s:o}", "matched_ratio",
+                                                       num(v.acc.matched_ratio)));
+        json_object_set_new(ev, "correctness", cj);
+    }
+    if (perf && !strcmp(v.status, "PASSED")) {
+        json_object_set_new(ev, "performance", perf);
+        perf = NULL;
+    }
+    {
+        char ts[64];
+        time_t now = time(NULL);
+        struct tm tmv;
+        gmtime_r(&now, &tmv);
+        strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tmv);
+        json_object_set_new(ev, "timestamp", json_string(ts));
+        json_object_set_new(ev, "environment",
+                            json_pack("{s:s, s:{}}", "hardware", is_host(sol) ? "host" : "cuda",
+                                      "libs"));
+    }
+    if (!json_object_get(ev, "log"))
+        json_object_set_new(ev, "log", json_string(v.detail));
+    json_object_set_new(kl, "checks", v.checks);
+    v.checks = NULL;
+    json_object_set_new(kl, "failed_check", v.failed ? json_string(v.failed) : json_null());
+    json_object_set_new(kl, "detail", json_string(v.detail));
+    if (v.has_correctness)
+        json_object_set_new(kl, "figures",
+                            json_pack("{s:o, s:o, s:I, s:I}", "matched_ratio",
+                                      num(v.acc.matched_ratio), "norm_error",
+                                      num(v.acc.norm_error), "max_ulp_error",
+                                      (json_int_t)(v.acc.max_ulp_error > INT64_MAX
+                                                       ? -1 : (json_int_t)v.acc.max_ulp_error),
+                                      "elements", (json_int_t)v.acc.numel));
+    json_object_set_new(kl, "hashes",
+                        json_pack("{s:s, s:s?, s:s?}", "source", sol_hash, "artifact",
+                                  a && a->ok ? a->hash : NULL, "reference",
+                                  ref_hash[0] ? ref_hash : NULL));
+    json_object_set_new(ev, "khlua", kl);
+    kl = NULL;
+    *trace = json_pack("{s:s, s:O, s:s, s:o}", "definition", c->d->name, "workload", c->w->json,
+                       "solution", sol->name, "evaluation", ev);
+    ev = NULL;
+    {
+        /* raw samples: a store blob; inline when the verdict is not stored */
+        json_t *evj = json_object_get(*trace, "evaluation");
+        json_t *kj = json_object_get(evj, "khlua");
+        json_object_set_new(kj, "samples_blob", json_null());
+        size_t ns = json_array_size(samples);
+        double *sv = ns ? malloc(ns * sizeof *sv) : NULL;
+        for (size_t i = 0; sv && i < ns; i++)
+            sv[i] = json_number_value(json_array_get(samples, i));
+        kh_err rerr;
+        if (!o->record) {
+            json_object_set_new(kj, "stored", json_string("no (record = false)"));
+            if (samples)
+                json_object_set(kj, "samples_ns", samples);
+        } else if (record(c->ev, o->store, c->d, sol, *trace, sv, sv ? ns : 0, &rerr) != KH_OK) {
+            json_object_set_new(kj, "stored", json_string(rerr.msg));
+            if (samples)
+                json_object_set(kj, "samples_ns", samples);
+        } else {
+            json_object_set_new(kj, "stored", json_string("yes"));
+        }
+        free(sv);
+    }
+out:
+    kh_msg_free(&r.reply);
+    json_decref(v.checks);
+    json_decref(kl);
+    json_decref(ev);
+    json_decref(perf);
+    json_decref(samples);
+    return st;
+}
+
+/* ---- the whole run -------------------------------------------------------- */
+static uint64_t fnv(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; s && *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int is_file(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
+                      const kh_eval_opts *o, json_t **traces, kh_err *err)
+{
+    kh_eval_opts defo;
+    if (!o) {
+        kh_eval_opts_default(&defo);
+        o = &defo;
+    }
+    *traces = NULL;
+    if (!task_path || !solution)
+        return kh_err_set(err, KH_EINVAL, "eval: a task and a solution are required");
+    kh_protocol proto;
+    if (!o->protocol || !kh_protocol_parse(o->protocol, &proto))
+        return kh_err_set(err, KH_EINVAL, "eval: unknown protocol '%s' (official, screen, precise)",
+                          o->protocol ? o->protocol : "(null)");
+    if (o->trials < 1 || o->trials > 64)
+        return kh_err_set(err, KH_EINVAL, "eval: trials must be 1 to 64, got %d", o->trials);
+    kh_task_set *P = NULL, *S = NULL;
+    kh_task_opts to = {0};
+    kh_status st = kh_task_load(task_path, &to, &P, err);
+    if (st)
+        return st;
+    const kh_task_solution *sol = NULL;
+    if (is_file(solution)) {
+        if ((st = kh_task_load(solution, &to, &S, err)))
+            goto out;
+        if (kh_task_nsolutions(S) != 1) {
+            st = kh_err_set(err, KH_EINVAL, "%s: expected one Solution, found %zu", solution,
+                            kh_task_nsolutions(S));
+            goto out;
+        }
+        sol = kh_task_solution_at(S, 0);
+    } else {
+        sol = kh_task_find_solution(P, solution);
+        if (!sol) {
+            st = kh_err_set(err, KH_ENOTFOUND, "no solution named '%s' in %s (nor a file by that "
+                            "name)", solution, task_path);
+            goto out;
+        }
+    }
+    const kh_task_def *d = sol->definition ? kh_task_find_def(P, sol->definition) : NULL;
+    if (!d) {
+        st = kh_err_set(err, KH_ENOTFOUND, "solution '%s': definition '%s' is not in %s",
+                        sol->name ? sol->name : "?", sol->definition ? sol->definition : "?",
+                        task_path);
+        goto out;
+    }
+    if (!sol->manifest) {
+        st = kh_err_set(err, KH_EUNSUPPORTED,
+                        "solution '%s' has no khlua manifest (spec.khlua): khlua runs candidates "
+                        "with a launch manifest, not Python or host code that launches itself",
+                        sol->name);
+        goto out;
+    }
+    if (!d->reference) {
+        st = kh_err_set(err, KH_ENOTFOUND,
+                        "definition '%s' names no trusted reference (khlua.reference): khlua "
+                        "does not run the Python reference", d->name);
+        goto out;
+    }
+    const kh_task_solution *ref = kh_task_find_solution(P, d->reference);
+    if (!ref || !ref->manifest) {
+        st = kh_err_set(err, KH_ENOTFOUND, "the trusted reference '%s' of '%s' is %s", d->reference,
+                        d->name, ref ? "not a khlua solution (no manifest)" : "not in the task");
+        goto out;
+    }
+
+    /* workloads */
+    size_t nw = kh_task_nworkloads(P);
+    const kh_task_workload **ws = calloc(nw ? nw : 1, sizeof *ws);
+    size_t n = 0;
+    if (!ws) {
+        st = kh_err_set(err, KH_ENOMEM, "out of memory");
+        goto out;
+    }
+    const char *sel = o->workloads && *o->workloads ? o->workloads : "all";
+    char *endp;
+    long firstn = strtol(sel, &endp, 10);
+    int by_count = *endp == 0 && endp != sel;
+    if (by_count && firstn < 1) {
+        free(ws);
+        st = kh_err_set(err, KH_EINVAL, "--workloads: a count must be >= 1");
+        goto out;
+    }
+    for (size_t i = 0; i < nw; i++) {
+        const kh_task_workload *w = kh_task_workload_at(P, i);
+        if (!w->definition || strcmp(w->definition, d->name) || !w->axes_ok || !w->uuid)
+            continue;
+        if (!strcmp(sel, "all") || (by_count && (long)n < firstn))
+            ws[n++] = w;
+        else if (!by_count) {
+            size_t ul = strlen(w->uuid);
+            for (const char *q = sel; *q;) {
+                size_t l = strcspn(q, ",");
+                if (l == ul && !strncmp(q, w->uuid, l)) {
+                    ws[n++] = w;
+                    break;
+                }
+                q += l + (q[l] == ',');
+            }
+        }
+    }
+    if (!by_count && strcmp(sel, "all")) {
+        /* every uuid asked for must exist */
+        for (const char *q = sel; *q;) {
+            size_t l = strcspn(q, ",");
+            int found = 0;
+            for (size_t i = 0; i < n && !found; i++)
+                found = strlen(ws[i]->uuid) == l && !strncmp(q, ws[i]->uuid, l);
+            if (!found) {
+                free(ws);
+                st = kh_err_set(err, KH_ENOTFOUND, "workload '%.*s' of '%s' is not in %s",
+                                (int)l, q, d->name, task_path);
+                goto out;
+            }
+            q += l + (q[l] == ',');
+        }
+    }
+    if (n == 0) {
+        free(ws);
+        st = kh_err_set(err, KH_ENOTFOUND, "no workloads of '%s' in %s", d->name, task_path);
+        goto out;
+    }
+
+    char sol_hash[33];
+    {
+        char *txt = json_dumps(json_object_get(sol->json, "sources"), JSON_COMPACT | JSON_SORT_KEYS);
+        hex128(txt ? txt : "", txt ? strlen(txt) : 0, sol_hash);
+        free(txt);
+    }
+    wctx c;
+    memset(&c, 0, sizeof c);
+    c.ev = ev;
+    c.o = o;
+    c.d = d;
+    c.base = task_path;
+    char base[4096];
+    if (is_file(task_path)) {
+        snprintf(base, sizeof base, "%s", task_path);
+        char *sl = strrchr(base, '/');
+        if (sl)
+            *sl = 0;
+        else
+            snprintf(base, sizeof base, ".");
+        c.base = base;
+    }
+    c.ntrials = (size_t)o->trials;
+    c.evaluator = kh_check_evaluator_for(d->name, d->op_type, &c.copts);
+    if (d->evaluator) {
+        static const struct { const char *n; kh_check_evaluator e; } evs[] = {
+            {"default", KH_EVAL_DEFAULT}, {"lowbit", KH_EVAL_LOWBIT},
+            {"dsa_sparse_attention", KH_EVAL_DSA_ATTENTION}, {"dsa_topk_indexer", KH_EVAL_DSA_TOPK},
+            {"sampling", KH_EVAL_SAMPLING}};
+        for (size_t i = 0; i < KH_ARRAY_LEN(evs); i++)
+            if (!strcmp(d->evaluator, evs[i].n))
+                c.evaluator = evs[i].e;
+    }
+    c.copts.atol = d->atol;
+    c.copts.rtol = d->rtol;
+    c.copts.required_ratio = d->required_matched_ratio;
+    if (o->atol >= 0)
+        c.copts.atol = o->atol;
+    if (o->rtol >= 0)
+        c.copts.rtol = o->rtol;
+    if (o->required_matched_ratio >= 0)
+        c.copts.required_ratio = o->required_matched_ratio;
+    if (c.evaluator == KH_EVAL_SAMPLING || c.evaluator == KH_EVAL_DSA_TOPK) {
+        free(ws);
+        st = kh_err_set(err, KH_EUNSUPPORTED,
+                        "definition '%s' uses FlashInfer-Bench's %s evaluator, which kh_eval does "
+                        "not run yet", d->name, kh_check_evaluator_name(c.evaluator));
+        goto out;
+    }
+
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n && !st; i++) {
+        if (kh_engine_stop_requested(ev->e)) {
+            st = kh_err_set(err, KH_EINTR, "evaluation interrupted");
+            break;
+        }
+        c.w = ws[i];
+        uint64_t wh = fnv(ws[i]->uuid);
+        for (size_t t = 0; t < c.ntrials; t++)
+            c.seeds[t] = kh_rng_derive_seed(o->seed, wh, t) & INT64_MAX; /* JSON, Lua: signed */
+        json_t *tr = NULL;
+        st = eval_workload(&c, sol, ref, sol_hash, &tr, err);
+        if (!st)
+            json_array_append_new(arr, tr);
+    }
+    free(c.pl);
+    free(ws);
+    if (st)
+        json_decref(arr);
+    else
+        *traces = arr;
+out:
+    kh_task_set_free(S);
+    kh_task_set_free(P);
+    return st;
+}

@@ -1,0 +1,86 @@
+/* eval.h: evaluation, the coordinator's side (issue 6; docs/evaluation.md).
+ *
+ * kh_eval_run takes a task (package or dataset), a solution (a name in it, or
+ * a Solution JSON file) and a selection of workloads, and returns one
+ * FlashInfer-Bench Trace per workload: {"definition", "workload", "solution",
+ * "evaluation": {status, correctness, performance, ..., "khlua": {...}}}.
+ * For each workload it resolves the candidate's manifest, builds the
+ * artifact (cc for the host backend, NVRTC for cuda), obtains the reference
+ * outputs (cached per (definition, workload uuid, seed); else computed by the
+ * definition's trusted reference through the same `evaluate` request with
+ * timing null), sends the candidate's `evaluate` request to a worker pool
+ * ("host" or "gpu"), compares every returned output with engine/check, and
+ * applies the hardened checks and the speed-of-light bound.
+ *
+ * The coordinator never runs candidate code: worker crashes and overruns
+ * become RUNTIME_ERROR / TIMEOUT verdicts, and the next candidate gets a
+ * fresh worker.  A kh_eval keeps its worker pools, built artifacts and
+ * reference outputs between calls; it is not thread-safe.
+ *
+ * Every verdict is recorded in the store (unless opts.record = 0): the task,
+ * the candidate (content-addressed by its Solution JSON), the raw timing
+ * samples as a blob (float64 LE per timed call) and an `evaluation` record;
+ * the trace then carries khlua.record (its id) and khlua.samples_blob.  When
+ * it cannot be stored (the store refused, or is open elsewhere in this
+ * process) the trace says why in khlua.stored and keeps the samples inline
+ * (khlua.samples_ns). */
+#ifndef KH_EVAL_H
+#define KH_EVAL_H
+
+#include "engine.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+typedef struct kh_eval kh_eval;
+
+struct kh_store;
+
+typedef struct kh_eval_config {
+    struct kh_store *store;    /* borrowed, outlives the evaluator; NULL: the engine's
+                                  store path, opened on the first verdict recorded */
+    const char *exe;           /* worker executable (NULL: this one; tests pass khlua) */
+    const char *launch;        /* worker launch template (NULL: local) */
+    uint64_t host_as_bytes;    /* host worker address-space limit; 0: 8 GiB */
+} kh_eval_config;
+
+/* cfg may be NULL.  NULL with err when out of memory. */
+kh_eval *kh_eval_new(kh_engine *e, const kh_eval_config *cfg, kh_err *err);
+void kh_eval_free(kh_eval *ev);
+
+typedef struct kh_eval_opts {
+    const char *workloads;     /* NULL or "all"; "N" (the first N); "uuid,uuid,..." */
+    const char *protocol;      /* "official" (default), "screen", "precise" */
+    int timing;                /* 1 (default through kh_eval_opts_default): time PASSED ones */
+    int parity;                /* FlashInfer-Bench's checks alone: no hardened checks */
+    int trials;                /* correctness trials (input sets); 3 */
+    uint64_t seed;             /* base seed; trial seeds derive from (seed, workload, trial) */
+    int warmup, iters;         /* -1: the protocol's */
+    int timing_trials;         /* official: -1: 3 */
+    int max_iters;             /* screen / precise cap on timed calls; 0: the protocol's */
+    double timing_timeout_s;   /* precise: stop after this long; 0: the protocol's (15 s) */
+    int rotate_inputs;         /* timing input sets (values and addresses); 3, at most trials */
+    double verify_timed_fraction; /* share of timed calls whose outputs are verified; 0.1 */
+    int cold;                  /* flush caches before each timed call; 1 */
+    int deterministic;         /* -1: host on, cuda off (atomics reorder float sums); 0/1 */
+    double deadline_s;         /* per workload and per worker request; 300 */
+    double atol, rtol, required_matched_ratio; /* < 0: the definition's */
+    int time_reference;        /* time the reference too (reference_latency_ms); 1 */
+    int record;                /* store every verdict (1, the default) */
+    struct kh_store *store;    /* record into this open store (borrowed, this call only);
+                                  NULL: the evaluator's (cfg.store, else the engine's) */
+    uint64_t host_memory_bytes; /* host worker memory limit; 0: the evaluator's (8 GiB);
+                                   a change restarts the host worker */
+} kh_eval_opts;
+
+void kh_eval_opts_default(kh_eval_opts *o);
+
+/* Evaluate.  *traces: a new JSON array of Trace objects, one per selected
+ * workload, in workload order.  Could-not-run problems (task unreadable,
+ * solution or reference missing, workload unknown, the reference failing,
+ * no GPU for a cuda candidate) return non-OK with err; a candidate's failure
+ * (compile error, crash, wrong output, overrun) is a verdict, KH_OK. */
+kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
+                      const kh_eval_opts *o, json_t **traces, kh_err *err);
+
+#endif

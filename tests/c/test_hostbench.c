@@ -1,0 +1,220 @@
+/* test_hostbench.c: the host timing protocols (engine/hostbench.h).  The
+ * official protocol makes exactly FlashInfer-Bench's calls per trial
+ * (1 + 5 + warmup + iters), times only the last iters, and reports the mean
+ * of the trial medians; pre/post see every call with the timed index; screen
+ * and precise stop by their rules or at their caps; a call that sleeps a
+ * known time is measured as at least that long; a failing callback stops the
+ * run with its status; the flush buffer exceeds the last-level cache. */
+#include "kh_test.h"
+
+#include "hostbench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct counter {
+    long calls, pre, post, timed_pre, trials;
+    long last_timed;
+    int order_ok;
+    long sleep_ns;
+    long fail_at;
+} counter;
+
+static kh_status c_call(void *ctx, kh_err *err)
+{
+    counter *c = ctx;
+    if (c->fail_at >= 0 && c->calls == c->fail_at)
+        return kh_err_set(err, KH_EIO, "call %ld failed on purpose", c->calls);
+    c->calls++;
+    if (c->sleep_ns) {
+        struct timespec ts = {0, c->sleep_ns};
+        nanosleep(&ts, NULL);
+    }
+    return KH_OK;
+}
+
+static kh_status c_pre(void *ctx, long ti, kh_err *err)
+{
+    (void)err;
+    counter *c = ctx;
+    c->pre++;
+    if (ti >= 0) {
+        if (ti != c->last_timed + 1)
+            c->order_ok = 0;
+        c->last_timed = ti;
+        c->timed_pre++;
+    }
+    return KH_OK;
+}
+
+static kh_status c_post(void *ctx, long ti, kh_err *err)
+{
+    (void)err;
+    counter *c = ctx;
+    c->post++;
+    if (ti >= 0 && ti != c->last_timed)
+        c->order_ok = 0;
+    return KH_OK;
+}
+
+static kh_status c_trial(void *ctx, int t, kh_err *err)
+{
+    (void)err;
+    counter *c = ctx;
+    if (t != c->trials)
+        c->order_ok = 0;
+    c->trials++;
+    return KH_OK;
+}
+
+static void init(counter *c)
+{
+    memset(c, 0, sizeof *c);
+    c->last_timed = -1;
+    c->order_ok = 1;
+    c->fail_at = -1;
+}
+
+static void test_official_call_sequence(void **state)
+{
+    (void)state;
+    int warmup = 2 + rand() % 5, iters = 3 + rand() % 10, trials = 1 + rand() % 3;
+    counter c;
+    init(&c);
+    kh_hostbench_target t = {c_call, c_pre, c_post, c_trial, &c};
+    kh_bench_opts o;
+    kh_bench_defaults(KH_PROTO_OFFICIAL, &o);
+    o.warmup = warmup;
+    o.iters = iters;
+    o.trials = trials;
+    o.cold_l2 = 0;
+    kh_bench_result r;
+    kh_err err;
+    assert_int_equal(kh_hostbench_run(NULL, &t, &o, &r, &err), KH_OK);
+    assert_string_equal(r.status, "OK");
+    assert_string_equal(r.timer, "monotonic");
+    assert_int_equal(c.calls, (long)trials * (1 + 5 + warmup + iters));
+    assert_int_equal(c.pre, c.calls);
+    assert_int_equal(c.post, c.calls);
+    assert_int_equal(c.timed_pre, (long)trials * iters);
+    assert_int_equal(c.trials, trials);
+    assert_true(c.order_ok);
+    assert_int_equal(r.n, (size_t)trials * (size_t)iters);
+    assert_int_equal(r.trials, trials);
+    /* latency = mean over trials of each trial's median */
+    double sum = 0;
+    for (int tr = 0; tr < trials; tr++) {
+        double med = kh_stat_median(r.samples_ns + (size_t)tr * (size_t)iters, (size_t)iters);
+        assert_true(fabs(med - r.trial_median_ns[tr]) < 1e-9);
+        sum += med;
+    }
+    assert_true(fabs(r.latency_ns - sum / trials) < 1e-6);
+    kh_bench_result_free(&r);
+}
+
+static void test_measures_a_known_time(void **state)
+{
+    (void)state;
+    counter c;
+    init(&c);
+    c.sleep_ns = 200000 + rand() % 200000; /* 0.2 to 0.4 ms */
+    kh_hostbench_target t = {c_call, NULL, NULL, NULL, &c};
+    kh_bench_opts o;
+    kh_bench_defaults(KH_PROTO_OFFICIAL, &o);
+    o.warmup = 1;
+    o.iters = 5;
+    o.trials = 1;
+    o.cold_l2 = 0;
+    kh_bench_result r;
+    kh_err err;
+    assert_int_equal(kh_hostbench_run(NULL, &t, &o, &r, &err), KH_OK);
+    assert_true(r.min_ns >= (double)c.sleep_ns);
+    assert_true(r.latency_ns >= (double)c.sleep_ns);
+    assert_true(r.latency_ns < (double)c.sleep_ns + 50e6); /* generous: a loaded box */
+    kh_bench_result_free(&r);
+}
+
+static void test_screen_and_precise_stop(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 2; p++) {
+        counter c;
+        init(&c);
+        kh_hostbench_target t = {c_call, c_pre, c_post, NULL, &c};
+        kh_bench_opts o;
+        kh_bench_defaults(p ? KH_PROTO_PRECISE : KH_PROTO_SCREEN, &o);
+        o.warmup = 3;
+        o.cold_l2 = 0;
+        o.max_iters = 30 + 10 * (rand() % 4);
+        o.timeout_s = 2;
+        o.rel_ci = 1e-12;        /* never reached: stops at the cap */
+        o.max_rel_stdev = 1e-12;
+        kh_bench_result r;
+        kh_err err;
+        assert_int_equal(kh_hostbench_run(NULL, &t, &o, &r, &err), KH_OK);
+        assert_int_equal(r.n, (size_t)o.max_iters);
+        assert_int_equal(c.calls, 3 + o.max_iters);
+        assert_int_equal(c.timed_pre, o.max_iters);
+        assert_true(r.latency_ns == r.median_ns);
+        kh_bench_result_free(&r);
+    }
+    /* screen stops early once the interval is tight enough */
+    counter c;
+    init(&c);
+    c.sleep_ns = 100000;
+    kh_hostbench_target t = {c_call, NULL, NULL, NULL, &c};
+    kh_bench_opts o;
+    kh_bench_defaults(KH_PROTO_SCREEN, &o);
+    o.warmup = 0;
+    o.cold_l2 = 0;
+    o.rel_ci = 10.0; /* any 10 samples satisfy it */
+    kh_bench_result r;
+    kh_err err;
+    assert_int_equal(kh_hostbench_run(NULL, &t, &o, &r, &err), KH_OK);
+    assert_int_equal(r.n, 10);
+    kh_bench_result_free(&r);
+}
+
+static void test_failure_stops(void **state)
+{
+    (void)state;
+    counter c;
+    init(&c);
+    c.fail_at = 3 + rand() % 5;
+    kh_hostbench_target t = {c_call, NULL, NULL, NULL, &c};
+    kh_bench_opts o;
+    kh_bench_defaults(KH_PROTO_OFFICIAL, &o);
+    o.cold_l2 = 0;
+    kh_bench_result r;
+    kh_err err;
+    assert_int_equal(kh_hostbench_run(NULL, &t, &o, &r, &err), KH_EIO);
+    assert_non_null(strstr(err.msg, "failed on purpose"));
+    assert_int_equal(c.calls, c.fail_at);
+    kh_bench_result_free(&r);
+}
+
+static void test_flush_and_bandwidth(void **state)
+{
+    (void)state;
+    size_t llc = kh_hostbench_llc_bytes();
+    assert_true(llc >= 64 * 1024);
+    kh_err err;
+    assert_int_equal(kh_hostbench_flush(&err), KH_OK);
+    double bw = kh_hostbench_copy_bandwidth(1 << 20, 5);
+    assert_true(bw > 1e8 && bw < 1e13); /* 0.1 GB/s .. 10 TB/s */
+}
+
+int main(void)
+{
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    printf("# random seed %u\n", seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_official_call_sequence), cmocka_unit_test(test_measures_a_known_time),
+        cmocka_unit_test(test_screen_and_precise_stop), cmocka_unit_test(test_failure_stops),
+        cmocka_unit_test(test_flush_and_bandwidth),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

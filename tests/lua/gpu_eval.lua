@@ -1,0 +1,45 @@
+-- gpu_eval.lua: kh.eval through the gpu worker (on a GPU machine; skipped,
+-- exit 77, elsewhere).  The fixture's CUDA candidate (two launches, a zeroed
+-- workspace, atomics) is compared with the host C reference: the inputs are
+-- drawn on the device and on the host from the same seeds, so they must be
+-- the same bits; it passes every workload with the hardened checks and a
+-- timed, verified run; the same candidate under --parity passes too.
+local T = require "testlib"
+local kh = require "kh"
+
+local r = kh.doctor()
+if #r.gpus == 0 then T.skip_all("no GPU on this machine") end
+
+local SRC = os.getenv("KH_SOURCE_DIR") or "."
+local FIX = SRC .. "/tests/fixtures/task/rmsnorm"
+
+math.randomseed(os.time())
+
+T.test("the cuda example passes every workload against the host reference", function()
+  local tr = assert(kh.eval(FIX, "rmsnorm_h512_cuda_v1", {
+    seed = math.random(1, 1 << 40), warmup = 2, iters = 20, record = false,
+    verify_timed_fraction = 0.5,
+  }))
+  T.eq(#tr, 3)
+  for _, t in ipairs(tr) do
+    local e = t.evaluation
+    T.eq(e.status, "PASSED", tostring(e.khlua.detail))
+    T.eq(e.khlua.backend, "cuda")
+    T.ok(e.khlua.timer == "cupti" or e.khlua.timer == "events")
+    T.eq(e.khlua.checks.poison, "ok")
+    T.eq(e.khlua.checks.inputs_unchanged, "ok")
+    T.eq(e.khlua.checks.guards, "ok")
+    T.eq(e.khlua.checks.deterministic, "off") -- atomics: off by default for cuda
+    T.ok(e.khlua.checks.timed_outputs == "ok", tostring(e.khlua.checks.timed_outputs))
+    T.ok(e.khlua.checks.speed_of_light == "ok" or e.khlua.checks.speed_of_light == "unknown")
+    T.ok(e.performance.latency_ms > 0)
+    T.ok(e.correctness.max_absolute_error <= 0.01 + 1e-9 or e.correctness.max_relative_error <= 0.01)
+  end
+end)
+
+T.test("--parity: FlashInfer-Bench's checks alone", function()
+  local tr = assert(kh.eval(FIX, "rmsnorm_h512_cuda_v1", { workloads = 1, timing = false,
+                                                           parity = true, record = false }))
+  T.eq(tr[1].evaluation.status, "PASSED", tostring(tr[1].evaluation.khlua.detail))
+  T.eq(tr[1].evaluation.khlua.checks.poison, nil)
+end)

@@ -1,0 +1,194 @@
+-- test_eval.lua: kh.eval and `khlua eval` (engine/eval.h, docs/evaluation.md):
+-- the trusted reference evaluated as a candidate passes every workload under
+-- each protocol; verdict tables carry FlashInfer-Bench's fields and khlua's;
+-- seeds decide the inputs; workload selection; misuse raises, could-not-run
+-- returns nil, msg, code; the CLI prints a table or Trace JSONL, stores every
+-- verdict with its raw samples, and exits 0 / 1 / 2.
+local T = require "testlib"
+local kh = require "kh"
+
+local SRC = os.getenv("KH_SOURCE_DIR") or "."
+local FIX = SRC .. "/tests/fixtures/task/rmsnorm"
+local RT = SRC .. "/tests/redteam/host/rmsnorm"
+
+math.randomseed(os.time())
+
+local function quick(extra)
+  local o = { seed = math.random(1, 1 << 40), warmup = 1, iters = 5, timing_trials = 2,
+              cold = false, record = false, time_reference = false }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
+end
+
+T.test("the fixture's trusted reference passes every workload (official protocol)", function()
+  local tr = assert(kh.eval(FIX, "rmsnorm_h512_ref_c", quick { time_reference = true }))
+  T.eq(#tr, 3)
+  local batches = {}
+  for _, t in ipairs(tr) do
+    T.eq(t.definition, "rmsnorm_h512")
+    T.eq(t.solution, "rmsnorm_h512_ref_c")
+    local e = t.evaluation
+    T.eq(e.status, "PASSED", tostring(e.khlua.detail))
+    -- itself against itself: bit-identical
+    T.eq(e.correctness.max_absolute_error, 0)
+    T.eq(e.correctness.max_relative_error, 0)
+    T.ok(e.performance.latency_ms > 0)
+    T.ok(e.performance.reference_latency_ms > 0)
+    T.near(e.performance.speedup_factor,
+           e.performance.reference_latency_ms / e.performance.latency_ms, 1e-9)
+    T.eq(e.khlua.protocol, "official")
+    T.eq(e.khlua.timer, "monotonic")
+    T.eq(#e.khlua.seeds, 3)
+    T.eq(#e.khlua.hashes.artifact, 32)
+    T.eq(#e.khlua.hashes.reference, 32)
+    T.eq(e.khlua.timing.trials, 2)
+    T.eq(#e.khlua.samples_ns, 10) -- 2 trials x 5 timed calls, kept raw
+    batches[#batches + 1] = t.workload.axes.batch_size
+  end
+  T.eq(batches, { 1, 7, 333 })
+end)
+
+T.test("screen and precise protocols run and keep their samples", function()
+  for _, p in ipairs { "screen", "precise" } do
+    local tr = assert(kh.eval(FIX, "rmsnorm_h512_ref_c",
+                              quick { protocol = p, workloads = 1, max_iters = 40, timing_timeout_s = 2 }))
+    T.eq(tr[1].evaluation.status, "PASSED")
+    T.eq(tr[1].evaluation.khlua.protocol, p)
+    T.ok(#tr[1].evaluation.khlua.samples_ns >= 10, p)
+  end
+end)
+
+T.test("seeds decide the inputs: same seed same reference, another seed other inputs", function()
+  local s = math.random(1, 1 << 40)
+  local o = quick { seed = s, workloads = "5b0d7a8e-0002-4a57-9a3c-1d2e3f405161", timing = false }
+  local a = assert(kh.eval(FIX, "rmsnorm_h512_ref_c", o))[1].evaluation.khlua
+  local b = assert(kh.eval(FIX, "rmsnorm_h512_ref_c", o))[1].evaluation.khlua
+  T.eq(a.seeds, b.seeds)
+  T.eq(a.hashes.reference, b.hashes.reference)
+  o.seed = s + 1
+  local c = assert(kh.eval(FIX, "rmsnorm_h512_ref_c", o))[1].evaluation.khlua
+  T.ne(c.seeds[1], a.seeds[1])
+  T.ne(c.hashes.reference, a.hashes.reference)
+end)
+
+T.test("workload selection: a count, uuids (string or array), unknown uuid", function()
+  T.eq(#assert(kh.eval(FIX, "rmsnorm_h512_ref_c", quick { workloads = 2, timing = false })), 2)
+  local u3 = "5b0d7a8e-0003-4a57-9a3c-1d2e3f405161"
+  local u1 = "5b0d7a8e-0001-4a57-9a3c-1d2e3f405161"
+  local tr = assert(kh.eval(FIX, "rmsnorm_h512_ref_c", quick { workloads = { u3, u1 }, timing = false }))
+  T.eq(#tr, 2)
+  T.eq(tr[1].workload.uuid, u1) -- workload order, not the order asked
+  local r, msg, code = kh.eval(FIX, "rmsnorm_h512_ref_c", quick { workloads = "nope", timing = false })
+  T.eq(r, nil)
+  T.eq(code, "ENOTFOUND")
+  T.match(msg, "workload 'nope'")
+end)
+
+T.test("a Solution file outside the task, and a compile error as a verdict", function()
+  local dir = T.tmpdir()
+  local sol = kh.json.decode(T.read(RT .. "/solutions/rt_honest_double.json"))
+  sol.name = "broken"
+  sol.sources[1].content = "this is not C"
+  -- a file next to the package's solutions resolves its definition from there
+  local path = RT .. "/solutions/zz_broken_tmp.json"
+  T.write(path, kh.json.encode(sol))
+  local tr, msg = kh.eval(RT, path, quick { workloads = 1 })
+  os.remove(path)
+  T.ok(tr, msg)
+  T.eq(tr[1].evaluation.status, "COMPILE_ERROR")
+  T.match(tr[1].evaluation.log, "error")
+  T.eq(tr[1].evaluation.correctness, nil)
+  os.execute("rm -rf " .. T.quote(dir))
+end)
+
+T.test("verdicts recorded into an open kh.Store given as opts.store", function()
+  local dir = T.tmpdir()
+  local db <close> = assert(kh.store.open(dir .. "/s"))
+  local tr = assert(kh.eval(FIX, "rmsnorm_h512_ref_c", quick { workloads = 1, record = true, store = db }))
+  local k = tr[1].evaluation.khlua
+  T.eq(k.stored, "yes")
+  local rec = assert(db:get(k.record))
+  T.eq(rec.solution, "rmsnorm_h512_ref_c")
+  T.eq(rec.evaluation.status, "PASSED")
+  T.eq(#assert(db:get_blob(k.samples_blob)), 8 * #rec.evaluation.khlua.timing.trial_median_ns * 5)
+  T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", { store = 5 }) end)
+  db:close()
+  os.execute("rm -rf " .. T.quote(dir))
+end)
+
+T.test("could not run: nil, msg, code; misuse raises", function()
+  local r, msg, code = kh.eval(FIX, "no_such_solution")
+  T.eq(r, nil)
+  T.eq(code, "ENOTFOUND")
+  T.match(msg, "no_such_solution")
+  r, msg, code = kh.eval(SRC .. "/tests/fixtures/nope", "x")
+  T.eq(r, nil)
+  T.ok(code)
+  -- the cuda example needs a gpu worker; without a GPU that is "could not
+  -- run" (ENODEV), never a verdict against the candidate
+  r, msg, code = kh.eval(FIX, "rmsnorm_h512_cuda_v1", quick { workloads = 1, timing = false })
+  if r == nil then
+    T.ok(code == "ENODEV" or code == "ECOMPILE", tostring(code) .. " " .. tostring(msg))
+  else
+    T.eq(r[1].evaluation.khlua.backend, "cuda") -- a GPU is here: a real verdict
+  end
+  r, msg, code = kh.eval(FIX, "rmsnorm_h512_ref_c", quick { protocol = "fastest" })
+  T.eq(r, nil)
+  T.eq(code, "EINVAL")
+  T.raises(function() kh.eval(FIX) end, "bad argument")
+  T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", 5) end, "bad argument")
+  T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", { trials = "many" }) end, "trials")
+  T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", { workloads = { 1 } }) end, "uuid")
+  T.eq(kh.eval.run, kh.eval.run) -- kh.eval.run is the same call
+end)
+
+T.test("khlua eval: table, --json Trace JSONL, stored verdicts and samples, exit codes", function()
+  local dir = T.tmpdir()
+  local store = dir .. "/store"
+  local out, code = T.khlua("--store", store, "eval", "--task", FIX, "--solution", "rmsnorm_h512_ref_c",
+                            "--workloads", "2", "--warmup", "1", "--iters", "5", "--timing-trials", "1",
+                            "--warm")
+  T.eq(code, 0, out)
+  T.match(out, "workload%s+status")
+  T.match(out, "5b0d7a8e%-0002%-4a57%-9a3c%-1d2e3f405161%s+PASSED")
+  out, code = T.khlua("--store", store, "eval", "--task", FIX, "--solution", "rmsnorm_h512_ref_c",
+                      "--workloads", "1", "--warmup", "1", "--iters", "5", "--json", "--warm")
+  T.eq(code, 0, out)
+  local lines = {}
+  for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+  T.eq(#lines, 1)
+  local t = kh.json.decode(lines[1])
+  T.eq(t.evaluation.status, "PASSED")
+  T.eq(t.evaluation.khlua.stored, "yes")
+  T.eq(#t.evaluation.khlua.samples_blob, 32)
+  -- the record and its samples are in the store
+  local db <close> = assert(kh.store.open(store))
+  local rec = assert(db:get(t.evaluation.khlua.record))
+  T.eq(rec.type, "evaluation")
+  T.eq(rec.status, "PASSED")
+  T.eq(rec.task, "task-rmsnorm_h512")
+  local blob = assert(db:get_blob(t.evaluation.khlua.samples_blob))
+  T.eq(#blob, 8 * 5 * 3) -- float64 per timed call: 3 official trials x 5
+  T.eq(#db:query { type = "evaluation" }, 3)
+  -- a failing candidate: exit 1, with the check named
+  out, code = T.khlua("--store", store, "eval", "--task", RT, "--solution", "rt_input_mutation",
+                      "--workloads", "1", "--no-timing")
+  T.eq(code, 1, out)
+  T.match(out, "RUNTIME_ERROR%s+inputs_unchanged")
+  -- usage errors: exit 2
+  out, code = T.khlua("eval", "--task", FIX)
+  T.eq(code, 2)
+  T.match(out, "required")
+  out, code = T.khlua("eval", "--task", FIX, "--solution", "x", "--protocol", "fast")
+  T.eq(code, 2)
+  out, code = T.khlua("eval", "--task", FIX, "--solution", "x", "--iters", "many")
+  T.eq(code, 2)
+  out, code = T.khlua("eval", "--help")
+  T.eq(code, 0)
+  T.match(out, "usage: khlua eval")
+  -- could not run: exit 1 with the reason
+  out, code = T.khlua("--store", store, "eval", "--task", FIX, "--solution", "nope")
+  T.eq(code, 1)
+  T.match(out, "no solution named 'nope'")
+  os.execute("rm -rf " .. T.quote(dir))
+end)
