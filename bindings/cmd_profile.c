@@ -1,8 +1,8 @@
 /* cmd_profile.c: `khlua profile`: profiler evidence for one launch list: the
  * range profiler's metrics per kernel in a profile worker, the bottleneck
  * state, and with --ncu Nsight Compute's report beside it.  Also the hidden
- * `--run-only` mode, the process ncu profiles.  Until the evaluation path
- * (engine/eval) exists, --task/--solution answer "not yet". */
+ * `--run-only` mode, the process ncu profiles.  --task/--solution build the
+ * cubin and the launch list from a task's candidate (profile_task.c). */
 #include "kh_lua.h"
 
 #include "profile.h"
@@ -22,7 +22,8 @@ static void usage(FILE *f)
             "                     [--ncu] [--ncu-path P] [--sections S,...] [--out DIR]\n"
             "                     [--store PATH | --no-store] [--candidate ID] [--evaluation ID]\n"
             "                     [--remeasure-peaks] [--peaks-max-age SECONDS]\n"
-            "       khlua profile --task DIR --solution FILE [--workload UUID] [--ncu] [--json]\n"
+            "       khlua profile --task DIR --solution FILE|NAME [--workload UUID] [--seed N]\n"
+            "                     [--trusted] [--dry-run] [--ncu] [--json] [same options]\n"
             "\n"
             "Profiles each kernel of a launch list (engine/launch.h) in a profile worker\n"
             "with CUPTI's range profiler, and prints per kernel its time, SM / memory /\n"
@@ -55,7 +56,13 @@ static void usage(FILE *f)
             "  --peaks-max-age S      stored peaks older than S seconds are re-measured\n"
             "                         (default 604800, one week; same driver required)\n"
             "\n"
-            "--task/--solution need the evaluation path and are not available yet.\n"
+            "--task DIR --solution FILE|NAME: the candidate's source is compiled (NVRTC, as\n"
+            "khlua eval does) and its manifest resolved for one workload (--workload UUID,\n"
+            "else the first) into a launch list with random inputs; the task's minimum\n"
+            "bytes and FLOPs (unless given) feed the state, and the record links the task\n"
+            "and candidate when the store holds them (khlua eval writes them).\n"
+            "  --dry-run       print what would be profiled (launch list, context, cubin\n"
+            "                  hash) as JSON and stop before any worker starts\n"
             "Exit 0 when profiled (with or without counters), 1 when it could not run,\n"
             "2 on usage errors.\n");
 }
@@ -187,7 +194,9 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
     const char *cubin_path = NULL, *spec_path = NULL, *metrics = NULL, *replay = "user";
     const char *task = NULL, *solution = NULL, *ncu_path = NULL, *sections = NULL,
                *out_dir = NULL;
-    const char *store_path = NULL, *candidate = NULL, *evaluation = NULL;
+    const char *store_path = NULL, *candidate = NULL, *evaluation = NULL, *workload = NULL;
+    int trusted = 0, have_min_bytes = 0, have_flops = 0, dry_run = 0;
+    unsigned long long seed = 0;
     int json = 0, ncu = 0, run_only = 0, no_store = 0;
     kh_profile_opts o = {0};
     for (int i = 1; i < argc; i++) {
@@ -240,6 +249,20 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
         } else if (!strcmp(a, "--solution") && has) {
             solution = argv[++i];
         } else if (!strcmp(a, "--workload") && has) {
+            workload = argv[++i];
+        } else if (!strcmp(a, "--dry-run")) {
+            dry_run = 1;
+        } else if (!strcmp(a, "--trusted")) {
+            trusted = 1;
+        } else if (!strcmp(a, "--seed") && has) {
+            char *end;
+            errno = 0;
+            seed = strtoull(argv[i + 1], &end, 10);
+            if (errno || end == argv[i + 1] || *end || argv[i + 1][0] == '-') {
+                fprintf(stderr, "khlua profile: --seed wants a non-negative integer, not '%s'\n",
+                        argv[i + 1]);
+                return 2;
+            }
             i++;
         } else if ((!strcmp(a, "--min-bytes") || !strcmp(a, "--flops") ||
                     !strcmp(a, "--latency-ns")) && has) {
@@ -250,9 +273,9 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
             }
             i++;
             if (!strcmp(a, "--min-bytes"))
-                o.ctx.min_bytes = v;
+                o.ctx.min_bytes = v, have_min_bytes = 1;
             else if (!strcmp(a, "--flops"))
-                o.ctx.flops = v;
+                o.ctx.flops = v, have_flops = 1;
             else
                 o.ctx.measured_ns = v;
         } else {
@@ -266,12 +289,15 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
             fprintf(stderr, "khlua profile: --task and --solution go together\n");
             return 2;
         }
-        fprintf(stderr, "khlua profile: --task/--solution is not available yet: it needs the "
-                        "evaluation path (engine/eval) to resolve a solution's launch list; "
-                        "use --cubin FILE --spec LAUNCHLIST.json meanwhile\n");
-        return 1;
-    }
-    if (!cubin_path || !spec_path) {
+        if (cubin_path || spec_path) {
+            fprintf(stderr, "khlua profile: --task/--solution exclude --cubin/--spec\n");
+            return 2;
+        }
+    } else if (workload || trusted || seed || dry_run) {
+        fprintf(stderr, "khlua profile: --workload, --seed, --trusted and --dry-run need "
+                        "--task\n");
+        return 2;
+    } else if (!cubin_path || !spec_path) {
         fprintf(stderr, "khlua profile: --cubin and --spec are required\n");
         usage(stderr);
         return 2;
@@ -280,32 +306,80 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
         fprintf(stderr, "khlua profile: --replay is user or kernel, not '%s'\n", replay);
         return 2;
     }
-    size_t n = 0;
-    unsigned char *cubin = slurp(cubin_path, &n);
-    if (!cubin || !n) {
-        fprintf(stderr, "khlua profile: cannot read %s%s%s\n", cubin_path,
-                cubin ? ": empty" : ": ", cubin ? "" : strerror(errno));
-        free(cubin);
-        return 1;
-    }
-    json_error_t je;
-    json_t *spec = json_load_file(spec_path, 0, &je);
-    if (!json_is_object(spec)) {
-        fprintf(stderr, "khlua profile: %s:%d: %s\n", spec_path, je.line,
-                spec ? "not a JSON object" : je.text);
-        json_decref(spec);
-        free(cubin);
-        return 1;
-    }
     kh_err err = {0};
-    if (run_only) {
-        /* ncu's target: no output of our own on stdout (ncu's CSV may share it). */
-        kh_status st = kh_profile_target(cubin, n, spec, &err);
-        json_decref(spec);
-        free(cubin);
-        if (st)
-            fprintf(stderr, "khlua profile --run-only: %s\n", err.msg);
-        return st ? 1 : 0;
+    size_t n = 0;
+    unsigned char *cubin = NULL;
+    json_t *spec = NULL;
+    kh_profile_task pt = {0};
+    if (task) {
+        if (run_only) {
+            fprintf(stderr, "khlua profile: --run-only takes --cubin and --spec\n");
+            return 2;
+        }
+        kh_profile_task_opts to = {.task_path = task, .solution = solution,
+                                   .workload = workload, .seed = seed, .trusted = trusted};
+        kh_status pst = kh_profile_task_prepare(e, &to, &pt, &err);
+        if (pst) {
+            fprintf(stderr, "khlua profile: %s (%s)\n", err.msg, kh_status_name(pst));
+            return 1;
+        }
+        /* the prepared task owns these until kh_profile_task_free */
+        cubin = pt.cubin;
+        n = pt.cubin_len;
+        pt.cubin = NULL;
+        spec = pt.spec;
+        pt.spec = NULL;
+        if (!have_min_bytes)
+            o.ctx.min_bytes = pt.ctx.min_bytes;
+        if (!have_flops)
+            o.ctx.flops = pt.ctx.flops;
+        o.context = pt.context;
+        if (dry_run) {
+            kh_hash h;
+            char hex[33];
+            kh_hash_bytes(cubin, n, &h);
+            kh_hash_hex(&h, hex);
+            json_t *d = json_pack("{s:O, s:O, s:O, s:f, s:f, s:I, s:s, s:s, s:s}", "spec", spec,
+                                  "context", pt.context, "compile", pt.compile, "min_bytes",
+                                  o.ctx.min_bytes, "flops", o.ctx.flops, "cubin_bytes",
+                                  (json_int_t)n, "cubin_hash", hex, "task", pt.task_id,
+                                  "candidate", pt.candidate_id);
+            char *txt = json_dumps(d, JSON_INDENT(2) | JSON_SORT_KEYS);
+            if (txt)
+                puts(txt);
+            free(txt);
+            json_decref(d);
+            json_decref(spec);
+            free(cubin);
+            kh_profile_task_free(&pt);
+            return 0;
+        }
+    } else {
+        cubin = slurp(cubin_path, &n);
+        if (!cubin || !n) {
+            fprintf(stderr, "khlua profile: cannot read %s%s%s\n", cubin_path,
+                    cubin ? ": empty" : ": ", cubin ? "" : strerror(errno));
+            free(cubin);
+            return 1;
+        }
+        json_error_t je;
+        spec = json_load_file(spec_path, 0, &je);
+        if (!json_is_object(spec)) {
+            fprintf(stderr, "khlua profile: %s:%d: %s\n", spec_path, je.line,
+                    spec ? "not a JSON object" : je.text);
+            json_decref(spec);
+            free(cubin);
+            return 1;
+        }
+        if (run_only) {
+            /* ncu's target: no output of our own on stdout (ncu's CSV may share it). */
+            kh_status st = kh_profile_target(cubin, n, spec, &err);
+            json_decref(spec);
+            free(cubin);
+            if (st)
+                fprintf(stderr, "khlua profile --run-only: %s\n", err.msg);
+            return st ? 1 : 0;
+        }
     }
     json_t *mlist = NULL;
     if (metrics) {
@@ -332,6 +406,7 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
         json_decref(spec);
         json_decref(mlist);
         free(cubin);
+        kh_profile_task_free(&pt);
         return 2;
     }
     kh_store *store = NULL;
@@ -344,17 +419,31 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
             json_decref(spec);
             json_decref(mlist);
             free(cubin);
+            kh_profile_task_free(&pt);
             return 1;
         }
     }
     o.store = store;
     o.candidate = candidate;
     o.evaluation = evaluation;
+    if (task && store) {
+        /* link what khlua eval recorded: the task and this very candidate */
+        json_t *r = NULL;
+        kh_err lerr;
+        if (!kh_store_get(store, pt.task_id, &r, &lerr))
+            o.task = pt.task_id;
+        json_decref(r);
+        r = NULL;
+        if (!candidate && !kh_store_get(store, pt.candidate_id, &r, &lerr))
+            o.candidate = pt.candidate_id;
+        json_decref(r);
+    }
     kh_status st = kh_profile_run(e, &o, &rep, &err);
     kh_store_close(store);
     json_decref(spec);
     json_decref(mlist);
     free(cubin);
+    kh_profile_task_free(&pt);
     if (st) {
         fprintf(stderr, "khlua profile: %s (%s)\n", err.msg, kh_status_name(st));
         return 1;

@@ -17,6 +17,7 @@
 #include "store.h"
 
 #include <jansson.h>
+#include <stdint.h>
 
 /* The metric list in force (new array of strings). */
 json_t *kh_profile_default_metrics(void);
@@ -109,6 +110,54 @@ typedef struct kh_profile_store_opts {
  * blobs.  id_out receives the record's id. */
 kh_status kh_profile_store(kh_store *s, const json_t *report, const kh_profile_store_opts *o,
                            char id_out[KH_STORE_ID_MAX], kh_err *err);
+
+/* ---- a task's candidate (profile_task.c) ------------------------------------------- */
+
+struct kh_task_def;
+struct kh_task_solution;
+struct kh_task_workload;
+
+/* The concrete launch list for one workload of a candidate, as the profile
+ * worker takes it (launch.h): one buffer per non-scalar input (init
+ * "random", seeds seed, seed+1, ...), per output (init "none") and per
+ * workspace buffer (init "zero"), sized from the workload's axes; launches
+ * with the manifest's grid / block / shared bytes resolved and its arguments
+ * as {"buf": name}, axis and value expressions as {"i32"|"i64"|"u32"|"u64":
+ * v}, scalar inputs by value (the workload's value, else 1).  ctx (may be
+ * NULL) gets the task's minimum bytes and FLOPs (0 when the definition gives
+ * none).  *spec new.  KH_EUNSUPPORTED for a host candidate or a scalar dtype
+ * that cannot be passed by value. */
+kh_status kh_profile_task_spec(const struct kh_task_def *d, const struct kh_task_solution *sol,
+                               const struct kh_task_workload *w, uint64_t seed, json_t **spec,
+                               kh_bn_context *ctx, kh_err *err);
+
+typedef struct kh_profile_task_opts {
+    const char *task_path;  /* a task package or dataset (task.h) */
+    const char *solution;   /* a Solution JSON file, or a solution's name in the task */
+    const char *workload;   /* a workload uuid; NULL: the definition's first */
+    uint64_t seed;          /* input fill; 0: 1 */
+    int trusted;            /* compile as trusted (no static checks, in process) */
+} kh_profile_task_opts;
+
+typedef struct kh_profile_task {
+    unsigned char *cubin;   /* the compiled module */
+    size_t cubin_len;
+    json_t *spec;           /* the launch list (kh_profile_task_spec) */
+    kh_bn_context ctx;      /* min_bytes, flops */
+    json_t *context;        /* {task_path, definition, solution, workload, axes,
+                               min_bytes, flops}: the profile record's "context" */
+    json_t *compile;        /* {key, arch, nvrtc} */
+    char task_id[KH_STORE_ID_MAX];      /* the ids the evaluation records them under */
+    char candidate_id[KH_STORE_ID_MAX];
+} kh_profile_task;
+
+/* Load the task and the solution as the evaluation does, choose the
+ * workload, build the launch list and compile the source (NVRTC, isolated
+ * unless trusted).  On success fill *t (free with kh_profile_task_free);
+ * a compile error is KH_ECOMPILE with the log in err. */
+kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
+                                  kh_profile_task *t, kh_err *err);
+void kh_profile_task_free(kh_profile_task *t);
 
 /* The classification step alone, pure: a profile worker's reply (as above,
  * without "kernels"/"state") plus context -> the report.  reply is borrowed;

@@ -12,6 +12,7 @@
 #include "ncu.h"
 #include "profile.h"
 #include "store.h"
+#include "task.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -457,6 +458,106 @@ static void test_peaks_kept_per_uuid(void **state)
     free(dir);
 }
 
+/* A task's candidate: the launch list the profile worker would get, built
+ * from a workload drawn at random among the fixture's, checked against the
+ * definition and the manifest by hand; the cubin compiled; the ids the
+ * evaluation records under. */
+static void test_task_candidate_launch_list(void **state)
+{
+    (void)state;
+    char task[1100];
+    snprintf(task, sizeof task, "%s/tests/fixtures/task/rmsnorm", kh_test_source_dir());
+    kh_task_set *set;
+    kh_err err;
+    assert_int_equal(kh_task_load(task, &(kh_task_opts){0}, &set, &err), KH_OK);
+    const kh_task_workload *ws[64];
+    size_t nw = 0;
+    for (size_t i = 0; i < kh_task_nworkloads(set) && nw < 64; i++)
+        if (kh_task_workload_at(set, i)->axes_ok)
+            ws[nw++] = kh_task_workload_at(set, i);
+    assert_true(nw >= 2);
+    const kh_task_workload *w = ws[(size_t)rand() % nw];
+    const kh_task_def *d = w->def;
+    int64_t batch = w->axes[kh_task_axis_index(d, "batch_size")];
+    char wl[128];
+    snprintf(wl, sizeof wl, "%s", w->uuid);
+
+    kh_engine *e = kh_engine_new(&(kh_engine_config){0}, &err);
+    assert_non_null(e);
+    uint64_t seed = 100 + (uint64_t)(rand() % 1000);
+    kh_profile_task_opts o = {.task_path = task, .solution = "rmsnorm_h512_cuda_v1",
+                              .workload = wl, .seed = seed};
+    kh_profile_task t;
+    if (kh_profile_task_prepare(e, &o, &t, &err))
+        fail_msg("%s", err.msg);
+    /* buffers: inputs random with distinct seeds, the output unfilled, the
+     * workspace zeroed; bf16 is two bytes; eps (a scalar) has no buffer */
+    json_t *bufs = json_object_get(t.spec, "buffers");
+    assert_int_equal(json_array_size(bufs), 4);
+    const char *names[] = {"hidden_states", "weight", "output", "row_sumsq"};
+    const char *inits[] = {"random", "random", "none", "zero"};
+    int64_t bytes[] = {batch * 512 * 2, 512 * 2, batch * 512 * 2, 4 * batch};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *b = json_array_get(bufs, i);
+        assert_string_equal(json_string_value(json_object_get(b, "name")), names[i]);
+        assert_string_equal(json_string_value(json_object_get(b, "init")), inits[i]);
+        assert_int_equal(json_integer_value(json_object_get(b, "bytes")), bytes[i]);
+    }
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(bufs, 0), "seed")),
+                     (json_int_t)seed);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(bufs, 1), "seed")),
+                     (json_int_t)seed + 1);
+    /* launches: dimensions and arguments resolved for this workload */
+    json_t *l0 = json_array_get(json_object_get(t.spec, "launches"), 0);
+    json_t *l1 = json_array_get(json_object_get(t.spec, "launches"), 1);
+    assert_string_equal(json_string_value(json_object_get(l0, "kernel")), "rms_partial");
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(l0, "grid"), 0)), batch);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(l0, "grid"), 1)), 2);
+    assert_int_equal(json_integer_value(json_object_get(l0, "smem")), 32);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(l1, "grid"), 0)),
+                     (batch * 512 + 1023) / 1024);
+    json_t *a1 = json_object_get(l1, "args");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(a1, 1), "buf")),
+                        "weight");
+    assert_true(fabs(json_number_value(json_object_get(json_array_get(a1, 2), "f32")) - 1e-6) <
+                1e-12);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(a1, 5), "i64")),
+                     batch * 512);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(a1, 6), "i32")), 512);
+    /* the speed-of-light context: every input and output once; FLOPs from the
+     * definition's expression */
+    assert_true(t.ctx.min_bytes == (double)(2 * batch * 512 * 2 + 512 * 2 + 4));
+    assert_true(t.ctx.flops == (double)(4 * batch * 512));
+    assert_string_equal(json_string_value(json_object_get(t.context, "workload")), wl);
+    /* a cubin, and the ids eval records under */
+    assert_true(t.cubin_len > 4 && !memcmp(t.cubin, "\177ELF", 4));
+    assert_string_equal(t.task_id, "task-rmsnorm_h512");
+    const kh_task_solution *sol = kh_task_find_solution(set, "rmsnorm_h512_cuda_v1");
+    char *sj = json_dumps(sol->json, JSON_COMPACT | JSON_SORT_KEYS);
+    kh_hash h;
+    char hex[33], want[64];
+    kh_hash_bytes(sj, strlen(sj), &h);
+    kh_hash_hex(&h, hex);
+    snprintf(want, sizeof want, "candidate-%s", hex);
+    assert_string_equal(t.candidate_id, want);
+    free(sj);
+    kh_profile_task_free(&t);
+
+    /* could-not-run cases, named */
+    o.workload = "no-such-workload";
+    assert_int_equal(kh_profile_task_prepare(e, &o, &t, &err), KH_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "no-such-workload"));
+    o.workload = NULL;
+    o.solution = "rmsnorm_h512_ref_c";
+    assert_int_equal(kh_profile_task_prepare(e, &o, &t, &err), KH_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "host"));
+    o.solution = "nobody";
+    assert_int_equal(kh_profile_task_prepare(e, &o, &t, &err), KH_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "nobody"));
+    kh_task_set_free(set);
+    kh_engine_free(e);
+}
+
 int main(void)
 {
     srand((unsigned)time(NULL));
@@ -467,6 +568,7 @@ int main(void)
         cmocka_unit_test(test_run_without_gpu_fails_clearly),
         cmocka_unit_test(test_store_report_with_ncu),
         cmocka_unit_test(test_peaks_kept_per_uuid),
+        cmocka_unit_test(test_task_candidate_launch_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

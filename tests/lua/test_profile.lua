@@ -2,7 +2,8 @@
 -- classify is pure and agrees with ncu's rule on random metric sets, names
 -- the occupancy limiter from launch context, says "no counters" and why;
 -- parse_ncu_csv reads the hand-written fixture; misuse raises; run and the
--- CLI fail clearly without a GPU; --task/--solution say "not yet"; the
+-- CLI fail clearly without a GPU; --task/--solution build the launch list
+-- (--dry-run shows it); the
 -- store options are checked and a failed run records nothing.
 local T = require "testlib"
 local kh = require "kh"
@@ -108,10 +109,27 @@ T.test("default metrics: the classifier's eight and a tensor-pipe metric", funct
   T.ok(tensor)
 end)
 
-T.test("khlua profile: --task says not yet; bad arguments are usage errors", function()
-  local out, code = T.khlua("profile", "--task", "x", "--solution", "y")
+T.test("khlua profile --task: the candidate's launch list; bad arguments are usage errors", function()
+  local task = os.getenv("KH_SOURCE_DIR") .. "/tests/fixtures/task/rmsnorm"
+  local out, code = T.khlua("profile", "--task", task .. "-missing", "--solution", "y")
   T.eq(code, 1)
-  T.match(out, "not available yet")
+  T.match(out, "rmsnorm%-missing")
+  out, code = T.khlua("profile", "--task", task, "--solution", "nobody", "--dry-run")
+  T.eq(code, 1)
+  T.match(out, "nobody")
+  out, code = T.khlua("profile", "--task", task, "--solution", "rmsnorm_h512_cuda_v1",
+                      "--workload", "5b0d7a8e-0002-4a57-9a3c-1d2e3f405161", "--dry-run")
+  T.eq(code, 0, out)
+  local d = assert(kh.json.decode(out:sub((out:find("{", 1, true)))))
+  T.eq(#d.spec.launches, 2)
+  T.eq(d.spec.launches[1].grid[1], 7)            -- batch_size of that workload
+  T.eq(d.context.axes.batch_size, 7)
+  T.eq(d.min_bytes, 7 * 512 * 2 * 2 + 512 * 2 + 4)
+  T.eq(d.candidate:sub(1, 10), "candidate-")
+  out, code = T.khlua("profile", "--task", task)
+  T.eq(code, 2)
+  out, code = T.khlua("profile", "--cubin", "a", "--spec", "b", "--dry-run")
+  T.eq(code, 2)
   out, code = T.khlua("profile", "--cubin", "a")
   T.eq(code, 2)
   out, code = T.khlua("profile", "--cubin", "a", "--spec", "b", "--replay", "often")
