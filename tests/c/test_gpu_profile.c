@@ -387,6 +387,34 @@ static void test_cli_json(void **state)
     free(dir);
 }
 
+/* A task's candidate end to end: compiled, resolved for a workload,
+ * profiled, recorded with its context. */
+static void test_cli_task_solution(void **state)
+{
+    (void)state;
+    char *dir = kh_test_tmpdir(), stpath[1100], task[1100];
+    snprintf(stpath, sizeof stpath, "%s/store", dir);
+    snprintf(task, sizeof task, "%s/tests/fixtures/task/rmsnorm", kh_test_source_dir());
+    kh_child_result r;
+    kh_test_run_khlua(&r, 300, "profile", "--task", task, "--solution", "rmsnorm_h512_cuda_v1",
+                      "--workload", "5b0d7a8e-0002-4a57-9a3c-1d2e3f405161", "--json", "--store",
+                      stpath, NULL);
+    if (!r.exited || r.exit_code != 0)
+        fail_msg("khlua profile --task: %s", r.out);
+    json_error_t je;
+    const char *brace = strchr(r.out, '{');
+    json_t *rep = brace ? json_loads(brace, 0, &je) : NULL;
+    assert_non_null(rep);
+    assert_int_equal(json_array_size(json_object_get(rep, "kernels")), 2);
+    assert_true(num(json_object_get(rep, "sol_inputs"), "min_bytes") == 7 * 512 * 2 * 2 + 1028);
+    assert_non_null(json_string_value(json_object_get(rep, "store_id")));
+    row("task rmsnorm b=7: %s\n", json_string_value(json_object_get(rep, "signature")));
+    json_decref(rep);
+    kh_child_result_free(&r);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     if (!kh_test_have_gpu()) {
@@ -402,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_no_counters_still_times),
         cmocka_unit_test(test_store_records_and_reuses_peaks),
         cmocka_unit_test(test_cli_json),
+        cmocka_unit_test(test_cli_task_solution),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -77,6 +77,9 @@ T.test("misuse raises", function()
   T.raises(function() kh.profile.run { cubin = "x", spec = { launches = {} }, candidate = "c" } end,
     "store")
   T.raises(function() kh.profile.run { cubin = "x", spec = { launches = {} }, store = {} } end)
+  T.raises(function() kh.profile.run { task_path = "t" } end, "solution")
+  T.raises(function() kh.profile.run { task_path = "t", solution = "s", cubin = "x" } end, "exclude")
+  T.raises(function() kh.profile.run { cubin = "x", spec = {}, workload = "w" } end, "task_path")
 end)
 
 T.test("parse_ncu_csv reads the fixture; a bad CSV returns nil, msg, code", function()
@@ -168,4 +171,16 @@ T.test("kh.profile.run: a run that fails (no GPU, or a bad cubin) records no pro
   T.ok(type(msg) == "string")
   T.eq(#db:query { type = "profile" }, 0)
   db:close()
+end)
+
+T.test("kh.profile.run{task_path, solution}: could-not-run cases return nil, msg, code", function()
+  local task = os.getenv("KH_SOURCE_DIR") .. "/tests/fixtures/task/rmsnorm"
+  local r, msg, code = kh.profile.run { task_path = task, solution = "nobody" }
+  T.eq(r, nil)
+  T.match(msg, "nobody")
+  T.eq(code, "ENOTFOUND")
+  r, msg, code = kh.profile.run { task_path = task, solution = "rmsnorm_h512_ref_c" }
+  T.eq(r, nil)
+  T.match(msg, "host")
+  T.eq(code, "EUNSUPPORTED")
 end)
