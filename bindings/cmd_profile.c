@@ -456,6 +456,9 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
     } else {
         print_report(rep);
     }
+    if (json_object_get(rep, "store_error"))
+        fprintf(stderr, "khlua profile: not recorded: %s\n",
+                json_string_value(json_object_get(rep, "store_error")));
     int bad_ncu = ncu && json_object_get(json_object_get(rep, "ncu"), "error") != NULL;
     json_decref(rep);
     return bad_ncu ? 1 : 0;

@@ -218,7 +218,8 @@ static void run_ncu(kh_engine *e, const kh_profile_opts *o, json_t *rep, double 
     } else {
         /* beside the store (with a store given, the files also go in as blobs) */
         char base[900];
-        snprintf(base, sizeof base, "%s", kh_engine_store_path(e));
+        snprintf(base, sizeof base, "%s",
+                 o->store ? kh_store_path(o->store) : kh_engine_store_path(e));
         char *slash = strrchr(base, '/');
         if (slash)
             *slash = 0;
