@@ -136,7 +136,9 @@ static kh_status timed_batch_inner(batch_ctx *b, size_t n, double *samples, doub
         st = kh_cupti_enable(b->c, err);
         uint64_t id0 = b->next_id;
         for (size_t i = 0; i < n && !st; i++) {
-            if (b->cold)
+            if (b->t->before)
+                st = b->t->before(b->t->ctx, err);
+            if (b->cold && !st)
                 st = kh_gpu_flush_l2(b->g, err);
             if (!st)
                 st = kh_gpu_sync(b->g, err);
@@ -187,6 +189,8 @@ static kh_status timed_batch_inner(batch_ctx *b, size_t n, double *samples, doub
     }
     /* CUDA events. */
     for (size_t i = 0; i < n; i++) {
+        if (b->t->before && (st = b->t->before(b->t->ctx, err)))
+            return st;
         if (b->cold && (st = kh_gpu_flush_l2(b->g, err)))
             return st;
         if ((st = kh_gpu_sync(b->g, err)) ||

@@ -29,6 +29,9 @@ typedef struct kh_bench_target {
     /* Optional: told when the timed calls start (1) and end (0), so a target
      * can tell timed calls from warm-up ones (to verify their outputs). */
     void (*phase)(void *ctx, int timed);
+    /* Optional: enqueue work before each timed call, ahead of its L2 flush and
+     * outside its timing window (the gpu worker poisons the outputs here). */
+    kh_status (*before)(void *ctx, kh_err *err);
     void *ctx;
 } kh_bench_target;
 

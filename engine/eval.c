@@ -779,6 +779,21 @@ static void add_timing(wctx *c, json_t *p, int verify)
                           "rotate_inputs", o->parity ? 1 : o->rotate_inputs,
                           "verify_timed_fraction", verify ? o->verify_timed_fraction : 0.0,
                           "sample_seed", (json_int_t)kh_rng_derive_seed(c->seeds[0], 7, 7));
+    /* The contest's per-definition flags (GDN prefill: 1 / 5 / 3) unless the
+     * caller chose counts. */
+    kh_protocol proto;
+    if (kh_protocol_parse(o->protocol, &proto) && proto == KH_PROTO_OFFICIAL) {
+        kh_bench_opts bo, dflt;
+        kh_bench_defaults(proto, &bo);
+        dflt = bo;
+        kh_bench_definition_flags(c->d->name, &bo);
+        if (o->warmup < 0 && bo.warmup != dflt.warmup)
+            json_object_set_new(t, "warmup", json_integer(bo.warmup));
+        if (o->iters < 0 && bo.iters != dflt.iters)
+            json_object_set_new(t, "iters", json_integer(bo.iters));
+        if (o->timing_trials < 0 && bo.trials != dflt.trials)
+            json_object_set_new(t, "trials", json_integer(bo.trials));
+    }
     if (o->warmup >= 0)
         json_object_set_new(t, "warmup", json_integer(o->warmup));
     if (o->iters >= 0)

@@ -150,6 +150,12 @@ static kh_status prepare_launch(kh_launch_list *l, CUmodule module, size_t k, co
                 v->f32 = (float)json_number_value(val);
             } else if (!strcmp(key, "f64") && json_is_number(val)) {
                 v->f64 = json_number_value(val);
+            } else if (!strcmp(key, "scalar")) {
+                return kh_err_set(err, KH_EUNSUPPORTED,
+                                  "launches[%zu].args[%zu]: a random scalar input ('%s') passed "
+                                  "by value is not supported by the gpu worker yet; give the "
+                                  "workload a scalar value", k, i,
+                                  json_string_value(val) ? json_string_value(val) : "?");
             } else {
                 ok = 0;
             }

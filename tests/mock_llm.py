@@ -34,8 +34,29 @@ FAULTS = {
     "ok", "429ra", "429ms", "500", "502", "503load", "529", "quota", "midstream",
     "midstream_fatal", "truncate", "slowfirst", "drip", "malformed", "bytewise", "echokey",
     "noretry500", "retry400", "400", "whole", "vllm", "vllm_old", "length", "code", "big",
-    "badutf8",
+    "badutf8", "ladder",
 }
+
+# "ladder": replies from --ladder DIR, a folder of model families, each a
+# folder of steps (01/, 02/, ...) holding one replay record (reply.json with a
+# "text").  The body's model names the family; the k-th request for
+# (tag, model) gets step k, the last step repeating (the replay ladder of
+# tests/fixtures/replay/ctl, served over HTTP).
+LADDER_COUNTS = {}
+
+
+def ladder_text(tag, model):
+    fam = os.path.join(ARGS.ladder or "", model)
+    if not ARGS.ladder or not os.path.isdir(fam):
+        return None
+    steps = sorted(d for d in os.listdir(fam) if os.path.isdir(os.path.join(fam, d)))
+    if not steps:
+        return None
+    with LOCK:
+        k = LADDER_COUNTS.get((tag, model), 0)
+        LADDER_COUNTS[(tag, model)] = k + 1
+    with open(os.path.join(fam, steps[min(k, len(steps) - 1)], "reply.json")) as f:
+        return json.load(f)["text"]
 
 
 def reply_text(dialect, prompt, fault):
@@ -237,6 +258,7 @@ class Handler(BaseHTTPRequestHandler):
             active = nfault == 0 or COUNTS[key] <= nfault
         if not active:
             fault = "ok"
+        self.tag = tag
         self.serve(dialect, body, fault)
 
     def serve(self, dialect, body, fault):
@@ -277,6 +299,12 @@ class Handler(BaseHTTPRequestHandler):
                                                   "specified"))
         prompt = prompt_of(dialect, body)
         text = reply_text(dialect, prompt, fault)
+        if fault == "ladder":
+            text = ladder_text(getattr(self, "tag", "default"), str(body.get("model", "")))
+            if text is None:
+                return self.send_json(404, error_body(dialect, 404, "not_found_error",
+                                                      "no ladder family for this model"))
+            fault = "ok"
         n_in = len(prompt) + 10  # Anthropic reports 7 of them as cached
         if fault == "whole":
             if dialect == "chat":
@@ -349,6 +377,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lifetime", type=float, default=120.0)
     ap.add_argument("--max-requests", type=int, default=100000)
+    ap.add_argument("--ladder", default=None, help="folder of reply ladders (fault 'ladder')")
     ARGS = ap.parse_args()
     srv = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=lambda: (time.sleep(ARGS.lifetime), os._exit(0)),

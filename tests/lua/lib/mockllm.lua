@@ -11,7 +11,8 @@ function M.source_dir()
 end
 
 -- Returns a server object {port, pid, base(fault, n, tag), stop()} or nil, why.
-function M.start(lifetime)
+-- opts.ladder: a folder of reply ladders served by the "ladder" fault.
+function M.start(lifetime, opts)
   local kh = require "kh"
   local script = M.source_dir() .. "/tests/mock_llm.py"
   local p = io.popen("command -v python3 2>/dev/null")
@@ -19,8 +20,9 @@ function M.start(lifetime)
   p:close()
   if not py then return nil, "python3 not found" end
   local tmp = os.tmpname()
-  os.execute(string.format("%s %s --lifetime %d > %s 2>/dev/null &", sh_quote(py),
-    sh_quote(script), lifetime or 90, sh_quote(tmp)))
+  local extra = (opts and opts.ladder) and (" --ladder " .. sh_quote(opts.ladder)) or ""
+  os.execute(string.format("%s %s --lifetime %d%s > %s 2>/dev/null &", sh_quote(py),
+    sh_quote(script), lifetime or 90, extra, sh_quote(tmp)))
   local port, pid
   local t0 = kh.time.now()
   while kh.time.now() - t0 < 10 do

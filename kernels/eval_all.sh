@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The task library's "done when" (issue 12), on the GPU machine: `khlua eval`
+# (official protocol) of every package's trusted reference and baseline on
+# every workload, then a table per package: PASSED count, the baseline's
+# official latency (mean over workloads, and per workload in the JSONL) and
+# its fraction of the speed-of-light bound.
+#   bash kernels/eval_all.sh [KHLUA] [PACKAGE...]     (default ./build/khlua, all)
+# Writes ${OUT:-kernels/eval-out}/<package>/<solution>.jsonl (Trace JSONL) and
+# summary.md.  One package failing never stops the others.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+khlua="${1:-$here/../build/khlua}"
+shift || true
+out="${OUT:-$here/eval-out}"
+mkdir -p "$out"
+pkgs=("$@")
+if [ ${#pkgs[@]} -eq 0 ]; then
+    for d in "$here"/*/definition.json; do pkgs+=("$(basename "$(dirname "$d")")"); done
+fi
+for p in "${pkgs[@]}"; do
+    mkdir -p "$out/$p"
+    for role in reference baseline; do
+        sol="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["khlua"].get(sys.argv[2]) or "")' \
+               "$here/$p/definition.json" "$role")"
+        [ -n "$sol" ] || continue
+        echo "== $p $role $sol" >&2
+        "$khlua" eval --task "$here/$p" --solution "$sol" --json --no-store \
+            > "$out/$p/$sol.jsonl" 2> "$out/$p/$sol.log" || echo "   (not every workload PASSED: see $out/$p/$sol.log)" >&2
+    done
+done
+python3 "$here/eval_summary.py" "$out" "${pkgs[@]}" | tee "$out/summary.md"

@@ -1,0 +1,27 @@
+# verify.py's inputs for gdn_prefill: FlashInfer-Bench's distributions, except
+# that q and k are L2-normalised over head_size (as Qwen3-Next feeds them).
+# With raw randn keys the recurrence grows ~30x per token and the Python
+# reference itself overflows after ~25 tokens (PLAN.md), so nothing could be
+# compared on the long workloads.  cu_seqlens comes from the workload's blob.
+import os
+
+
+def make_inputs(torch, definition, workload, axes, device, gen, fib_random, read_safetensors=None,
+                pkg_dir=None):
+    out = {}
+    for name, t in definition["inputs"].items():
+        spec = workload["inputs"].get(name, {"type": "random"})
+        if t["shape"] is None:
+            out[name] = spec["value"]
+            continue
+        shape = [axes[a] for a in t["shape"]]
+        if spec["type"] == "safetensors":
+            out[name] = read_safetensors(torch, os.path.join(pkg_dir, spec["path"]),
+                                         spec["tensor_key"]).to(device)
+            continue
+        dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[t["dtype"]]
+        x = fib_random(torch, shape, dtype, device, gen)
+        if name in ("q", "k"):
+            x = torch.nn.functional.normalize(x.float(), dim=-1).to(dtype)
+        out[name] = x
+    return out

@@ -1,0 +1,188 @@
+-- cli.lua: the command line every policy script shares.
+--
+--   return require("lib.cli").main(policy, ...)   -- at the end of a policy file
+--
+-- Run as a script (`khlua policies/X.lua ARGS`), it parses ARGS, runs the
+-- controller and exits 0 (done), 1 (could not run) or 2 (usage); Ctrl-C
+-- exits 130 through khlua.  Loaded by lib.policy.load (its first argument is
+-- cli.AS_MODULE), it returns the policy table instead.
+local kh = require "kh"
+local ctl = require "lib.controller"
+local models = require "lib.models"
+local ev = require "lib.evaluate"
+
+local M = {}
+
+M.AS_MODULE = setmetatable({}, { __name = "khlua.policy.module" })
+
+local function usage(name)
+  return "usage: khlua policies/" .. name .. ".lua --task DIR [--model SPEC[,SPEC...]] [options]\n"
+    .. "       khlua policies/" .. name .. ".lua --resume RUN [--rounds N] [--json]\n"
+    .. "  --task DIR            a task package (definition, workloads, trusted reference)\n"
+    .. "  --definition NAME     when the package holds several definitions\n"
+    .. "  --model SPECS         model families, comma-separated: PROVIDER:MODEL[@URL] or\n"
+    .. "                        replay:DIR (default anthropic:claude-sonnet-4-5,openai:gpt-5);\n"
+    .. "                        a family whose key is not in the environment runs on replay\n"
+    .. "  --replay DIR          replies for offline families (default: the task's replay/)\n"
+    .. "  --rounds N            rounds (default 10)\n"
+    .. "  --budget LIST         wall=SECONDS,tokens=N,usd=X (any of them)\n"
+    .. "  --plateau K           rounds without an accepted improvement that make a plateau (3)\n"
+    .. "  --margin M            the paired gate's margin: lower bound > 1 + M (0.02)\n"
+    .. "  --reps R              paired repetitions in the representative gate (5)\n"
+    .. "  --sample N            workloads sampled for the representative gate (2)\n"
+    .. "  --finalist-seeds N    correctness seeds for a finalist (100)\n"
+    .. "  --candidates N        candidates per round at the start (1)\n"
+    .. "  --seed N              the gate's seed (1)\n"
+    .. "  --skills DIR          SKILL.md playbooks (default: skills/ beside policies/)\n"
+    .. "  --pace SECONDS        at least this long between rounds\n"
+    .. "  --resume RUN          continue a run from its last whole round\n"
+    .. "  --json                print the run summary as JSON on stdout\n"
+    .. "  --fake-evaluator FILE replace kh.eval with FILE's function (tests only)\n"
+    .. "The store is khlua's (khlua --store PATH policies/...; default .khlua/store).\n"
+    .. "exit codes: 0 done, 1 could not run, 2 usage, 130 interrupted\n"
+end
+
+local NUMS = { rounds = "integer", plateau = "integer", margin = "number", reps = "integer",
+  sample = "integer", ["finalist-seeds"] = "integer", candidates = "integer", seed = "integer",
+  pace = "number" }
+
+-- Parse argv; returns opts or nil, message.
+function M.parse(argv)
+  local o = { explicit = {} }
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--json" then
+      o.json = true
+    elseif a == "-h" or a == "--help" then
+      o.help = true
+    elseif a:match("^%-%-") then
+      local k = a:sub(3)
+      local v = argv[i + 1]
+      if not ({ task = 1, definition = 1, model = 1, replay = 1, budget = 1, skills = 1,
+        resume = 1, ["fake-evaluator"] = 1 })[k] and not NUMS[k] then
+        return nil, "unknown option " .. a
+      end
+      if v == nil then return nil, a .. " needs a value" end
+      if NUMS[k] then
+        local n = tonumber(v)
+        if not n or (NUMS[k] == "integer" and (n ~= math.floor(n) or n < 0)) then
+          return nil, a .. " needs " .. (NUMS[k] == "integer" and "a non-negative integer" or "a number")
+            .. ", got '" .. v .. "'"
+        end
+        v = n
+      end
+      o[k] = v
+      o.explicit[k] = true
+      i = i + 1
+    else
+      return nil, "unexpected argument '" .. a .. "'"
+    end
+    i = i + 1
+  end
+  if o.budget then
+    local b = {}
+    for part in o.budget:gmatch("[^,]+") do
+      local k, v = part:match("^(%w+)=([%d.e+]+)$")
+      local key = ({ wall = "wall_s", tokens = "tokens", usd = "usd" })[k or ""]
+      if not key or not tonumber(v) then
+        return nil, "--budget: '" .. part .. "' is not wall=SECONDS, tokens=N or usd=X"
+      end
+      b[key] = tonumber(v)
+    end
+    o.budget = b
+  end
+  if not o.help and not o.task and not o.resume then return nil, "--task is required" end
+  return o
+end
+
+local function here()
+  local src = debug.getinfo(1, "S").source:gsub("^@", "")
+  return src:match("^(.*)/lib/[^/]*$") or "policies"
+end
+
+-- Build the controller's configuration from parsed options.
+function M.config(o)
+  local cfg = { task = o.task, definition = o.definition, rounds = o.rounds, plateau = o.plateau,
+    budget = o.budget, n = o.candidates, pace = o.pace, resume = o.resume,
+    gate = { margin = o.margin, reps = o.reps, sample = o.sample,
+      finalist_trials = o["finalist-seeds"], seed = o.seed },
+    skills = o.skills or (here() .. "/../skills"), replay = o.replay, explicit = {} }
+  for k in pairs(o.explicit) do
+    local map = { candidates = "n", margin = "gate", reps = "gate", sample = "gate",
+      ["finalist-seeds"] = "gate", seed = "gate" }
+    cfg.explicit[map[k] or k] = true
+  end
+  if next(cfg.gate) == nil then cfg.gate = nil end
+  cfg.model_specs = o.model
+  return cfg
+end
+
+-- Resolve model specs (after a resume has filled task and replay).
+function M.resolve_models(cfg)
+  local specs = cfg.model_specs or "anthropic:claude-sonnet-4-5,openai:gpt-5"
+  local list, why = models.parse_list(specs)
+  if not list then return nil, why end
+  local root = cfg.replay
+  if not root and cfg.task and models.is_dir(cfg.task .. "/replay") then root = cfg.task .. "/replay" end
+  local notes
+  list, notes = models.resolve(list, root)
+  if not list then return nil, notes end
+  cfg.models, cfg.notes = list, notes
+  cfg.model_specs = specs
+  return true
+end
+
+function M.main(policy, ...)
+  if select(1, ...) == M.AS_MODULE then return policy end
+  local o, why = M.parse({ ... })
+  if not o then
+    io.stderr:write(policy.name, ": ", why, "\n", usage(policy.name))
+    os.exit(2, true)
+  end
+  if o.help then
+    io.stdout:write(policy.title and (policy.title .. "\n") or "", usage(policy.name))
+    os.exit(0, true)
+  end
+  if o["fake-evaluator"] then
+    local fn = assert(dofile(o["fake-evaluator"]))
+    ev.use(type(fn) == "table" and fn.evaluate or fn)
+  end
+  local cfg = M.config(o)
+  if cfg.resume then
+    -- the run's stored configuration supplies what the command line does not
+    local db = kh.store.open(nil, { readonly = true })
+    local run = db and db:get(cfg.resume)
+    if db then db:close() end
+    if run and run.config then
+      for k, v in pairs(run.config) do if cfg[k] == nil or not cfg.explicit[k] then cfg[k] = v end end
+      if cfg.explicit.model then cfg.model_specs = o.model end
+    end
+  end
+  local ok, mwhy = M.resolve_models(cfg)
+  if not ok then
+    io.stderr:write(policy.name, ": ", mwhy, "\n")
+    os.exit(1, true)
+  end
+  local printer = o.json and function(l) io.stderr:write(l, "\n") end
+    or function(l) io.stdout:write(l, "\n"); io.stdout:flush() end
+  cfg.out = printer
+  local res, msg, code = ctl.run(policy, cfg)
+  if not res then
+    io.stderr:write(policy.name, ": ", tostring(msg), code and (" (" .. code .. ")") or "", "\n")
+    os.exit(1, true)
+  end
+  if o.json then
+    io.stdout:write(kh.json.encode(res, { sort_keys = true }), "\n")
+  else
+    local m = res.metrics
+    printer(string.format("run %s %s (%s): %d rounds, %d candidates, %d accepted, incumbent %s "
+      .. "(score %.3f), %d tokens, $%.4f%s", res.run, res.status, res.stop_reason or "-",
+      m.rounds, m.candidates, m.accepted, res.incumbent_name, m.incumbent_score or 0, m.tokens,
+      m.usd, m.usd_per_accepted and string.format(" ($%.4f per accepted)", m.usd_per_accepted)
+      or ""))
+  end
+  return 0
+end
+
+return M

@@ -1,0 +1,628 @@
+-- controller.lua: the run loop every policy shares.
+--
+--   local ctl = require "lib.controller"
+--   local summary = ctl.run(policy, cfg)
+--
+-- A round: the view (task, incumbent and its measurements, bottleneck state,
+-- trajectory memory, budget left) -> policy.propose(view, ps) -> model calls
+-- -> candidates -> the promotion gate (lib.gate) -> decision -> events
+-- (plateau, regression) -> policy.react(view, outcome, ps) -> actions.  One
+-- store transaction per round writes the round record (state in, prompt,
+-- model calls, candidates, verdicts, decision, actions, and the controller
+-- state out) together with the run record, so a killed run resumes from its
+-- last whole round (`resume = RUN`): a round cut short is run again, and a
+-- round is never stored twice (its id is derived from the run and index).
+-- Ctrl-C raises "interrupted" through the loop; a to-be-closed guard marks
+-- the run interrupted (or failed, on another error) before it propagates.
+--
+-- A policy is a table {name, propose(view, ps, ctx) -> plan, react(view,
+-- outcome, ps, ctx) -> actions, init(ps, ctx)?}; ps is the policy's own
+-- state (plain data, saved with every round).  plan: {messages, text,
+-- direction = {name, title, why} | nil, family = index, n = candidates}.
+-- Actions: {kind = "switch_family" | "switch_direction" | "add_reference" |
+-- "widen" | "narrow", why}.
+local kh = require "kh"
+local llm = require "lib.llm"
+local models = require "lib.models"
+local ev = require "lib.evaluate"
+local gate = require "lib.gate"
+local dirs = require "lib.directions"
+local skills = require "lib.skills"
+local stats = require "lib.stats"
+
+local M = {}
+
+M.defaults = { rounds = 10, plateau = 3, regression_tol = 0.15, n = 1, n_max = 4,
+  gate = {}, budget = {} }
+
+-- ---- small helpers ----------------------------------------------------------
+
+local function copy(t)
+  if type(t) ~= "table" then return t end
+  local o = {}
+  for k, v in pairs(t) do o[k] = copy(v) end
+  return o
+end
+M.copy = copy
+
+local function say(cfg, fmt, ...)
+  if cfg.quiet then return end
+  local line = string.format(fmt, ...)
+  if cfg.out then cfg.out(line) else io.stderr:write(line, "\n") end
+end
+
+local function must(v, msg, code)
+  if v == nil then error({ ctl_error = true, msg = msg, code = code }, 0) end
+  return v
+end
+
+-- ---- the task ---------------------------------------------------------------
+
+function M.load_task(cfg)
+  local ts <close> = must(kh.task.load(cfg.task))
+  local names = ts:definitions()
+  local name = cfg.definition or names[1]
+  if not cfg.definition and #names ~= 1 then
+    must(nil, string.format("%s holds %d definitions: choose one with --definition", cfg.task,
+      #names), "EINVAL")
+  end
+  local d = must(ts:definition(name), "no definition " .. tostring(name) .. " in " .. cfg.task)
+  local task = { path = cfg.task, name = d.name, op_type = d.op_type, axes = d.axes,
+    inputs = d.inputs, outputs = d.outputs, constraints = d.constraints, tolerance = d.tolerance,
+    description = d.json.description, reference_code = d.json.reference, workloads = {} }
+  for _, w in ipairs(ts:workloads(name)) do
+    task.workloads[#task.workloads + 1] = { uuid = w.uuid, axes = w.axes,
+      sol = ts:speed_of_light(name, w) }
+  end
+  local sols = {}
+  for _, s in ipairs(ts:solutions(name)) do sols[s.name] = s end
+  local ref = d.reference and sols[d.reference]
+  must(ref, "definition " .. name .. " names no trusted reference solution (khlua.reference)")
+  local seed_name = cfg.seed_solution or (d.json.khlua and d.json.khlua.baseline) or d.reference
+  local seed = must(sols[seed_name], "no solution " .. tostring(seed_name) .. " in the task")
+  task.reference_solution = ref.json
+  task.seed_solution = seed.json
+  task.backend = cfg.backend or ref.backend
+  if seed.backend ~= task.backend then
+    -- the seed incumbent must run where candidates run: fall back to the reference
+    task.seed_solution = ref.json
+  end
+  return task
+end
+
+-- A Solution from extracted source + manifest.
+local function solution(task, name, author, source, manifest)
+  local host = task.backend == "host"
+  local file = host and "kernel.c" or "kernel.cu"
+  local fn = host and (manifest["function"] or "run")
+    or (manifest.launches and manifest.launches[1] and manifest.launches[1].kernel or "kernel")
+  manifest = copy(manifest)
+  manifest.backend = manifest.backend or task.backend
+  return { name = name, definition = task.name, author = author,
+    spec = { language = host and "cpp" or "cuda", target_hardware = { host and "cpu" or "cuda" },
+      entry_point = file .. "::" .. fn, destination_passing_style = true, khlua = manifest },
+    sources = { { path = file, content = source } } }
+end
+M.solution = solution
+
+local function source_of(sol)
+  return sol.sources and sol.sources[1] and sol.sources[1].content or ""
+end
+
+-- ---- the store ----------------------------------------------------------------
+
+local function ensure_task(db, task)
+  local id = "task-" .. task.name
+  if not db:get(id) then
+    must(db:put { type = "task", id = id, name = task.name, path = task.path })
+  end
+  return id
+end
+
+-- The candidate record of a solution (content-addressed: same source and
+-- manifest, same id).  Returns its id.
+local function put_candidate(db, ctx, sol, extra)
+  local text = kh.json.encode(sol.spec.khlua, { sort_keys = true }) .. "\0" .. source_of(sol)
+  local id = "candidate-" .. kh.store.hash(text)
+  if db:get(id) then return id end
+  return must(db:update(function(tx)
+    local h = assert(tx:put_blob(source_of(sol)))
+    local rec = { type = "candidate", id = id, task = ctx.task_id, source_blob = h,
+      manifest = sol.spec.khlua, solution_name = sol.name, provenance = { source_hash = h } }
+    for k, v in pairs(extra or {}) do rec[k] = v end
+    assert(tx:put(rec))
+    return id
+  end))
+end
+
+-- measure(sol, opts, purpose) for the gate: evaluate, store each trace as an
+-- evaluation record, return {summary, ids}.
+local function measurer(db, ctx, round_index)
+  return function(sol, opts, purpose)
+    local o = copy(opts)
+    for k, v in pairs(ctx.eval_defaults) do if o[k] == nil then o[k] = v end end
+    local traces, msg, code = ev.run(ctx.task.path, sol, o)
+    if not traces then return nil, msg, code end
+    local cand = ctx.cand_of[sol]
+    local ids = must(db:update(function(tx)
+      local out = {}
+      for _, t in ipairs(traces) do
+        local e = t.evaluation or {}
+        local samples_blob = nil
+        local kx = e.khlua
+        if kx and type(kx.samples_ns) == "table" and #kx.samples_ns > 0 then
+          -- raw timings as a blob (float64 LE per timed call), not inline JSON
+          local parts = {}
+          for i, x in ipairs(kx.samples_ns) do parts[i] = string.pack("<d", x) end
+          samples_blob = assert(tx:put_blob(table.concat(parts)))
+          kx.samples_ns = nil
+          kx.samples_blob = samples_blob
+        elseif kx and type(kx.samples_blob) == "string" and not tx:has_blob(kx.samples_blob) then
+          -- a hash of samples kept elsewhere: not a reference this store can check
+          kx.samples_hash, kx.samples_blob = kx.samples_blob, nil
+        end
+        out[#out + 1] = assert(tx:put { type = "evaluation", task = ctx.task_id, candidate = cand,
+          status = e.status or "UNKNOWN", protocol = opts.protocol or "official",
+          purpose = purpose, run = ctx.run_id, round_index = round_index,
+          workload = t.workload, evaluation = e, solution = sol.name,
+          samples_blob = samples_blob })
+      end
+      return out
+    end))
+    return { summary = ev.summary(traces), ids = ids }
+  end
+end
+
+-- ---- state ------------------------------------------------------------------------
+
+local function budget_left(cfg, st)
+  local b = cfg.budget or {}
+  return { rounds = cfg.rounds - st.round,
+    wall_s = b.wall_s and (b.wall_s - st.elapsed_s) or nil,
+    tokens = b.tokens and (b.tokens - st.tokens) or nil,
+    usd = b.usd and (b.usd - st.usd) or nil }
+end
+
+local function stop_reason(cfg, st)
+  local left = budget_left(cfg, st)
+  if left.rounds <= 0 then return "rounds" end
+  if left.wall_s and left.wall_s <= 0 then return "wall time budget" end
+  if left.tokens and left.tokens <= 0 then return "token budget" end
+  if left.usd and left.usd <= 0 then return "money budget" end
+  return nil
+end
+
+local function bottleneck(ctx, st)
+  return dirs.state(ctx.task.backend, ctx.task.workloads, st.incumbent.latency, st.incumbent.counters,
+    ctx.peaks)
+end
+
+-- What a policy sees.
+local function make_view(ctx, st)
+  local inc = st.incumbent
+  local ws = {}
+  for _, w in ipairs(ctx.task.workloads) do
+    ws[#ws + 1] = { uuid = w.uuid, axes = w.axes, incumbent_ms = inc.latency[w.uuid],
+      reference_ms = inc.reference_latency[w.uuid] }
+  end
+  local negatives = {}
+  for _, p in ipairs(st.memory) do
+    if not p.accepted then negatives[#negatives + 1] = p end
+  end
+  while #negatives > (ctx.cfg.max_negatives or 8) do table.remove(negatives, 1) end
+  return {
+    round = st.round + 1, task = ctx.task, workloads = ws,
+    incumbent = { name = inc.name, candidate = inc.candidate, source = source_of(inc.solution),
+      lang = ctx.task.backend == "host" and "c" or "cuda", manifest = inc.solution.spec.khlua,
+      score = inc.score, latency = inc.latency },
+    state = bottleneck(ctx, st), memory = st.memory, negatives = negatives,
+    budget_left = budget_left(ctx.cfg, st), families = ctx.models, family = st.family,
+    direction_name = st.direction, excluded = st.excluded, n = st.n,
+    add_reference = st.add_reference, since_improvement = st.since_improvement,
+  }
+end
+M.make_view = make_view
+
+-- ---- one round ------------------------------------------------------------------
+
+local function call_models(db, ctx, st, plan, round_index)
+  local fam = ctx.models[plan.family or st.family]
+  local reqs = {}
+  for i = 1, plan.n or st.n do
+    st.calls[fam.spec] = (st.calls[fam.spec] or 0) + 1
+    reqs[i] = models.request(fam, plan.messages, st.calls[fam.spec],
+      { label = ctx.run_id .. "/" .. round_index .. "/" .. i, options = ctx.cfg.llm_options })
+  end
+  local results = llm.gather(reqs)
+  local out = {}
+  for i, r in ipairs(results) do
+    local rec, msg = r[1], r[2]
+    rec = rec or r[4]
+    local usage = rec and rec.usage or {}
+    local cost = rec and llm.cost(rec) or nil
+    st.tokens = st.tokens + (usage.total or 0)
+    if cost then st.usd = st.usd + cost else st.usd_unknown = st.usd_unknown + 1 end
+    local id = must(db:update(function(tx)
+      local pb = assert(tx:put_blob(plan.text))
+      local rb = assert(tx:put_blob(rec and rec.text or ""))
+      return assert(tx:put { type = "llm_call", model = fam.model, family = fam.spec,
+        provider = fam.provider, run = ctx.run_id, round_index = round_index,
+        prompt_blob = pb, response_blob = rb, ok = rec and rec.ok or false,
+        error = (not r[1]) and tostring(msg) or nil, usage = usage, cost_usd = cost,
+        latency_s = rec and rec.latency_s, replay_file = rec and rec.replay_file })
+    end))
+    out[i] = { record = rec, ok = r[1] ~= nil, msg = msg, call_id = id, family = fam }
+  end
+  return out
+end
+
+-- The gate, in order; returns {pass, reason, rejected_for, steps = {...}, evidence, score}.
+local function judge(ctx, measure, cand, st)
+  local inc = st.incumbent.solution
+  local o = ctx.cfg.gate
+  local out = { steps = {}, evidence = {} }
+  local function add(g)
+    out.steps[#out.steps + 1] = g
+    for _, id in ipairs(g.evidence or {}) do out.evidence[#out.evidence + 1] = id end
+    out.reason, out.rejected_for = g.reason, g.rejected_for
+  end
+  local r = must(gate.representative(measure, cand, inc, ctx.task.workloads, o))
+  add(r)
+  out.representative = r
+  if not r.pass then return out end
+  local s = must(gate.sweep(measure, cand, ctx.task.workloads, o))
+  add(s)
+  out.sweep = s
+  if not s.pass then return out end
+  local f = must(gate.finalist(measure, cand, ctx.task.backend, o))
+  add(f)
+  if not f.pass then return out end
+  out.pass, out.score = true, s.score
+  out.reason = string.format("%s; %s; %s", r.reason, s.reason, f.reason)
+  return out
+end
+
+-- Incumbent re-measured slower than its record (same-round paired figures):
+-- the geometric mean over the sampled workloads of median / record, so one
+-- noisy workload does not raise it.
+local function regression(ctx, st, rep)
+  if not rep or not rep.incumbent_ms then return nil end
+  local rs, worst, wu = {}, 0, nil
+  for u, xs in pairs(rep.incumbent_ms) do
+    local rec = st.incumbent.latency[u]
+    if rec and #xs > 0 then
+      local r = stats.median(xs) / rec
+      rs[#rs + 1] = r
+      if r > worst then worst, wu = r, u end
+    end
+  end
+  if #rs == 0 then return nil end
+  local g = stats.geomean(rs)
+  if g > 1 + ctx.cfg.regression_tol then
+    return { kind = "regression", ratio = g, workload = wu,
+      why = string.format("incumbent re-measured %.0f%% slower than its record (geometric mean "
+        .. "over %d sampled workloads; worst %s)", (g - 1) * 100, #rs, wu) }
+  end
+  return nil
+end
+
+local function apply_actions(ctx, st, actions)
+  for _, a in ipairs(actions or {}) do
+    if a.kind == "switch_family" then
+      st.family = a.to or (st.family % #ctx.models + 1)
+    elseif a.kind == "switch_direction" then
+      if st.direction then st.excluded[st.direction] = true end
+      st.direction = nil
+    elseif a.kind == "add_reference" then
+      st.add_reference = true
+    elseif a.kind == "widen" then
+      st.n = math.min(st.n + 1, ctx.cfg.n_max)
+    elseif a.kind == "narrow" then
+      st.n = math.max(st.n - 1, 1)
+    else
+      must(nil, "policy returned an unknown action " .. tostring(a.kind), "EINVAL")
+    end
+  end
+end
+
+local function round(db, ctx, policy, st)
+  local idx = st.round + 1
+  local t0 = kh.time.now()
+  local view = make_view(ctx, st)
+  local state_in = { incumbent = st.incumbent.candidate, bottleneck = view.state,
+    budget_left = view.budget_left, family = ctx.models[st.family].spec, direction = st.direction }
+  local plan = must(policy.propose(view, st.policy, ctx))
+  if plan.direction then st.direction = plan.direction.name end
+  local calls = call_models(db, ctx, st, plan, idx)
+  local measure = measurer(db, ctx, idx)
+  local probes, cands, best = {}, {}, nil
+  for i, c in ipairs(calls) do
+    local probe = { round = idx, direction = plan.direction and plan.direction.name,
+      model = c.family.spec, llm_call = c.call_id }
+    local x = c.ok and llm.candidate(c.record) or nil
+    if c.ok then
+      -- the reply's first line: what the model says it changed (its plan)
+      probe.plan = ((c.record.text or ""):match("^%s*([^\n]*)") or ""):sub(1, 200)
+    end
+    if not c.ok then
+      probe.reason = "model call failed: " .. tostring(c.msg)
+    elseif x.status ~= "ok" then
+      probe.reason = "no candidate (" .. x.status .. "): " .. tostring(x.message)
+    else
+      local sol = solution(ctx.task, string.format("%s_r%d_%d", ctx.run_id, idx, i),
+        c.family.model, x.source, x.manifest)
+      local cid = put_candidate(db, ctx, sol, { origin = "model", model = c.family.model,
+        run = ctx.run_id, round_index = idx, parent = st.incumbent.candidate,
+        llm_call = c.call_id })
+      ctx.cand_of[sol] = cid
+      probe.candidate = cid
+      cands[#cands + 1] = cid
+      st.candidates = st.candidates + 1
+      local v = judge(ctx, measure, sol, st)
+      probe.reason, probe.rejected_for = v.reason, v.rejected_for
+      probe.figures = { ratio = v.representative and v.representative.ratio,
+        lo = v.representative and v.representative.lo, hi = v.representative and v.representative.hi,
+        score = v.score }
+      probe.gate = v
+      if v.pass and (not best or v.score > best.verdict.score) then
+        best = { sol = sol, verdict = v, probe = probe }
+      end
+      probe._regression = regression(ctx, st, v.representative)
+    end
+    probes[#probes + 1] = probe
+  end
+  -- decision
+  local decision = { promoted = nil }
+  local events = {}
+  for _, p in ipairs(probes) do
+    if p._regression and not events.regression then
+      events.regression = p._regression
+    end
+    p._regression = nil
+  end
+  if best then
+    local v = best.verdict
+    local old = st.incumbent.candidate
+    local lat, ref = {}, {}
+    local rep = v.representative
+    -- the incumbent's figures: the sweep's (every workload), from its evidence
+    for _, id in ipairs(v.sweep.evidence) do
+      local e = db:get(id)
+      local perf = e and e.evaluation and e.evaluation.performance
+      if perf then
+        lat[e.workload.uuid] = perf.latency_ms
+        ref[e.workload.uuid] = perf.reference_latency_ms
+      end
+    end
+    local pid = must(db:put { type = "promotion", candidate = best.probe.candidate, run = ctx.run_id,
+      incumbent = old, round_index = idx, score = v.score, evidence = v.evidence,
+      gate = { representative = { ratio = rep.ratio, lo = rep.lo, hi = rep.hi, margin = rep.margin,
+        reps = rep.reps, workloads = rep.workloads },
+        sweep = { score = v.score, correct = v.sweep.correct, mean_speedup = v.sweep.mean_speedup },
+        finalist = { trials = v.steps[3].trials, sanitizer = v.steps[3].sanitizer } },
+      reason = v.reason })
+    best.probe.accepted = true
+    best.probe.promotion = pid
+    decision.promoted, decision.promotion, decision.reason = best.probe.candidate, pid, v.reason
+    st.incumbent = { name = best.sol.name, candidate = best.probe.candidate, solution = best.sol,
+      latency = lat, reference_latency = ref, score = v.score }
+    st.accepted = st.accepted + 1
+    st.since_improvement = 0
+  else
+    st.since_improvement = st.since_improvement + 1
+    decision.reason = #probes > 0 and probes[#probes].reason or "no probe"
+    if events.regression then
+      -- keep the record honest: the incumbent's figures are what it does now
+      for u, xs in pairs(probes[1].gate and probes[1].gate.representative
+        and probes[1].gate.representative.incumbent_ms or {}) do
+        st.incumbent.latency[u] = stats.median(xs)
+      end
+    end
+  end
+  if st.since_improvement >= ctx.cfg.plateau then
+    events.plateau = { rounds = st.since_improvement,
+      why = string.format("%d rounds without an accepted improvement beyond noise",
+        st.since_improvement) }
+  end
+  for _, p in ipairs(probes) do
+    local mem = copy(p)
+    mem.gate = nil
+    st.memory[#st.memory + 1] = mem
+  end
+  local outcome = { round = idx, probes = probes, decision = decision, events = events }
+  local actions = policy.react and policy.react(view, outcome, st.policy, ctx) or {}
+  apply_actions(ctx, st, actions)
+  if events.plateau and #actions > 0 then st.since_improvement = 0 end
+  st.round = idx
+  st.elapsed_s = st.elapsed_s + (kh.time.now() - t0)
+  -- one transaction: the round and the run
+  must(db:update(function(tx)
+    local pb = assert(tx:put_blob(plan.text))
+    local calls_ids = {}
+    for i, c in ipairs(calls) do calls_ids[i] = c.call_id end
+    local saved = copy(st)
+    assert(tx:put { type = "round", id = string.format("round-%s-%04d", ctx.run_id:sub(5), idx),
+      run = ctx.run_id, index = idx, state_in = state_in, direction = plan.direction,
+      model = ctx.models[plan.family or view.family].spec, prompt_blob = pb, llm_calls = calls_ids,
+      candidates = cands, verdicts = probes, decision = decision, events = events,
+      actions = actions, state_out = saved })
+    local run = assert(tx:get(ctx.run_id))
+    run.status, run.rounds_done = "running", idx
+    run.incumbent_candidate = st.incumbent.candidate
+    run.metrics = M.metrics(st)
+    assert(tx:put(run, { replace = true }))
+  end))
+  return outcome, actions
+end
+
+function M.metrics(st)
+  local h = st.elapsed_s / 3600
+  return { rounds = st.round, candidates = st.candidates, accepted = st.accepted,
+    tokens = st.tokens, usd = st.usd, usd_unknown_calls = st.usd_unknown,
+    elapsed_s = st.elapsed_s, candidates_per_hour = h > 0 and st.candidates / h or 0,
+    usd_per_accepted = st.accepted > 0 and st.usd / st.accepted or nil,
+    incumbent_score = st.incumbent.score }
+end
+
+-- ---- the run ------------------------------------------------------------------------
+
+local function initial_state(db, ctx, policy)
+  local task = ctx.task
+  local sol = copy(task.seed_solution)
+  local cid = put_candidate(db, ctx, sol, { origin = "seed" })
+  ctx.cand_of[sol] = cid
+  local measure = measurer(db, ctx, 0)
+  -- the incumbent's record: the median of three screen measurements
+  local lat, ref, rs, all = {}, {}, {}, {}
+  for r = 1, 3 do
+    local m = must(measure(sol, { workloads = "all", protocol = "screen", trials = 1,
+      seed = (ctx.cfg.gate.seed or 1) * 1000 + r }, "seed"))
+    if not m.summary.ok then
+      must(nil, "the seed incumbent " .. sol.name .. " does not pass: " ..
+        tostring(m.summary.failed and m.summary.failed.status), "ESTATE")
+    end
+    for u, v in pairs(m.summary.by_uuid) do
+      all[u] = all[u] or { l = {}, b = {} }
+      table.insert(all[u].l, v.latency_ms)
+      if v.reference_latency_ms then table.insert(all[u].b, v.reference_latency_ms) end
+    end
+  end
+  for u, x in pairs(all) do
+    lat[u] = stats.median(x.l)
+    ref[u] = #x.b > 0 and stats.median(x.b) or nil
+    if ref[u] then rs[#rs + 1] = ref[u] / lat[u] end
+  end
+  local score = 0
+  for _, r in ipairs(rs) do score = score + r / #rs end
+  local st = { round = 0, incumbent = { name = sol.name, candidate = cid, solution = sol,
+      latency = lat, reference_latency = ref, score = score },
+    memory = {}, family = 1, direction = nil, excluded = {}, n = ctx.cfg.n, add_reference = false,
+    since_improvement = 0, calls = {}, tokens = 0, usd = 0, usd_unknown = 0, candidates = 0,
+    accepted = 0, elapsed_s = 0, policy = {} }
+  if policy.init then policy.init(st.policy, ctx) end
+  return st
+end
+
+-- Rebuild the state from a run's last whole round.
+local function resume_state(db, ctx, run_id)
+  local rounds = must(db:query { run = run_id, type = "round" })
+  local last = nil
+  for _, r in ipairs(rounds) do
+    local rec = db:get(r.id or r)
+    if rec and (not last or rec.index > last.index) then last = rec end
+  end
+  return last and last.state_out or nil
+end
+
+-- cfg: task, definition, models (parsed + resolved), rounds, plateau, budget {wall_s,
+-- tokens, usd}, gate {margin, reps, sample, finalist_trials, seed}, n, store (path) or db,
+-- resume (run id), skills (root), peaks, out (line printer), quiet.
+function M.run(policy, cfg)
+  for k, v in pairs(M.defaults) do if cfg[k] == nil then cfg[k] = copy(v) end end
+  local db = cfg.db
+  local own = nil
+  if not db then
+    local err, code
+    db, err, code = kh.store.open(cfg.store)
+    if not db then return nil, "store: " .. tostring(err), code end
+    own = db
+  end
+  local ok, res, msg, code = pcall(function()
+    local ctx = { cfg = cfg, policy = policy.name, cand_of = setmetatable({}, { __mode = "k" }) }
+    local st
+    if cfg.resume then
+      local run = must(db:get(cfg.resume), "no run " .. cfg.resume .. " in the store", "ENOTFOUND")
+      must(run.type == "run" and run or nil, cfg.resume .. " is not a run", "EINVAL")
+      if run.policy ~= policy.name then
+        must(nil, string.format("run %s was made by policy %s, not %s", cfg.resume,
+          tostring(run.policy), policy.name), "EINVAL")
+      end
+      -- the run's own configuration, except what the caller extends
+      for k, v in pairs(run.config or {}) do
+        if cfg.explicit == nil or not cfg.explicit[k] then cfg[k] = v end
+      end
+      for k, v in pairs(M.defaults) do if cfg[k] == nil then cfg[k] = copy(v) end end
+      ctx.run_id = cfg.resume
+    end
+    ctx.task = M.load_task(cfg)
+    ctx.task_id = ensure_task(db, ctx.task)
+    ctx.models = must(cfg.models, "no model families", "EINVAL")
+    local sk = cfg.skills and must(skills.load(cfg.skills)) or {}
+    ctx.skills = skills.select(sk, { backend = ctx.task.backend, op_type = ctx.task.op_type })
+    ctx.peaks = cfg.peaks
+    -- Options every evaluation gets unless the gate sets them.  On the host
+    -- backend timed calls run warm: flushing the CPU caches before each
+    -- call costs seconds per evaluation on a small machine and the gate
+    -- compares candidate and incumbent under the same conditions anyway.
+    ctx.eval_defaults = cfg.eval_opts or (ctx.task.backend == "host" and { cold = false } or {})
+    local saved = {}
+    for _, k in ipairs({ "task", "definition", "rounds", "plateau", "budget", "gate", "n",
+      "model_specs", "regression_tol", "skills", "backend", "replay" }) do saved[k] = cfg[k] end
+    if ctx.run_id then
+      st = resume_state(db, ctx, ctx.run_id)
+      if st then
+        say(cfg, "resuming %s after round %d", ctx.run_id, st.round)
+      end
+      must(db:update(function(tx)
+        local run = assert(tx:get(ctx.run_id))
+        run.status, run.config = "running", saved
+        run.resumed = (run.resumed or 0) + 1
+        assert(tx:put(run, { replace = true }))
+      end))
+    else
+      ctx.run_id = must(db:put { type = "run", policy = policy.name, status = "running",
+        task = ctx.task_id, config = saved, seed = cfg.gate.seed })
+      say(cfg, "run %s: policy %s, task %s, %d workloads", ctx.run_id, policy.name, ctx.task.name,
+        #ctx.task.workloads)
+    end
+    for _, n in ipairs(cfg.notes or {}) do say(cfg, "%s", n) end
+    st = st or initial_state(db, ctx, policy)
+    ctx.cand_of[st.incumbent.solution] = st.incumbent.candidate
+    local final = "done"
+    -- a killed or interrupted run keeps its state; this marks why it stopped
+    local guard <close> = setmetatable({}, { __close = function(_, err)
+      if err == nil then return end
+      local m = type(err) == "table" and err.msg or tostring(err)
+      local status = m:find("interrupted", 1, true) and "interrupted" or "failed"
+      db:update(function(tx)
+        local run = tx:get(ctx.run_id)
+        if run then
+          run.status, run.error = status, status == "failed" and m or nil
+          tx:put(run, { replace = true })
+        end
+      end)
+    end })
+    local why
+    while true do
+      why = stop_reason(cfg, st)
+      if why then break end
+      local outcome, actions = round(db, ctx, policy, st)
+      local d = outcome.decision
+      local p = outcome.probes[1] or {}
+      say(cfg, "round %d  %s  %s  %s: %s", outcome.round, p.model or "-", p.direction or "-",
+        d.promoted and "PROMOTED" or "rejected", d.reason or "")
+      for _, k in ipairs({ "regression", "plateau" }) do
+        if outcome.events[k] then say(cfg, "  %s: %s", k, outcome.events[k].why) end
+      end
+      for _, a in ipairs(actions) do say(cfg, "  action %s: %s", a.kind, a.why or "") end
+      if cfg.pace and cfg.pace > 0 then kh.time.sleep(cfg.pace) end
+    end
+    local metrics = M.metrics(st)
+    must(db:update(function(tx)
+      local run = assert(tx:get(ctx.run_id))
+      run.status, run.stop_reason, run.metrics = final, why, metrics
+      run.incumbent_candidate = st.incumbent.candidate
+      assert(tx:put(run, { replace = true }))
+    end))
+    return { run = ctx.run_id, status = final, stop_reason = why, metrics = metrics,
+      incumbent = st.incumbent.candidate, incumbent_name = st.incumbent.name }
+  end)
+  if own then own:close() end
+  if not ok then
+    if type(res) == "table" and res.ctl_error then return nil, res.msg, res.code end
+    error(res, 0)
+  end
+  return res, msg, code
+end
+
+return M

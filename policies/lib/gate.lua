@@ -1,0 +1,167 @@
+-- gate.lua: the promotion gate, as rules over engine measurements.
+--
+-- A candidate replaces the incumbent only after three steps, each returning
+-- a plain table {pass, reason, ...figures, evidence = {evaluation ids}}:
+--
+-- 1. representative(): a paired comparison against the same-round incumbent
+--    on sampled workloads.  The engine's host backend has no paired protocol,
+--    so the pairing is done here: R repetitions, each measuring candidate and
+--    incumbent back to back with the `screen` protocol on the same workloads
+--    and seed, the order alternating (A B, B A, ...) so a slow drift of the
+--    machine falls on both; every (repetition, workload) gives a ratio
+--    incumbent / candidate latency, and a percentile bootstrap (seeded, so a
+--    decision replays from its evidence) of their geometric mean gives a
+--    one-sided lower bound.  Pass: correct everywhere sampled and lower bound
+--    > 1 + margin.  Both are measured in every repetition, even when the
+--    candidate fails, so the incumbent's same-round latencies always come
+--    back, for regression detection.
+-- 2. sweep(): every workload, correct on all; the score
+--    S_d = c_d * mean_w(b_w / l_w), c_d the pass rate, b the reference
+--    (baseline) latency and l the candidate's.
+-- 3. finalist(): correctness replayed with many seeds (>= 100 trials in
+--    batches, no timing), and the sanitizer where the backend has one (compute-sanitizer
+--    on CUDA; recorded as unavailable on the host backend).
+--
+-- `measure(solution, opts, purpose)` is the caller's: it runs the evaluation
+-- (lib.evaluate), stores the verdicts and returns {summary, ids} or nil, msg.
+local stats = require "lib.stats"
+
+local M = {}
+
+M.defaults = { margin = 0.02, reps = 5, sample = 2, alpha = 0.05, resamples = 2000,
+  finalist_trials = 100, finalist_batch = 25, seed = 1 }
+
+local function opt(o, k) if o and o[k] ~= nil then return o[k] end return M.defaults[k] end
+
+-- Sampled workloads: `sample` of them, drawn with the gate's seed (the
+-- same draw for candidate and incumbent).
+function M.sample(workloads, n, seed)
+  local idx = {}
+  for i = 1, #workloads do idx[i] = i end
+  local rand = stats.rng(seed)
+  for i = #idx, 2, -1 do
+    local j = 1 + math.floor(rand() * i)
+    idx[i], idx[j] = idx[j], idx[i]
+  end
+  local out = {}
+  for i = 1, math.min(n, #idx) do out[i] = workloads[idx[i]].uuid end
+  table.sort(out)
+  return out
+end
+
+local function fail_reason(who, s)
+  local f = s.failed or {}
+  return string.format("%s %s on workload %s%s", who, tostring(f.status), tostring(f.workload),
+    f.check and (" (check " .. f.check .. ")") or "")
+end
+
+function M.representative(measure, cand, inc, workloads, o)
+  local reps, margin = opt(o, "reps"), opt(o, "margin")
+  local uuids = M.sample(workloads, opt(o, "sample"), opt(o, "seed"))
+  local g = { step = "representative", workloads = uuids, reps = reps, margin = margin,
+    evidence = {}, ratios = {}, incumbent_ms = {}, candidate_ms = {} }
+  for r = 1, reps do
+    local order = (r % 2 == 1) and { "candidate", "incumbent" } or { "incumbent", "candidate" }
+    local got, bad = {}, nil
+    for _, who in ipairs(order) do
+      local sol = who == "candidate" and cand or inc
+      local m, msg, code = measure(sol, { workloads = uuids, protocol = "screen", trials = 1,
+        seed = opt(o, "seed") * 1000 + r }, "representative:" .. who)
+      if not m then return nil, msg, code end
+      for _, id in ipairs(m.ids) do g.evidence[#g.evidence + 1] = id end
+      if not m.summary.ok then
+        bad = bad or { who = who, summary = m.summary }
+      end
+      got[who] = m.summary.by_uuid
+    end
+    for _, u in ipairs(uuids) do
+      local lc, li = got.candidate[u].latency_ms, got.incumbent[u].latency_ms
+      if li then
+        g.incumbent_ms[u] = g.incumbent_ms[u] or {}
+        table.insert(g.incumbent_ms[u], li)
+      end
+      if not bad then
+        g.candidate_ms[u] = g.candidate_ms[u] or {}
+        table.insert(g.candidate_ms[u], lc)
+        g.ratios[#g.ratios + 1] = li / lc
+      end
+    end
+    if bad then
+      -- both were measured: the incumbent's figures still serve regression detection
+      g.pass = false
+      g.reason = fail_reason(bad.who, bad.summary)
+      g.rejected_for = bad.who == "candidate" and "incorrect" or "incumbent_failed"
+      return g
+    end
+  end
+  g.ratio = stats.geomean(g.ratios)
+  g.lo, g.hi = stats.bootstrap(g.ratios, stats.geomean, { resamples = opt(o, "resamples"),
+    alpha = opt(o, "alpha"), seed = opt(o, "seed") })
+  g.pass = g.lo > 1 + margin
+  if g.pass then
+    g.reason = string.format("faster: ratio %.3f, %d%% lower bound %.3f > 1 + %.3f",
+      g.ratio, math.floor((1 - opt(o, "alpha")) * 100 + 0.5), g.lo, margin)
+  elseif g.hi < 1 - margin then
+    -- slower beyond the same margin: a regression, not noise
+    g.rejected_for = "slower"
+    g.reason = string.format("slower than the incumbent: ratio %.3f, upper bound %.3f < 1 - %.3f",
+      g.ratio, g.hi, margin)
+  else
+    g.rejected_for = "not_faster"
+    g.reason = string.format("no gain beyond noise: ratio %.3f, lower bound %.3f <= 1 + %.3f",
+      g.ratio, g.lo, margin)
+  end
+  return g
+end
+
+function M.sweep(measure, cand, workloads, o)
+  local m, msg, code = measure(cand, { workloads = "all", protocol = "screen", trials = 3,
+    seed = opt(o, "seed") }, "sweep")
+  if not m then return nil, msg, code end
+  local g = { step = "sweep", evidence = m.ids, workloads = #workloads }
+  local s = m.summary
+  g.correct = s.passed / math.max(s.total, 1)
+  local rs = {}
+  for _, w in ipairs(workloads) do
+    local v = s.by_uuid[w.uuid]
+    if v and v.status == "PASSED" and v.latency_ms and v.reference_latency_ms then
+      rs[#rs + 1] = v.reference_latency_ms / v.latency_ms
+    end
+  end
+  g.mean_speedup = #rs > 0 and stats.mean(rs) or 0
+  g.score = g.correct * g.mean_speedup
+  g.pass = s.ok and s.total == #workloads
+  g.reason = g.pass and string.format("correct on all %d workloads, score %.3f", s.total, g.score)
+    or fail_reason("candidate", s)
+  if not g.pass then g.rejected_for = "incorrect" end
+  return g
+end
+
+-- kh.eval takes at most 64 trials a call: the seeds go in batches of
+-- finalist_batch, each with its own base seed.
+function M.finalist(measure, cand, backend, o)
+  local trials, batch = opt(o, "finalist_trials"), opt(o, "finalist_batch")
+  local g = { step = "finalist", trials = trials, evidence = {},
+    sanitizer = backend == "cuda" and "not run: compute-sanitizer is not wired yet"
+      or "unavailable on the host backend" }
+  local done, call = 0, 0
+  while done < trials do
+    call = call + 1
+    local n = math.min(batch, trials - done)
+    local m, msg, code = measure(cand, { workloads = "all", trials = n, timing = false,
+      seed = opt(o, "seed") * 7919 + call }, "finalist")
+    if not m then return nil, msg, code end
+    for _, id in ipairs(m.ids) do g.evidence[#g.evidence + 1] = id end
+    if not m.summary.ok then
+      g.pass, g.rejected_for = false, "incorrect"
+      g.reason = fail_reason("candidate", m.summary) .. string.format(" (seed batch %d)", call)
+      return g
+    end
+    done = done + n
+  end
+  g.pass = true
+  g.reason = string.format("correct over %d seeds on every workload", trials)
+  return g
+end
+
+return M

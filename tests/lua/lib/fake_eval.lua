@@ -1,0 +1,91 @@
+-- fake_eval.lua: a deterministic stand-in for kh.eval, for the controller's
+-- tests only (injected through lib.evaluate.use, or --fake-evaluator FILE).
+-- It knows the replay ladder (tests/fixtures/replay/ctl/ladder.json): each
+-- step's source is recognised by its text and gets the step's correctness
+-- and speed; the task's trusted reference has speed 1.  Latency per workload
+-- = base(batch) / speed, times 1 +- 1.5% noise drawn from (source, seed,
+-- workload, protocol call), so paired figures vary like measurements do.
+-- F.slow[key] = factor slows one source down (an incumbent that regressed).
+local kh = require "kh"
+
+local F = { slow = {}, calls = 0, log = {} }
+
+local here = debug.getinfo(1, "S").source:gsub("^@", ""):match("^(.*)/[^/]*$") or "."
+local root = here .. "/../../fixtures/replay/ctl"
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local ladder = kh.json.decode(read(root .. "/ladder.json"))
+local by_source = {}
+for key, b in pairs(ladder.steps) do
+  local rec = kh.json.decode(read(root .. "/" .. key .. "/reply.json"))
+  local x = kh.llm.extract(rec.text)
+  assert(x.status == "ok", key .. ": " .. tostring(x.message))
+  by_source[x.source] = { key = key, correct = b.correct, speed = b.speed }
+end
+
+local function hash_num(s)
+  local h = kh.store.hash(s)
+  return tonumber(h:sub(1, 12), 16)
+end
+
+local function noise(...)
+  local u = (hash_num(table.concat({ ... }, "|")) % 1000000) / 1000000
+  return 1 + (u - 0.5) * 0.03
+end
+
+local function workloads(task_path)
+  local ts <close> = assert(kh.task.load(task_path))
+  local name = ts:definitions()[1]
+  return ts:workloads(name)
+end
+
+function F.behaviour(source)
+  local b = by_source[source]
+  if b then return b end
+  -- the task's reference (or an unknown source): correct at reference speed
+  return { key = "reference", correct = true, speed = ladder.reference.speed }
+end
+
+function F.evaluate(task_path, sol, opts)
+  opts = opts or {}
+  F.calls = F.calls + 1
+  local src = sol.sources[1].content
+  local b = F.behaviour(src)
+  F.log[#F.log + 1] = { key = b.key, purpose = opts.protocol, workloads = opts.workloads,
+    trials = opts.trials }
+  local want = nil
+  if type(opts.workloads) == "table" then
+    want = {}
+    for _, u in ipairs(opts.workloads) do want[u] = true end
+  end
+  local out = {}
+  for _, w in ipairs(workloads(task_path)) do
+    if not want or want[w.uuid] then
+      local base = 0.002 + 0.0001 * w.axes.batch_size
+      local e = { status = b.correct and "PASSED" or "INCORRECT_NUMERICAL", khlua = {
+        failed_check = (not b.correct) and "poison" or nil, protocol = opts.protocol or "official" } }
+      if b.correct then
+        e.correctness = { max_absolute_error = 0.001, max_relative_error = 0.001 }
+        if opts.timing ~= false then
+          local n = noise(src, opts.seed or 0, w.uuid, F.calls)
+          e.performance = { latency_ms = base / b.speed * n * (F.slow[b.key] or 1),
+            reference_latency_ms = base * noise("ref", opts.seed or 0, w.uuid, F.calls) }
+          e.performance.speedup_factor = e.performance.reference_latency_ms / e.performance.latency_ms
+        end
+      else
+        e.correctness = { max_absolute_error = 3.5, max_relative_error = 2.0 }
+      end
+      out[#out + 1] = { definition = "rmsnorm_h512", solution = sol.name,
+        workload = { uuid = w.uuid, axes = w.axes }, evaluation = e }
+    end
+  end
+  return out
+end
+
+return F

@@ -1,0 +1,373 @@
+-- test_controller.lua: the policy framework on the host rmsnorm task with the
+-- replay ladder (tests/fixtures/replay/ctl): plateau -> model switch, a
+-- slower candidate rejected, cheating and wrong candidates rejected, a
+-- promotion with its evidence in the store, an incumbent regression, budgets,
+-- the gate's statistics, kill-and-resume and Ctrl-C through a child khlua.
+-- Evaluations come from a deterministic fake (tests/lua/lib/fake_eval.lua)
+-- injected through lib.evaluate, the one adapter policies use.
+local T = require "testlib"
+local kh = require "kh"
+
+local SRC = os.getenv("KH_SOURCE_DIR") or "."
+package.path = SRC .. "/policies/?.lua;" .. SRC .. "/tests/lua/lib/?.lua;" .. package.path
+local ctl = require "lib.controller"
+local ev = require "lib.evaluate"
+local models = require "lib.models"
+local gate = require "lib.gate"
+local stats = require "lib.stats"
+local policy = require "lib.policy"
+local cli = require "lib.cli"
+local fake = require "fake_eval"
+
+local TASK = SRC .. "/tests/fixtures/task/rmsnorm"
+local LADDER = SRC .. "/tests/fixtures/replay/ctl"
+local FAKE = SRC .. "/tests/lua/lib/fake_eval.lua"
+local BIN = os.getenv("KHLUA_BIN") or arg[-1]
+local SPECS = "replay:" .. LADDER .. "/a,replay:" .. LADDER .. "/b"
+
+local function run_policy(name, over)
+  local P = assert(policy.load(SRC .. "/policies/" .. name .. ".lua"))
+  local dir = T.tmpdir()
+  -- closed by the caller, or by its __gc after a failed test
+  local db = assert(kh.store.open(dir .. "/store", { nosync = true }))
+  local lines = {}
+  local cfg = { task = TASK, model_specs = SPECS, rounds = 8, plateau = 2, db = db,
+    skills = SRC .. "/skills", out = function(l) lines[#lines + 1] = l end,
+    gate = { seed = math.random(1, 1000) } }
+  for k, v in pairs(over or {}) do cfg[k] = v end
+  assert(cli.resolve_models(cfg))
+  ev.use(fake.evaluate)
+  local res, msg = ctl.run(P, cfg)
+  ev.use(nil)
+  T.ok(res, msg)
+  local rounds = db:query { run = res.run, type = "round" }
+  table.sort(rounds, function(a, b) return a.index < b.index end)
+  return res, rounds, db:query { run = res.run, type = "promotion" }, lines, db
+end
+
+local function keys_of(rounds, db)
+  -- which ladder step each round's candidate was
+  local out = {}
+  for i, r in ipairs(rounds) do
+    local c = r.candidates[1] and db:get(r.candidates[1])
+    local src = c and db:get_blob(c.source_blob)
+    out[i] = src and fake.behaviour(src).key or "-"
+  end
+  return out
+end
+
+T.test("plateau_switch: promotion, rejections, plateau and a model switch", function()
+  local res, rounds, promos, lines = run_policy("plateau_switch")
+  T.eq(res.status, "done")
+  T.eq(#rounds, 8, "every round stored once")
+  for i, r in ipairs(rounds) do T.eq(r.index, i) end
+  -- round 1: correct but slower than the reference: rejected as slower
+  T.eq(rounds[1].verdicts[1].rejected_for, "slower")
+  T.eq(rounds[1].decision.promoted, nil)
+  -- round 2: faster: promoted
+  T.ok(rounds[2].decision.promoted, "round 2 promotes")
+  -- round 3: wrong numerics; round 5: the constant writer: both caught
+  T.eq(rounds[3].verdicts[1].rejected_for, "incorrect")
+  T.eq(rounds[5].verdicts[1].rejected_for, "incorrect")
+  T.match(rounds[5].verdicts[1].reason, "INCORRECT_NUMERICAL")
+  -- round 4: no gain beyond noise -> plateau -> switch to family b
+  T.eq(rounds[4].verdicts[1].rejected_for, "not_faster")
+  T.ok(rounds[4].events.plateau, "plateau after round 4")
+  T.eq(rounds[4].actions[1].kind, "switch_family")
+  T.match(rounds[5].model, "/b$")
+  T.match(rounds[4].model, "/a$")
+  -- round 6: family b's faster kernel promoted over a/02
+  T.ok(rounds[6].decision.promoted)
+  T.eq(#promos, 2)
+  T.eq(res.metrics.accepted, 2)
+  T.eq(res.metrics.candidates, 8)
+  T.ok(res.metrics.tokens > 0)
+  -- after both families plateau on a direction: a new direction
+  T.ok(rounds[8].events.plateau)
+  local kinds = {}
+  for _, a in ipairs(rounds[8].actions) do kinds[a.kind] = true end
+  T.ok(kinds.switch_direction and kinds.add_reference, "direction switch on the second plateau")
+  T.ok(#lines >= 9)
+end)
+
+T.test("a promotion carries its evidence: paired, sweep and finalist evaluations", function()
+  local res, rounds, promos, _, db = run_policy("agent_assisted", { rounds = 2 })
+  T.eq(#promos, 1)
+  local p = promos[1]
+  T.eq(p.candidate, rounds[2].decision.promoted)
+  T.eq(p.run, res.run)
+  T.ok(p.incumbent and p.incumbent ~= p.candidate, "the replaced incumbent is named")
+  local g = p.gate.representative
+  T.ok(g.lo > 1 + 0.02 and g.ratio > g.lo and g.hi >= g.ratio, "bootstrap bounds bracket the ratio")
+  T.eq(p.gate.finalist.trials, 100)
+  T.eq(p.gate.sweep.correct, 1)
+  -- evidence: 5 reps x 2 solutions x 2 sampled workloads, 3 sweep, and the
+  -- finalist's 100 seeds in 4 batches of 25 over 3 workloads
+  T.eq(#p.evidence, 5 * 2 * 2 + 3 + 4 * 3)
+  local purposes = {}
+  for _, id in ipairs(p.evidence) do
+    local e = db:get(id)
+    T.eq(e.type, "evaluation")
+    purposes[e.purpose] = (purposes[e.purpose] or 0) + 1
+  end
+  T.eq(purposes["representative:candidate"], 10)
+  T.eq(purposes["representative:incumbent"], 10)
+  T.eq(purposes.sweep, 3)
+  T.eq(purposes.finalist, 12)
+  -- the score: mean of reference / candidate latency over every workload
+  T.near(p.score, 1.4, 0.05)
+  -- the store is consistent
+  local v = db:verify()
+  T.eq(#(v.problems or {}), 0, "store verify")
+end)
+
+T.test("an incumbent re-measured slower than its record is a regression", function()
+  local res, rounds, _, _, db = run_policy("agent_assisted", { rounds = 2 })
+  T.ok(rounds[2].decision.promoted)
+  T.eq(rounds[2].events.regression, nil)
+  -- the machine (or the incumbent) slows down; the run goes on (resumed in process)
+  fake.slow["a/02"] = 1.5
+  local cfg = { resume = res.run, rounds = 3, db = db, model_specs = SPECS, task = TASK,
+    explicit = { rounds = true }, quiet = true }
+  assert(cli.resolve_models(cfg))
+  ev.use(fake.evaluate)
+  local res2, msg = ctl.run(assert(policy.load(SRC .. "/policies/agent_assisted.lua")), cfg)
+  ev.use(nil)
+  fake.slow["a/02"] = nil
+  T.ok(res2, msg)
+  local r3 = db:get(string.format("round-%s-%04d", res.run:sub(5), 3))
+  T.ok(r3.events.regression, "round 3 re-measures the incumbent a/02 slower")
+  T.ok(r3.events.regression.ratio > 1.3)
+  db:close()
+end)
+
+T.test("budgets stop a run: tokens", function()
+  local res, rounds = run_policy("agent_assisted", { rounds = 20, budget = { tokens = 2500 } })
+  T.eq(res.stop_reason, "token budget")
+  T.ok(#rounds >= 1 and #rounds < 20)
+end)
+
+T.test("budgets stop a run: wall time", function()
+  local res, rounds = run_policy("agent_assisted", { rounds = 20, budget = { wall_s = 1e-6 } })
+  T.eq(res.stop_reason, "wall time budget")
+  T.eq(#rounds, 1)
+end)
+
+T.test("actions: widen asks for more candidates per round, narrow for fewer", function()
+  local P = assert(policy.load(SRC .. "/policies/agent_assisted.lua"))
+  local W = { name = "widen_test", propose = P.propose }
+  function W.react(view, outcome)
+    if outcome.round == 1 then return { { kind = "widen", why = "test" } } end
+    if outcome.round == 2 then return { { kind = "narrow", why = "test" } } end
+    return {}
+  end
+  local dir = T.tmpdir()
+  local db = assert(kh.store.open(dir .. "/store", { nosync = true }))
+  local cfg = { task = TASK, model_specs = SPECS, rounds = 3, db = db, quiet = true }
+  assert(cli.resolve_models(cfg))
+  ev.use(fake.evaluate)
+  local res, msg = ctl.run(W, cfg)
+  ev.use(nil)
+  T.ok(res, msg)
+  local rounds = db:query { run = res.run, type = "round" }
+  table.sort(rounds, function(a, b) return a.index < b.index end)
+  T.eq(#rounds[1].llm_calls, 1)
+  T.eq(#rounds[2].llm_calls, 2, "widened")
+  T.eq(#rounds[3].llm_calls, 1, "narrowed")
+  T.eq(res.metrics.candidates, 4)
+  -- an unknown action is the policy's bug: the run says so
+  W.react = function() return { { kind = "teleport" } } end
+  cfg.resume, cfg.rounds, cfg.explicit = res.run, 4, { rounds = true }
+  ev.use(fake.evaluate)
+  local bad, why = ctl.run(W, cfg)
+  ev.use(nil)
+  T.eq(bad, nil)
+  T.match(why, "unknown action teleport")
+  T.eq(db:get(res.run).status, "failed")
+  db:close()
+end)
+
+T.test("with no key in the environment a run uses the replay provider and says so", function()
+  local dir = T.tmpdir()
+  local cmd = string.format("env -u OPENAI_API_KEY -u ANTHROPIC_API_KEY %s --store %s %s --task %s "
+    .. "--replay %s --rounds 1 --fake-evaluator %s 2>&1", T.quote(BIN), T.quote(dir .. "/s"),
+    T.quote(SRC .. "/policies/agent_assisted.lua"), T.quote(TASK), T.quote(LADDER), T.quote(FAKE))
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  T.eq(code, 0, out)
+  T.match(out, "no ANTHROPIC_API_KEY in the environment: anthropic:claude%-sonnet%-4%-5 runs on the replay provider")
+  T.match(out, "no OPENAI_API_KEY in the environment: openai:gpt%-5 runs on the replay provider")
+  T.match(out, "1 rounds, 1 candidates")
+end)
+
+T.test("full_agent sees the definition and its last score only", function()
+  local _, rounds, _, _, db = run_policy("full_agent", { rounds = 2 })
+  T.eq(rounds[1].direction, nil)
+  local p1 = db:get_blob(rounds[1].prompt_blob)
+  local p2 = db:get_blob(rounds[2].prompt_blob)
+  T.match(p1, "none yet")
+  T.match(p2, "status rejected")
+  T.ok(not p2:find("Bottleneck", 1, true) and not p2:find("<skill", 1, true))
+end)
+
+T.test("the paired gate: bootstrap bounds and decisions on random latencies", function()
+  local rand = stats.rng(math.random(1, 1 << 30))
+  for i = 1, 6 do
+    local speed = i == 6 and 1 or 0.5 + rand() * 1.5
+    local ws = { { uuid = "w1" }, { uuid = "w2" }, { uuid = "w3" } }
+    local function measure(sol, opts)
+      local by = {}
+      for _, u in ipairs(opts.workloads) do
+        local base = 1 + rand() * 0.01
+        by[u] = { status = "PASSED", latency_ms = sol == "cand" and base / speed or base }
+      end
+      return { summary = { ok = true, by_uuid = by }, ids = {} }
+    end
+    local g = assert(gate.representative(measure, "cand", "inc", ws, { reps = 6, sample = 3 }))
+    T.near(g.ratio, speed, 0.02 * speed)
+    T.ok(g.lo <= g.ratio and g.ratio <= g.hi)
+    T.eq(g.pass, g.lo > 1.02)
+    if speed > 1.1 then T.ok(g.pass, "speed " .. speed) end
+    if speed < 0.95 then T.eq(g.rejected_for, "slower") end
+    if speed > 0.99 and speed < 1.01 then T.eq(g.rejected_for, "not_faster") end
+  end
+end)
+
+T.test("model specs: parsing, keys, replay fallback and the ladder", function()
+  T.eq(select(2, models.parse("gpt-5")):match("expected") ~= nil, true)
+  T.match(select(2, models.parse("nope:x")), "unknown provider")
+  T.match(select(2, models.parse("compat:m")), "needs @BASE_URL")
+  local list = assert(models.parse_list("openai:gpt-5,compat:q@http://127.0.0.1:1/v1"))
+  local res, notes = models.resolve(list, LADDER, function() return nil end)
+  T.eq(res[1].provider, "replay")
+  T.match(notes[1], "no OPENAI_API_KEY in the environment")
+  T.eq(res[2].provider, "compat", "compat needs no key")
+  T.eq(#notes, 1)
+  local r3 = models.request(res[1], { { role = "user", content = "x" } }, 3)
+  T.match(r3.replay.dir, "/a/03$")
+  local r9 = models.request(res[1], { { role = "user", content = "x" } }, 9)
+  T.match(r9.replay.dir, "/a/04$", "the last step repeats")
+  T.eq(select(2, models.resolve(assert(models.parse_list("anthropic:c")), nil, function() end)):match("no replay folder") ~= nil, true)
+end)
+
+T.test("the command line: usage errors exit 2, a missing evaluator says so", function()
+  local out, code = T.khlua(SRC .. "/policies/plateau_switch.lua", "--rounds", "x")
+  T.eq(code, 2)
+  T.match(out, "%-%-rounds needs a non%-negative integer")
+  out, code = T.khlua(SRC .. "/policies/plateau_switch.lua", "--help")
+  T.eq(code, 0)
+  T.match(out, "usage: khlua policies/plateau_switch.lua")
+  if not kh.eval then
+    local dir = T.tmpdir()
+    out, code = T.khlua("--store", dir .. "/s", SRC .. "/policies/agent_assisted.lua", "--task", TASK,
+      "--replay", LADDER, "--rounds", "1")
+    T.eq(code, 1)
+    T.match(out, "runs on the replay provider")
+    T.match(out, "kh.eval is not in this build")
+  end
+end)
+
+-- ---- child processes: kill and resume, Ctrl-C ----------------------------------------
+
+local function spawn(store, args)
+  local log = os.tmpname()
+  local cmd = { T.quote(BIN), "--store", T.quote(store), T.quote(SRC .. "/policies/plateau_switch.lua") }
+  for _, a in ipairs(args) do cmd[#cmd + 1] = T.quote(a) end
+  local p = assert(io.popen("exec " .. table.concat(cmd, " ") .. " > " .. log .. " 2>&1 & echo $!"))
+  local pid = tonumber(p:read("l"))
+  p:close()
+  return pid, log
+end
+
+local function wait_exit(pid)
+  local t0 = kh.time.now()
+  while kh.time.now() - t0 < 30 do
+    if not os.execute("kill -0 " .. pid .. " 2>/dev/null") then return true end
+    kh.time.sleep(0.05)
+  end
+  return false
+end
+
+-- Poll the store (read-only, as a second process may) until round k exists.
+local function wait_round(store, k)
+  local t0 = kh.time.now()
+  while kh.time.now() - t0 < 30 do
+    local db = kh.store.open(store, { readonly = true })
+    if db then
+      local rs = db:query { type = "round" }
+      local runs = db:query { type = "run" }
+      db:close()
+      for _, r in ipairs(rs) do if r.index == k then return runs[1].id end end
+    end
+    kh.time.sleep(0.02)
+  end
+  return nil
+end
+
+local function child_args(extra)
+  local a = { "--task", TASK, "--model", SPECS, "--plateau", "2", "--fake-evaluator", FAKE,
+    "--seed", tostring(math.random(1, 1000)) }
+  for _, x in ipairs(extra) do a[#a + 1] = x end
+  return a
+end
+
+T.test("a killed run resumes from the store at the next round, every round once", function()
+  local store = T.tmpdir() .. "/store"
+  local k = math.random(2, 4)
+  local pid, log = spawn(store, child_args({ "--rounds", "7", "--pace", "1.5" }))
+  local run = wait_round(store, k)
+  T.ok(run, "round " .. k .. " appeared")
+  os.execute("kill -9 " .. pid)
+  T.ok(wait_exit(pid))
+  os.remove(log)
+  local out, code = T.khlua("--store", store, SRC .. "/policies/plateau_switch.lua", "--resume", run,
+    "--fake-evaluator", FAKE, "--json")
+  T.eq(code, 0, out)
+  T.ok(out:find("resuming " .. run .. " after round " .. k, 1, true), out)
+  local db <close> = assert(kh.store.open(store))
+  local rounds = db:query { run = run, type = "round" }
+  table.sort(rounds, function(a, b) return a.index < b.index end)
+  T.eq(#rounds, 7)
+  for i, r in ipairs(rounds) do T.eq(r.index, i, "round " .. i .. " stored once") end
+  T.eq(db:get(run).status, "done")
+  T.eq(db:get(run).resumed, 1)
+  -- the ladder continued where the killed process stopped (the step count
+  -- comes from the store): round i replayed step want[i], before and after k
+  local calls = db:query { run = run, type = "llm_call" }
+  local files = {}
+  for _, c in ipairs(calls) do files[c.round_index] = c.replay_file end
+  local want = { "a/01", "a/02", "a/03", "a/04", "b/01", "b/02", "b/03" }
+  for i, w in ipairs(want) do
+    T.ok(files[i] and files[i]:find("/" .. w .. "/reply.json", 1, true),
+      string.format("round %d replayed %s, want %s", i, tostring(files[i]), w))
+  end
+  T.eq(#db:query { run = run, type = "promotion" }, 2)
+end)
+
+T.test("Ctrl-C ends a run with exit 130 and the run marked interrupted", function()
+  local store = T.tmpdir() .. "/store"
+  local pid, log = spawn(store, child_args({ "--rounds", "50", "--pace", "0.5" }))
+  local run = wait_round(store, 1)
+  T.ok(run)
+  os.execute("kill -INT " .. pid)
+  T.ok(wait_exit(pid))
+  -- the exit status of a background child is not ours to wait for: read the log and store
+  local text = T.read(log)
+  os.remove(log)
+  T.match(text, "interrupted")
+  local db <close> = assert(kh.store.open(store, { readonly = true }))
+  T.eq(db:get(run).status, "interrupted")
+end)
+
+T.test("Ctrl-C exit code is 130", function()
+  local store = T.tmpdir() .. "/store"
+  local cmd = string.format("%s --store %s %s", T.quote(BIN), T.quote(store),
+    T.quote(SRC .. "/policies/plateau_switch.lua"))
+  for _, a in ipairs(child_args({ "--rounds", "50", "--pace", "0.3" })) do cmd = cmd .. " " .. T.quote(a) end
+  -- a shell that interrupts its child after a second and reports the child's status
+  local p = assert(io.popen("(" .. cmd .. " >/dev/null 2>&1 & c=$!; sleep 1.5; kill -INT $c; wait $c; echo $?)"))
+  local code = tonumber(p:read("l"))
+  p:close()
+  T.eq(code, 130)
+end)
