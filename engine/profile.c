@@ -195,12 +195,14 @@ static kh_status write_all(const char *path, const void *data, size_t n, kh_err 
     return KH_OK;
 }
 
+/* One request; params (may be NULL) is stolen. */
 static json_t *worker_call(kh_wproc *w, const char *method, json_t *params,
                            const void *payload, size_t n, double timeout, kh_status *st,
                            kh_err *err)
 {
     kh_msg reply = {0};
     *st = kh_wproc_call(w, method, params, payload, n, timeout, &reply, err);
+    json_decref(params);
     json_t *res = NULL;
     if (!*st)
         res = json_incref(json_object_get(reply.head, "result"));
@@ -400,7 +402,8 @@ kh_status kh_profile_run(kh_engine *e, const kh_profile_opts *o, json_t **report
     json_t *reply = NULL;
     if (!st)
         reply = worker_call(w, "profile", params, NULL, 0, timeout, &st, err);
-    json_decref(params);
+    else
+        json_decref(params);
     /* The worker goes before ncu starts: one process on the GPU at a time. */
     kh_wproc_stop(w, 5);
     if (st) {
