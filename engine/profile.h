@@ -84,8 +84,8 @@ kh_status kh_profile_peaks_lookup(kh_store *s, const json_t *gpu, double max_age
 
 /* Keep peaks just measured for gpu: the "device" record device-<uuid>
  * {gpu_uuid, name, driver_version, ..., peaks {copy_bytes_per_s, copy_median_ns,
- * copy_bytes, timer, method}, measured_at, measured_by}, replacing an older
- * one.  KH_EINVAL when peaks hold no copy bandwidth (a failed measurement is
+ * copy_bytes, timer, method}, measured_at (peaks' own measured_at when
+ * given, else now), measured_by}, replacing an older one.  KH_EINVAL when peaks hold no copy bandwidth (a failed measurement is
  * never kept). */
 kh_status kh_profile_peaks_save(kh_store *s, const json_t *gpu, const json_t *peaks,
                                 char id_out[KH_STORE_ID_MAX], kh_err *err);

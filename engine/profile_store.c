@@ -92,8 +92,15 @@ kh_status kh_profile_peaks_save(kh_store *s, const json_t *gpu, const json_t *pe
     json_object_del(p, "record");
     json_object_del(p, "measured_at");
     json_object_del(p, "uuid");
+    /* when the caller timed the measurement, its time; else now */
     char at[40];
-    kh_store_format_time((int64_t)(kh_wall_now() * 1e6), at);
+    int64_t us;
+    kh_err terr;
+    const char *given = str(peaks, "measured_at");
+    if (given && !kh_store_parse_time(given, &us, &terr))
+        snprintf(at, sizeof at, "%s", given);
+    else
+        kh_store_format_time((int64_t)(kh_wall_now() * 1e6), at);
     json_t *rec = json_pack("{s:s, s:s, s:s, s:o, s:s, s:s}", "type", "device", "id", id,
                             "gpu_uuid", str(gpu, "uuid"), "peaks", p, "measured_at", at,
                             "measured_by", "khlua profile worker at start");

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static json_t *device(void)
@@ -519,8 +520,11 @@ static void test_task_candidate_launch_list(void **state)
     json_t *a1 = json_object_get(l1, "args");
     assert_string_equal(json_string_value(json_object_get(json_array_get(a1, 1), "buf")),
                         "weight");
-    assert_true(fabs(json_number_value(json_object_get(json_array_get(a1, 2), "f32")) - 1e-6) <
-                1e-12);
+    /* eps by value: the workload's own, else 1 */
+    const json_t *eps = json_object_get(
+        json_object_get(json_object_get(w->json, "inputs"), "eps"), "value");
+    double want_eps = json_is_number(eps) ? json_number_value(eps) : 1.0;
+    assert_true(json_number_value(json_object_get(json_array_get(a1, 2), "f32")) == want_eps);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(a1, 5), "i64")),
                      batch * 512);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(a1, 6), "i32")), 512);
@@ -558,6 +562,130 @@ static void test_task_candidate_launch_list(void **state)
     kh_engine_free(e);
 }
 
+/* kh_profile_run end to end without a GPU: the profile worker answers from a
+ * recorded session (KHLUA_PROFILE_FAKE) and a stand-in ncu writes a report
+ * and prints the fixture CSV.  The first run measures the peaks and keeps
+ * them under the GPU's UUID, the second reuses them, --remeasure measures
+ * again; every run leaves a profile record whose ncu blobs are the files. */
+static void test_run_records_through_a_recorded_worker(void **state)
+{
+    (void)state;
+    char *dir;
+    kh_store *s = open_store(&dir);
+    kh_err err;
+    char fake[1100], ncu[1100], csv[1100], out[1100];
+    snprintf(fake, sizeof fake, "%s/session.json", dir);
+    snprintf(ncu, sizeof ncu, "%s/ncu", dir);
+    snprintf(out, sizeof out, "%s/ncu-out", dir);
+    snprintf(csv, sizeof csv, "%s/tests/fixtures/ncu/raw_copy_fma.csv", kh_test_source_dir());
+    double bw = 3.0e12 + (double)(rand() % 100000) * 1e7;
+    char uuid[64];
+    snprintf(uuid, sizeof uuid, "GPU-%08x-0000-4000-8000-000000000000", (unsigned)rand());
+    json_t *session = json_pack(
+        "{s:{s:s, s:s, s:s}, s:{s:s, s:f, s:f, s:s}, "
+        "s:{s:{s:s}, s:o, s:[o, o], s:b, s:{s:s, s:s, s:i, s:[], s:[], s:[o, o]}, "
+        "s:{s:s, s:f}}}",
+        "info", "uuid", uuid, "name", "NVIDIA H200", "driver_version", "580.82.07", "peaks",
+        "uuid", uuid, "copy_bytes_per_s", bw, "copy_median_ns", 2.0 * (1 << 30) / bw * 1e9,
+        "method", "recorded", "profile", "gpu", "uuid", uuid, "device", device(), "launches",
+        launch(0, "copy_f4", 2112, 256, 16), launch(1, "fma_loop", 2112, 256, 40), "counters",
+        1, "profiler", "chip", "GH100", "replay", "user", "passes", 9, "metrics", "dropped",
+        "ranges", range(0, "copy_f4", 1.287e6, 5.0, 69.4, 69.4, 2.148e9, 2.152e9),
+        range(1, "fma_loop", 0.791e6, 89.6, 0.008, 0.0002, 4352, 2560), "timing", "timer",
+        "events", "latency_ns", 2.2e6);
+    assert_int_equal(json_dump_file(session, fake, 0), 0);
+    json_decref(session);
+    char script[4096];
+    snprintf(script, sizeof script,
+             "#!/bin/sh\n"
+             "# ncu's stand-in: --import prints the raw page, else -o BASE gets a report\n"
+             "for a; do [ \"$a\" = --import ] && exec cat '%s'; done\n"
+             "prev=; for a; do [ \"$prev\" = -o ] && head -c %d /dev/urandom > \"$a.ncu-rep\";"
+             " prev=$a; done\n"
+             "echo '==PROF== Disconnected'\n",
+             csv, 50000 + rand() % 50000);
+    kh_test_write_file(ncu, script);
+    assert_int_equal(chmod(ncu, 0755), 0);
+    setenv("KHLUA_PROFILE_FAKE", fake, 1);
+
+    kh_engine *e = kh_engine_new(&(kh_engine_config){0}, &err);
+    assert_non_null(e);
+    unsigned char cubin[2048];
+    for (size_t i = 0; i < sizeof cubin; i++)
+        cubin[i] = (unsigned char)rand();
+    json_t *spec = json_pack("{s:[], s:[{s:s}, {s:s}]}", "buffers", "launches", "kernel",
+                             "copy_f4", "kernel", "fma_loop");
+    json_t *rep[3];
+    for (int i = 0; i < 3; i++) {
+        kh_profile_opts o = {.cubin = cubin, .cubin_len = sizeof cubin, .spec = spec,
+                             .exe = kh_test_khlua(), .store = s, .ncu = i == 0,
+                             .ncu_path = ncu, .out_dir = out, .remeasure_peaks = i == 2,
+                             .ctx = {.min_bytes = 4.3e9}, .timeout_s = 60};
+        if (kh_profile_run(e, &o, &rep[i], &err))
+            fail_msg("run %d: %s", i, err.msg);
+        if (json_object_get(rep[i], "store_error"))
+            fail_msg("run %d: %s", i,
+                     json_string_value(json_object_get(rep[i], "store_error")));
+    }
+    unsetenv("KHLUA_PROFILE_FAKE");
+    const char *src[] = {"measured", "store", "measured"};
+    for (int i = 0; i < 3; i++) {
+        json_t *p = json_object_get(rep[i], "peaks");
+        assert_string_equal(json_string_value(json_object_get(p, "source")), src[i]);
+        assert_true(json_number_value(json_object_get(p, "copy_bytes_per_s")) == bw);
+        assert_string_equal(json_string_value(json_object_get(p, "record")),
+                            json_string_value(json_object_get(
+                                json_object_get(rep[0], "peaks"), "record")));
+    }
+    assert_string_equal(json_string_value(json_object_get(json_object_get(rep[1], "peaks"),
+                                                           "measured_at")),
+                        json_string_value(json_object_get(json_object_get(rep[0], "peaks"),
+                                                          "measured_at")));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(rep[2], "peaks"),
+                                                          "why_measured")),
+                        "re-measure asked");
+    /* one device record per GPU, three profile records */
+    json_t *q;
+    kh_store_filter flt = {.type = "device"};
+    assert_int_equal(kh_store_query(s, &flt, 1, &q, &err), KH_OK);
+    assert_int_equal(json_array_size(q), 1);
+    json_decref(q);
+    flt.type = "profile";
+    assert_int_equal(kh_store_query(s, &flt, 1, &q, &err), KH_OK);
+    assert_int_equal(json_array_size(q), 3);
+    json_decref(q);
+    /* the first run's record: the state, the metrics, ncu's files as blobs */
+    json_t *rec;
+    assert_int_equal(kh_store_get(s, json_string_value(json_object_get(rep[0], "store_id")),
+                                  &rec, &err), KH_OK);
+    assert_string_equal(json_string_value(json_object_get(rec, "tool")), "cupti+ncu");
+    assert_string_equal(json_string_value(json_object_get(rec, "gpu_uuid")), uuid);
+    assert_string_equal(json_string_value(json_object_get(rec, "status")), "memory-bound");
+    assert_true(json_number_value(json_object_get(json_object_get(rec, "sol_inputs"),
+                                                  "min_bytes")) == 4.3e9);
+    const json_t *n = json_object_get(rec, "ncu");
+    assert_int_equal(json_array_size(json_object_get(n, "kernels")), 2);
+    char rpath[1200];
+    snprintf(rpath, sizeof rpath, "%s/report.ncu-rep", out);
+    size_t rl, cl;
+    unsigned char *rb = file_bytes(rpath, &rl), *cb = file_bytes(csv, &cl);
+    assert_true(rl >= 50000);
+    assert_blob_is(s, json_string_value(json_object_get(n, "report_blob")), rb, rl);
+    assert_blob_is(s, json_string_value(json_object_get(n, "csv_blob")), cb, cl);
+    assert_blob_is(s, json_string_value(json_object_get(rec, "cubin_blob")), cubin,
+                   sizeof cubin);
+    free(rb);
+    free(cb);
+    json_decref(rec);
+    for (int i = 0; i < 3; i++)
+        json_decref(rep[i]);
+    json_decref(spec);
+    kh_engine_free(e);
+    kh_store_close(s);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     srand((unsigned)time(NULL));
@@ -569,6 +697,7 @@ int main(void)
         cmocka_unit_test(test_store_report_with_ncu),
         cmocka_unit_test(test_peaks_kept_per_uuid),
         cmocka_unit_test(test_task_candidate_launch_list),
+        cmocka_unit_test(test_run_records_through_a_recorded_worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
