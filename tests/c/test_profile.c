@@ -6,7 +6,8 @@
  * The store: a report with ncu's recorded output becomes one complete
  * "profile" record whose blobs hold exactly the files' bytes; a GPU's peaks
  * are kept per UUID and reused only for that UUID, under the same driver,
- * while fresh. */
+ * while fresh; a task's candidate becomes the launch list the worker gets;
+ * kh_profile_run records end to end through a recorded worker session. */
 #include "kh_test.h"
 
 #include "ncu.h"
