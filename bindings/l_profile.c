@@ -2,7 +2,8 @@
  *   kh.profile.classify(metrics, context) -> state   pure (bottleneck.h)
  *   kh.profile.parse_ncu_csv(text)       -> kernels  ncu's raw CSV (ncu.h)
  *   kh.profile.default_metrics()         -> {names}
- *   kh.profile.run(opts)                 -> report   a profile worker (+ ncu)
+ *   kh.profile.run(opts)                 -> report   a profile worker (+ ncu),
+ *                                                    recorded when opts.store
  * Unknown values (JSON null in the engine's tables) are left out, so a Lua
  * reader tests `state.reread` for nil. */
 #include "kh_lua.h"
@@ -148,43 +149,100 @@ static int l_default_metrics(lua_State *L)
 }
 
 /* run{cubin = bytes, spec = launch list, metrics?, replay?, ncu?, min_bytes?,
- *     flops?, measured_ns?, out?, ncu_path?, sections?, timeout?} */
+ *     flops?, measured_ns?, out?, ncu_path?, sections?, timeout?,
+ *     store = db?, task?, candidate?, evaluation?, remeasure_peaks?,
+ *     peaks_max_age?}
+ * or, instead of cubin and spec, task_path = DIR, solution = FILE | NAME,
+ * workload = UUID?, seed?: the candidate compiled and resolved
+ * (kh_profile_task_prepare), the task's bytes and FLOPs as context.
+ * With store (a kh.Store, as kh.compile takes it) the report is recorded
+ * there and the GPU's peaks are reused from it while fresh. */
 static int l_run(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     kh_profile_opts o = {0};
     context(L, 1, &o.ctx);
     size_t n = 0;
-    lua_getfield(L, 1, "cubin");
-    const char *cubin = lua_isstring(L, -1) ? lua_tolstring(L, -1, &n) : NULL;
-    if (!cubin || !n)
-        return luaL_argerror(L, 1, "cubin (the module's bytes) is required");
-    /* the string stays on the stack, so it outlives the call */
-    const char *strs[] = {"replay", "out", "ncu_path", "sections"};
-    const char *vals[4] = {NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 4; i++) {
+    /* strings stay on the stack, so they outlive the call */
+    const char *strs[] = {"replay", "out", "ncu_path", "sections", "task", "candidate",
+                          "evaluation", "task_path", "solution", "workload"};
+    const char *vals[10] = {NULL};
+    for (int i = 0; i < 10; i++) {
         int ty = lua_getfield(L, 1, strs[i]);
         if (ty == LUA_TSTRING)
             vals[i] = lua_tostring(L, -1);
         else if (ty != LUA_TNIL)
             return luaL_argerror(L, 1, lua_pushfstring(L, "%s must be a string", strs[i]));
     }
+    const char *task_path = vals[7], *solution = vals[8];
+    lua_getfield(L, 1, "cubin");
+    const char *cubin = lua_isstring(L, -1) ? lua_tolstring(L, -1, &n) : NULL;
+    if (task_path || solution) {
+        if (!task_path || !solution)
+            return luaL_argerror(L, 1, "task_path and solution go together");
+        if (cubin || lua_getfield(L, 1, "spec") != LUA_TNIL)
+            return luaL_argerror(L, 1, "task_path/solution exclude cubin/spec");
+    } else if (!cubin || !n) {
+        return luaL_argerror(L, 1, "cubin (the module's bytes) is required");
+    } else if (vals[9]) {
+        return luaL_argerror(L, 1, "workload needs task_path");
+    }
+    double seed = optnum(L, 1, "seed");
     if (vals[0] && strcmp(vals[0], "user") && strcmp(vals[0], "kernel"))
         return luaL_argerror(L, 1, "replay must be \"user\" or \"kernel\"");
     lua_getfield(L, 1, "ncu");
     o.ncu = lua_toboolean(L, -1);
     lua_pop(L, 1);
     o.timeout_s = optnum(L, 1, "timeout");
-    json_t *spec = optjson(L, 1, "spec");
-    if (!json_is_object(spec)) {
-        json_decref(spec);
-        return luaL_argerror(L, 1, "spec (a launch list table) is required");
-    }
+    o.peaks_max_age_s = optnum(L, 1, "peaks_max_age");
+    lua_getfield(L, 1, "remeasure_peaks");
+    o.remeasure_peaks = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    /* anchored by the table; raises inside db:update (transactions do not nest) */
+    if (lua_getfield(L, 1, "store") != LUA_TNIL)
+        o.store = kh_lua_check_store_idle(L, -1);
+    lua_pop(L, 1);
+    if (!o.store && (vals[4] || vals[5] || vals[6]))
+        return luaL_argerror(L, 1, "task, candidate and evaluation link a record: give store");
     json_t *metrics = optjson(L, 1, "metrics");
     if (metrics && !json_is_array(metrics)) {
-        json_decref(spec);
         json_decref(metrics);
         return luaL_argerror(L, 1, "metrics must be a list of names");
+    }
+    json_t *spec = task_path ? NULL : optjson(L, 1, "spec");
+    if (!task_path && !json_is_object(spec)) {
+        json_decref(spec);
+        json_decref(metrics);
+        return luaL_argerror(L, 1, "spec (a launch list table) is required");
+    }
+    /* no raising from here on: C resources are held */
+    kh_err err;
+    kh_profile_task pt = {0};
+    if (task_path) {
+        kh_profile_task_opts to = {.task_path = task_path, .solution = solution,
+                                   .workload = vals[9], .seed = (uint64_t)seed};
+        if (kh_profile_task_prepare(kh_lua_engine(L), &to, &pt, &err)) {
+            json_decref(metrics);
+            return kh_lua_fail(L, &err);
+        }
+        cubin = (const char *)pt.cubin;
+        n = pt.cubin_len;
+        spec = json_incref(pt.spec);
+        if (o.ctx.min_bytes <= 0)
+            o.ctx.min_bytes = pt.ctx.min_bytes;
+        if (o.ctx.flops <= 0)
+            o.ctx.flops = pt.ctx.flops;
+        o.context = pt.context;
+        /* link what the evaluation recorded, when the store holds it */
+        json_t *r = NULL;
+        kh_err lerr;
+        if (o.store && !vals[4] && !kh_store_get(o.store, pt.task_id, &r, &lerr))
+            vals[4] = pt.task_id;
+        json_decref(r);
+        r = NULL;
+        if (o.store && !vals[5] && !kh_store_get(o.store, pt.candidate_id, &r, &lerr))
+            vals[5] = pt.candidate_id;
+        json_decref(r);
     }
     o.cubin = (const unsigned char *)cubin;
     o.cubin_len = n;
@@ -194,11 +252,14 @@ static int l_run(lua_State *L)
     o.out_dir = vals[1];
     o.ncu_path = vals[2];
     o.ncu_sections = vals[3];
+    o.task = vals[4];
+    o.candidate = vals[5];
+    o.evaluation = vals[6];
     json_t *rep = NULL;
-    kh_err err;
     kh_status st = kh_profile_run(kh_lua_engine(L), &o, &rep, &err);
     json_decref(spec);
     json_decref(metrics);
+    kh_profile_task_free(&pt);
     if (st)
         return kh_lua_fail(L, &err);
     push_clean(L, rep);

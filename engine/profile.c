@@ -195,12 +195,14 @@ static kh_status write_all(const char *path, const void *data, size_t n, kh_err 
     return KH_OK;
 }
 
+/* One request; params (may be NULL) is stolen. */
 static json_t *worker_call(kh_wproc *w, const char *method, json_t *params,
                            const void *payload, size_t n, double timeout, kh_status *st,
                            kh_err *err)
 {
     kh_msg reply = {0};
     *st = kh_wproc_call(w, method, params, payload, n, timeout, &reply, err);
+    json_decref(params);
     json_t *res = NULL;
     if (!*st)
         res = json_incref(json_object_get(reply.head, "result"));
@@ -216,9 +218,10 @@ static void run_ncu(kh_engine *e, const kh_profile_opts *o, json_t *rep, double 
     if (o->out_dir) {
         snprintf(dir, sizeof dir, "%s", o->out_dir);
     } else {
-        /* beside the store, until the store keeps reports as blobs */
+        /* beside the store (with a store given, the files also go in as blobs) */
         char base[900];
-        snprintf(base, sizeof base, "%s", kh_engine_store_path(e));
+        snprintf(base, sizeof base, "%s",
+                 o->store ? kh_store_path(o->store) : kh_engine_store_path(e));
         char *slash = strrchr(base, '/');
         if (slash)
             *slash = 0;
@@ -325,6 +328,52 @@ static void run_ncu(kh_engine *e, const kh_profile_opts *o, json_t *rep, double 
     json_object_set_new(rep, "ncu", res);
 }
 
+/* The peaks this run uses (new object): the store's for this GPU when fresh,
+ * else measured now by the worker and kept in the store. */
+static json_t *peaks_for(kh_wproc *w, const kh_profile_opts *o, double timeout)
+{
+    kh_status st;
+    kh_err err = {0};
+    json_t *info = worker_call(w, "info", NULL, NULL, 0, timeout, &st, &err);
+    const char *why = NULL;
+    char whybuf[1200] = "";
+    json_t *peaks = NULL;
+    if (o->store && info && !o->remeasure_peaks) {
+        double age = o->peaks_max_age_s ? o->peaks_max_age_s : KH_PROFILE_PEAKS_MAX_AGE;
+        if (kh_profile_peaks_lookup(o->store, info, age, &peaks, &why, &err)) {
+            snprintf(whybuf, sizeof whybuf, "store: %s", err.msg);
+            why = whybuf;
+        }
+    } else if (o->remeasure_peaks) {
+        why = "re-measure asked";
+    }
+    if (peaks) {
+        json_decref(info);
+        return peaks;
+    }
+    peaks = worker_call(w, "peaks", json_pack("{s:b}", "measure", 1), NULL, 0, timeout, &st,
+                        &err);
+    if (!peaks)
+        peaks = json_pack("{s:s}", "error", err.msg);
+    if (!json_object_get(peaks, "error")) {
+        char at[40];
+        kh_store_format_time((int64_t)(kh_wall_now() * 1e6), at);
+        json_object_set_new(peaks, "source", json_string("measured"));
+        json_object_set_new(peaks, "measured_at", json_string(at));
+        if (why)
+            json_object_set_new(peaks, "why_measured", json_string(why));
+        char id[KH_STORE_ID_MAX];
+        if (o->store && info) {
+            if (kh_profile_peaks_save(o->store, info, peaks, id, &err))
+                json_object_set_new(peaks, "store_error", json_string(err.msg));
+            else
+                json_object_set_new(peaks, "record", json_string(id));
+        }
+    }
+    json_decref(info);
+    return peaks;
+}
+
 kh_status kh_profile_run(kh_engine *e, const kh_profile_opts *o, json_t **report, kh_err *err)
 {
     *report = NULL;
@@ -332,11 +381,16 @@ kh_status kh_profile_run(kh_engine *e, const kh_profile_opts *o, json_t **report
         return kh_err_set(err, KH_EINVAL, "profile: a cubin and a launch list are required");
     if (o->metrics && !json_is_array(o->metrics))
         return kh_err_set(err, KH_EINVAL, "profile: metrics must be an array of names");
+    if (o->store && kh_store_in_txn(o->store))
+        return kh_err_set(err, KH_ESTATE, "profile: the store is inside a transaction");
     double timeout = o->timeout_s > 0 ? o->timeout_s : 300;
-    kh_wproc_opts wo = {.role = "profile", .exe = o->exe, .hello_timeout_s = 120};
+    /* the worker measures peaks only when asked (peaks_for) */
+    static const char *const env[] = {"KHLUA_PEAKS_LAZY=1", NULL};
+    kh_wproc_opts wo = {.role = "profile", .exe = o->exe, .hello_timeout_s = 120, .env = env};
     kh_wproc *w = kh_wproc_start(&wo, err);
     if (!w)
         return err->code;
+    json_t *peaks = peaks_for(w, o, timeout);
     kh_status st;
     json_t *r = worker_call(w, "load", json_pack("{s:s}", "module", "candidate"), o->cubin,
                             o->cubin_len, timeout, &st, err);
@@ -348,16 +402,36 @@ kh_status kh_profile_run(kh_engine *e, const kh_profile_opts *o, json_t **report
     json_t *reply = NULL;
     if (!st)
         reply = worker_call(w, "profile", params, NULL, 0, timeout, &st, err);
-    json_decref(params);
+    else
+        json_decref(params);
     /* The worker goes before ncu starts: one process on the GPU at a time. */
     kh_wproc_stop(w, 5);
-    if (st)
+    if (st) {
+        json_decref(peaks);
         return st;
+    }
+    json_object_set_new(reply, "peaks", peaks);
     st = kh_profile_classify(reply, &o->ctx, report, err);
     json_decref(reply);
     if (st)
         return st;
+    /* the speed-of-light inputs the states were computed from */
+    json_object_set_new(*report, "sol_inputs",
+                        json_pack("{s:f, s:f, s:f}", "min_bytes", o->ctx.min_bytes, "flops",
+                                  o->ctx.flops, "measured_ns", o->ctx.measured_ns));
     if (o->ncu)
         run_ncu(e, o, *report, timeout);
+    if (o->store) {
+        kh_profile_store_opts so = {.cubin = o->cubin, .cubin_len = o->cubin_len,
+                                    .spec = o->spec, .task = o->task,
+                                    .candidate = o->candidate, .evaluation = o->evaluation,
+                                    .context = o->context};
+        char id[KH_STORE_ID_MAX];
+        kh_err serr = {0};
+        if (kh_profile_store(o->store, *report, &so, id, &serr))
+            json_object_set_new(*report, "store_error", json_string(serr.msg));
+        else
+            json_object_set_new(*report, "store_id", json_string(id));
+    }
     return KH_OK;
 }

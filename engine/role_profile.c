@@ -3,12 +3,18 @@
  *   info                      the device, the chip, whether counters work
  *   load   (payload: cubin)   load a module under params.module
  *   unload                    drop a module
- *   peaks                     the device's measured copy bandwidth
+ *   peaks  {measure?}         the device's measured copy bandwidth
+ *                             (measure: again, now)
  *   profile                   per-kernel metrics of a launch list, the
  *                             launches' resources and occupancy, a timing
- * Peaks are measured once, when the worker starts, and reported with the
- * GPU's UUID.  Also here: kh_profile_target, the process ncu profiles.
- * A sticky CUDA error is reported, then the process exits. */
+ * Peaks are measured once, when the worker starts (or, with
+ * KHLUA_PEAKS_LAZY, on the first "peaks" call: the coordinator reuses the
+ * peaks it keeps per GPU UUID), and reported with the GPU's UUID.  Also here: kh_profile_target, the process ncu profiles.
+ * A sticky CUDA error is reported, then the process exits.
+ * KHLUA_PROFILE_FAKE=FILE stands in for the GPU: no CUDA at all, the
+ * methods answer from FILE ({"info", "peaks", "profile"}, a recorded
+ * session), so the coordinator's side (peaks kept per UUID, the profile
+ * record) is tested where no GPU is. */
 #include "bench.h"
 #include "cubin.h"
 #include "profile.h"
@@ -29,6 +35,7 @@ typedef struct prof_state {
     char no_counters[512]; /* why, when counters are unavailable */
     CUdevice dev;
     json_t *peaks;         /* {uuid, copy_bytes_per_s, ...} or {error} */
+    json_t *fake;          /* KHLUA_PROFILE_FAKE's recorded answers; NULL: a real GPU */
     struct {
         char key[96];
         CUmodule mod;
@@ -101,6 +108,9 @@ static json_t *measure_peaks(kh_gpu *g)
             json_object_set_new(res, "copy_median_ns", json_real(r.median_ns));
             json_object_set_new(res, "copy_bytes", json_integer((json_int_t)bytes));
             json_object_set_new(res, "timer", json_string(r.timer));
+            json_object_set_new(res, "method",
+                                json_string("cuMemcpyDtoDAsync, median of 20 copies, "
+                                            "(read + write bytes) / time"));
             kh_bench_result_free(&r);
         }
         kh_gpu_buf_free(g, &a);
@@ -121,6 +131,20 @@ static kh_status prof_init(kh_worker *w, kh_err *err)
     prof_state *s = calloc(1, sizeof *s);
     if (!s)
         return kh_err_set(err, KH_ENOMEM, "out of memory");
+    const char *fake = getenv("KHLUA_PROFILE_FAKE");
+    if (fake && *fake) {
+        json_error_t je;
+        s->fake = json_load_file(fake, 0, &je);
+        if (!json_is_object(s->fake)) {
+            json_decref(s->fake);
+            free(s);
+            return kh_err_set(err, KH_EINVAL, "KHLUA_PROFILE_FAKE %s: %s", fake, je.text);
+        }
+        if (!getenv("KHLUA_PEAKS_LAZY"))
+            s->peaks = json_deep_copy(json_object_get(s->fake, "peaks"));
+        kh_worker_set_state(w, s);
+        return KH_OK;
+    }
     const char *ord = getenv("KHLUA_GPU");
     s->g = kh_gpu_open(ord ? atoi(ord) : 0, err);
     if (!s->g) {
@@ -137,8 +161,12 @@ static kh_status prof_init(kh_worker *w, kh_err *err)
         free(s);
         return st;
     }
-    s->peaks = getenv("KHLUA_NO_PEAKS") ? json_pack("{s:s}", "error", "KHLUA_NO_PEAKS set")
-                                        : measure_peaks(s->g);
+    /* KHLUA_PEAKS_LAZY: the coordinator may hold this GPU's peaks already
+     * (kept per UUID in the store) and asks "peaks" {measure} only when not. */
+    if (getenv("KHLUA_NO_PEAKS"))
+        s->peaks = json_pack("{s:s}", "error", "KHLUA_NO_PEAKS set");
+    else if (!getenv("KHLUA_PEAKS_LAZY"))
+        s->peaks = measure_peaks(s->g);
     kh_worker_set_state(w, s);
     return KH_OK;
 }
@@ -156,6 +184,7 @@ static void prof_fini(kh_worker *w)
             kh_cubin_info_free(&s->modules[i].res);
     }
     json_decref(s->peaks);
+    json_decref(s->fake);
     kh_gpu_close(s->g);
     free(s);
 }
@@ -202,6 +231,13 @@ static kh_status m_info(kh_worker *w, const json_t *params, const unsigned char 
 {
     (void)params; (void)payload; (void)n; (void)out; (void)out_n; (void)err;
     prof_state *s = S(w);
+    if (s->fake) {
+        json_t *info = json_deep_copy(json_object_get(s->fake, "info"));
+        if (s->peaks)
+            json_object_set(info, "peaks", s->peaks);
+        *result = info;
+        return KH_OK;
+    }
     json_t *info = kh_gpu_info(s->g);
     kh_rprof *rp = profiler(w);
     json_object_set_new(info, "counters", json_boolean(rp != NULL));
@@ -225,6 +261,11 @@ static kh_status m_load(kh_worker *w, const json_t *params, const unsigned char 
     if (!key || !n)
         return kh_err_set(err, KH_EINVAL, "load: params.module (a key) and a cubin payload "
                           "are required");
+    if (s->fake) {
+        *result = json_pack("{s:s, s:b, s:I}", "module", key, "cached", 0, "bytes",
+                            (json_int_t)n);
+        return KH_OK;
+    }
     if (find_slot(s, key) >= 0) {
         *result = json_pack("{s:s, s:b}", "module", key, "cached", 1);
         return KH_OK;
@@ -273,9 +314,17 @@ static kh_status m_peaks(kh_worker *w, const json_t *params, const unsigned char
                          size_t n, json_t **result, unsigned char **out, size_t *out_n,
                          kh_err *err)
 {
-    (void)params; (void)payload; (void)n; (void)out; (void)out_n; (void)err;
-    *result = json_incref(S(w)->peaks);
-    return KH_OK;
+    (void)payload; (void)n; (void)out; (void)out_n; (void)err;
+    prof_state *s = S(w);
+    if (json_is_true(json_object_get(params, "measure")) && !getenv("KHLUA_NO_PEAKS")) {
+        json_decref(s->peaks);
+        s->peaks = NULL;
+    }
+    if (!s->peaks)
+        s->peaks = s->fake ? json_deep_copy(json_object_get(s->fake, "peaks"))
+                           : measure_peaks(s->g);
+    *result = json_incref(s->peaks);
+    return after(w, KH_OK);
 }
 
 static int dev_attr(prof_state *s, CUdevice_attribute a)
@@ -344,6 +393,13 @@ static kh_status m_profile(kh_worker *w, const json_t *params, const unsigned ch
     (void)payload; (void)n; (void)out; (void)out_n;
     prof_state *s = S(w);
     const char *key = json_string_value(json_object_get(params, "module"));
+    if (s->fake) {
+        json_t *res = json_deep_copy(json_object_get(s->fake, "profile"));
+        if (s->peaks)
+            json_object_set(res, "peaks", s->peaks);
+        *result = res;
+        return KH_OK;
+    }
     int slot = find_slot(s, key);
     if (slot < 0)
         return kh_err_set(err, KH_ENOTFOUND, "no module '%s' loaded in this worker",

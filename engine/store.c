@@ -1063,11 +1063,12 @@ static const struct {
     {"candidate", {"task"}},
     {"compile", {"status"}}, /* content-addressed: many candidates may share one */
     {"evaluation", {"task", "candidate", "status"}},
-    {"profile", {"candidate"}},
+    {"profile", {"tool"}},   /* a bare cubin may be profiled: candidate when known */
     {"run", {"policy"}},
     {"round", {"run"}},
     {"llm_call", {"model"}},
     {"promotion", {"candidate"}},
+    {"device", {"gpu_uuid"}}, /* id device-<GPU UUID>: measured peaks, replaced */
 };
 
 int kh_store_known_type(const char *name)
@@ -1219,7 +1220,7 @@ kh_status kh_store_rec_keys(const json_t *rec, kh_rec_keys *k, kh_err *err)
     if (!k->type || !kh_store_known_type(k->type))
         return kh_err_set(err, KH_EINVAL,
                           "record type '%s' is not one of task, candidate, compile, "
-                          "evaluation, profile, run, round, llm_call, promotion",
+                          "evaluation, profile, run, round, llm_call, promotion, device",
                           k->type ? k->type : "(missing)");
     k->status = opt_string(rec, "status", 64, err, &st);
     if (!st)
@@ -1665,7 +1666,7 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
         return tx_fail(tx,
                        kh_err_set(err, KH_EINVAL,
                                   "record type '%s' is not one of task, candidate, compile, "
-                                  "evaluation, profile, run, round, llm_call, promotion",
+                                  "evaluation, profile, run, round, llm_call, promotion, device",
                                   type ? type : "(missing)"),
                        err);
     /* an evaluation's status defaults to its FlashInfer-Bench verdict */

@@ -4,7 +4,9 @@
  * small grid; ncu's DRAM throughput and the range profiler's agree within 5
  * points on the copy; an unknown metric is dropped and listed while the rest
  * is measured; with counters off the state says "no counters" and timings
- * still come; `khlua profile --json` works end to end.  Prints a table of
+ * still come; a profile is recorded in a store, ncu's files as blobs, and
+ * the GPU's peaks are measured once and reused by UUID; `khlua profile
+ * --json` works end to end.  Prints a table of
  * the measured figures. */
 #include "kh_test.h"
 
@@ -273,6 +275,84 @@ static void test_no_counters_still_times(void **state)
     json_decref(rep);
 }
 
+/* Recorded: the first run measures the GPU's peaks and keeps them under its
+ * UUID, the second reuses them; with ncu its report and raw CSV are blobs
+ * holding the files' bytes. */
+static void test_store_records_and_reuses_peaks(void **state)
+{
+    (void)state;
+    char *dir = kh_test_tmpdir(), path[1024];
+    snprintf(path, sizeof path, "%s/store", dir);
+    kh_store *s = NULL;
+    kh_err err;
+    if (kh_store_open(path, &(kh_store_opts){.nosync = 1}, &s, &err))
+        fail_msg("%s", err.msg);
+    char extra[600];
+    snprintf(extra, sizeof extra, "%s/bin", kh_engine_cuda_home(engine));
+    char *ncu = kh_which("ncu", extra);
+    json_t *rep[2];
+    for (int i = 0; i < 2; i++) {
+        json_t *spec = fma_spec();
+        char out[1100];
+        snprintf(out, sizeof out, "%s/ncu%d", dir, i);
+        kh_profile_opts o = {.cubin = cubin, .cubin_len = cubin_len, .spec = spec,
+                             .exe = kh_test_khlua(), .store = s, .ncu = i == 1 && ncu,
+                             .out_dir = out};
+        if (kh_profile_run(engine, &o, &rep[i], &err))
+            fail_msg("profile: %s", err.msg);
+        json_decref(spec);
+        if (json_object_get(rep[i], "store_error"))
+            fail_msg("store: %s", json_string_value(json_object_get(rep[i], "store_error")));
+    }
+    const json_t *p0 = json_object_get(rep[0], "peaks"), *p1 = json_object_get(rep[1], "peaks");
+    assert_string_equal(json_string_value(json_object_get(p0, "source")), "measured");
+    assert_string_equal(json_string_value(json_object_get(p1, "source")), "store");
+    assert_true(num(p0, "copy_bytes_per_s") == num(p1, "copy_bytes_per_s"));
+    row("peaks: measured %.0f GB/s, kept as %s, reused by the second run\n",
+        num(p0, "copy_bytes_per_s") / 1e9, json_string_value(json_object_get(p0, "record")));
+    json_t *rec;
+    if (kh_store_get(s, json_string_value(json_object_get(rep[1], "store_id")), &rec, &err))
+        fail_msg("%s", err.msg);
+    assert_string_equal(json_string_value(json_object_get(rec, "gpu_uuid")),
+                        json_string_value(json_object_get(json_object_get(rep[1], "gpu"),
+                                                          "uuid")));
+    assert_string_equal(json_string_value(json_object_get(rec, "device")),
+                        json_string_value(json_object_get(p0, "record")));
+    if (ncu) {
+        const json_t *n = json_object_get(rec, "ncu");
+        if (json_object_get(n, "error"))
+            fail_msg("ncu: %s", json_string_value(json_object_get(n, "error")));
+        assert_string_equal(json_string_value(json_object_get(rec, "tool")), "cupti+ncu");
+        const char *keys[][2] = {{"report_blob", "report"}, {"csv_blob", "csv"}};
+        for (int k = 0; k < 2; k++) {
+            kh_hash h;
+            assert_int_equal(kh_hash_parse(json_string_value(json_object_get(n, keys[k][0])),
+                                           &h, &err), KH_OK);
+            void *b = NULL;
+            size_t bl = 0;
+            assert_int_equal(kh_store_get_blob(s, &h, &b, &bl, &err), KH_OK);
+            FILE *f = fopen(json_string_value(json_object_get(n, keys[k][1])), "rb");
+            assert_non_null(f);
+            void *fb = malloc(bl + 1);
+            assert_int_equal(fread(fb, 1, bl + 1, f), bl);
+            fclose(f);
+            assert_memory_equal(fb, b, bl);
+            free(fb);
+            free(b);
+        }
+        row("stored: %s with ncu report (%lld bytes) and raw CSV\n",
+            json_string_value(json_object_get(rec, "id")),
+            (long long)json_integer_value(json_object_get(n, "report_bytes")));
+    }
+    free(ncu);
+    json_decref(rec);
+    json_decref(rep[0]);
+    json_decref(rep[1]);
+    kh_store_close(s);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_cli_json(void **state)
 {
     (void)state;
@@ -288,7 +368,10 @@ static void test_cli_json(void **state)
     assert_int_equal(json_dump_file(spec, spath, 0), 0);
     json_decref(spec);
     kh_child_result r;
-    kh_test_run_khlua(&r, 300, "profile", "--cubin", cpath, "--spec", spath, "--json", NULL);
+    char stpath[1100];
+    snprintf(stpath, sizeof stpath, "%s/store", dir);
+    kh_test_run_khlua(&r, 300, "profile", "--cubin", cpath, "--spec", spath, "--json",
+                      "--store", stpath, NULL);
     if (!r.exited || r.exit_code != 0)
         fail_msg("khlua profile: %s", r.out);
     json_error_t je;
@@ -297,6 +380,35 @@ static void test_cli_json(void **state)
     assert_non_null(rep);
     assert_non_null(strstr(json_string_value(json_object_get(rep, "signature")),
                            "compute-bound"));
+    assert_non_null(json_string_value(json_object_get(rep, "store_id")));
+    json_decref(rep);
+    kh_child_result_free(&r);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
+/* A task's candidate end to end: compiled, resolved for a workload,
+ * profiled, recorded with its context. */
+static void test_cli_task_solution(void **state)
+{
+    (void)state;
+    char *dir = kh_test_tmpdir(), stpath[1100], task[1100];
+    snprintf(stpath, sizeof stpath, "%s/store", dir);
+    snprintf(task, sizeof task, "%s/tests/fixtures/task/rmsnorm", kh_test_source_dir());
+    kh_child_result r;
+    kh_test_run_khlua(&r, 300, "profile", "--task", task, "--solution", "rmsnorm_h512_cuda_v1",
+                      "--workload", "5b0d7a8e-0002-4a57-9a3c-1d2e3f405161", "--json", "--store",
+                      stpath, NULL);
+    if (!r.exited || r.exit_code != 0)
+        fail_msg("khlua profile --task: %s", r.out);
+    json_error_t je;
+    const char *brace = strchr(r.out, '{');
+    json_t *rep = brace ? json_loads(brace, 0, &je) : NULL;
+    assert_non_null(rep);
+    assert_int_equal(json_array_size(json_object_get(rep, "kernels")), 2);
+    assert_true(num(json_object_get(rep, "sol_inputs"), "min_bytes") == 7 * 512 * 2 * 2 + 1028);
+    assert_non_null(json_string_value(json_object_get(rep, "store_id")));
+    row("task rmsnorm b=7: %s\n", json_string_value(json_object_get(rep, "signature")));
     json_decref(rep);
     kh_child_result_free(&r);
     kh_test_rmtree(dir);
@@ -316,7 +428,9 @@ int main(void)
         cmocka_unit_test(test_kernel_replay_matches_user_replay),
         cmocka_unit_test(test_unknown_metric_dropped),
         cmocka_unit_test(test_no_counters_still_times),
+        cmocka_unit_test(test_store_records_and_reuses_peaks),
         cmocka_unit_test(test_cli_json),
+        cmocka_unit_test(test_cli_task_solution),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

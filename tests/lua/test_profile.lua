@@ -2,7 +2,9 @@
 -- classify is pure and agrees with ncu's rule on random metric sets, names
 -- the occupancy limiter from launch context, says "no counters" and why;
 -- parse_ncu_csv reads the hand-written fixture; misuse raises; run and the
--- CLI fail clearly without a GPU; --task/--solution say "not yet".
+-- CLI fail clearly without a GPU; --task/--solution build the launch list
+-- (--dry-run shows it); the
+-- store options are checked and a failed run records nothing.
 local T = require "testlib"
 local kh = require "kh"
 
@@ -72,6 +74,12 @@ T.test("misuse raises", function()
   T.raises(function() kh.profile.run { spec = { launches = {} } } end, "cubin")
   T.raises(function() kh.profile.run { cubin = "x", spec = { launches = {} }, replay = "sometimes" } end,
     "replay")
+  T.raises(function() kh.profile.run { cubin = "x", spec = { launches = {} }, candidate = "c" } end,
+    "store")
+  T.raises(function() kh.profile.run { cubin = "x", spec = { launches = {} }, store = {} } end)
+  T.raises(function() kh.profile.run { task_path = "t" } end, "solution")
+  T.raises(function() kh.profile.run { task_path = "t", solution = "s", cubin = "x" } end, "exclude")
+  T.raises(function() kh.profile.run { cubin = "x", spec = {}, workload = "w" } end, "task_path")
 end)
 
 T.test("parse_ncu_csv reads the fixture; a bad CSV returns nil, msg, code", function()
@@ -104,10 +112,27 @@ T.test("default metrics: the classifier's eight and a tensor-pipe metric", funct
   T.ok(tensor)
 end)
 
-T.test("khlua profile: --task says not yet; bad arguments are usage errors", function()
-  local out, code = T.khlua("profile", "--task", "x", "--solution", "y")
+T.test("khlua profile --task: the candidate's launch list; bad arguments are usage errors", function()
+  local task = os.getenv("KH_SOURCE_DIR") .. "/tests/fixtures/task/rmsnorm"
+  local out, code = T.khlua("profile", "--task", task .. "-missing", "--solution", "y")
   T.eq(code, 1)
-  T.match(out, "not available yet")
+  T.match(out, "rmsnorm%-missing")
+  out, code = T.khlua("profile", "--task", task, "--solution", "nobody", "--dry-run")
+  T.eq(code, 1)
+  T.match(out, "nobody")
+  out, code = T.khlua("profile", "--task", task, "--solution", "rmsnorm_h512_cuda_v1",
+                      "--workload", "5b0d7a8e-0002-4a57-9a3c-1d2e3f405161", "--dry-run")
+  T.eq(code, 0, out)
+  local d = assert(kh.json.decode(out:sub((out:find("{", 1, true)))))
+  T.eq(#d.spec.launches, 2)
+  T.eq(d.spec.launches[1].grid[1], 7)            -- batch_size of that workload
+  T.eq(d.context.axes.batch_size, 7)
+  T.eq(d.min_bytes, 7 * 512 * 2 * 2 + 512 * 2 + 4)
+  T.eq(d.candidate:sub(1, 10), "candidate-")
+  out, code = T.khlua("profile", "--task", task)
+  T.eq(code, 2)
+  out, code = T.khlua("profile", "--cubin", "a", "--spec", "b", "--dry-run")
+  T.eq(code, 2)
   out, code = T.khlua("profile", "--cubin", "a")
   T.eq(code, 2)
   out, code = T.khlua("profile", "--cubin", "a", "--spec", "b", "--replay", "often")
@@ -115,4 +140,47 @@ T.test("khlua profile: --task says not yet; bad arguments are usage errors", fun
   out, code = T.khlua("profile", "--cubin", "/nonexistent.cubin", "--spec", "b")
   T.eq(code, 1)
   T.match(out, "cannot read")
+end)
+
+T.test("khlua profile: store options", function()
+  local dir = T.tmpdir()
+  local f = assert(io.open(dir .. "/k.cubin", "wb")); f:write("\127ELF not really"); f:close()
+  f = assert(io.open(dir .. "/s.json", "wb")); f:write('{"buffers": [], "launches": []}'); f:close()
+  local out, code = T.khlua("profile", "--cubin", dir .. "/k.cubin", "--spec", dir .. "/s.json",
+                            "--no-store", "--candidate", "candidate-x")
+  T.eq(code, 2)
+  T.match(out, "no%-store")
+  out, code = T.khlua("profile", "--cubin", dir .. "/k.cubin", "--spec", dir .. "/s.json",
+                      "--peaks-max-age", "-3")
+  T.eq(code, 2)
+  -- a store that cannot be opened is named, and nothing is profiled
+  f = assert(io.open(dir .. "/afile", "wb")); f:write("x"); f:close()
+  out, code = T.khlua("profile", "--cubin", dir .. "/k.cubin", "--spec", dir .. "/s.json",
+                      "--store", dir .. "/afile")
+  T.eq(code, 1)
+  T.match(out, "cannot open the store")
+  T.match(out, "afile")
+end)
+
+T.test("kh.profile.run: a run that fails (no GPU, or a bad cubin) records no profile", function()
+  local dir = T.tmpdir()
+  local db = assert(kh.store.open(dir .. "/store"))
+  local r, msg = kh.profile.run { cubin = "\127ELF not really", spec = { buffers = {}, launches = {} },
+                                  store = db }
+  T.eq(r, nil)
+  T.ok(type(msg) == "string")
+  T.eq(#db:query { type = "profile" }, 0)
+  db:close()
+end)
+
+T.test("kh.profile.run{task_path, solution}: could-not-run cases return nil, msg, code", function()
+  local task = os.getenv("KH_SOURCE_DIR") .. "/tests/fixtures/task/rmsnorm"
+  local r, msg, code = kh.profile.run { task_path = task, solution = "nobody" }
+  T.eq(r, nil)
+  T.match(msg, "nobody")
+  T.eq(code, "ENOTFOUND")
+  r, msg, code = kh.profile.run { task_path = task, solution = "rmsnorm_h512_ref_c" }
+  T.eq(r, nil)
+  T.match(msg, "host")
+  T.eq(code, "EUNSUPPORTED")
 end)
