@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Set up and run the main job: installs missing Debian packages, builds
-# khlua in build/, and runs the quickstart (arguments go to the script).
+# Set up and run the main job: installs missing Debian packages, builds khlua
+# in build/, runs the quickstart (what the machine offers, a bf16 NVRTC
+# compile, a dataset check), then a search: policies/plateau_switch.lua on the
+# host-backend RMSNorm task with the replay provider (no API key needed; with
+# ANTHROPIC_API_KEY / OPENAI_API_KEY set, those families run live).
+# Extra arguments go to the policy (e.g. --rounds 10, --json).
 source "$(dirname "$0")/common.sh"
 kh_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cd "$KH_ROOT"
-exec ./build/khlua examples/quickstart.lua "$@"
+./build/khlua examples/quickstart.lua
+echo
+exec ./build/khlua policies/plateau_switch.lua --task kernels/host_rmsnorm --rounds 6 "$@"
