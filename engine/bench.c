@@ -396,6 +396,12 @@ kh_status kh_bench_run(kh_gpu *g, kh_cupti *c, const kh_bench_target *t,
         if (o->protocol != KH_PROTO_OFFICIAL)
             r->latency_ns = r->median_ns;
         r->sum_kernel_ns = sums ? kh_stat_median(sums, r->n) : 0;
+        if (sums) {
+            /* per call: the span minus the kernels' own time (gaps, overlap < 0) */
+            for (size_t i = 0; i < r->n; i++)
+                sums[i] = r->samples_ns[i] - sums[i];
+            r->gap_ns = kh_stat_median(sums, r->n);
+        }
         r->kernels_per_call = first.kernels;
         r->nnames = first.nnames < 4 ? first.nnames : 4;
         for (int i = 0; i < r->nnames; i++)

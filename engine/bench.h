@@ -71,6 +71,7 @@ typedef struct kh_bench_result {
     double median_ns, mean_ns, stdev_ns, min_ns, max_ns;
     double rel_ci;          /* relative 95% half-width of the mean */
     double sum_kernel_ns;   /* median over calls of the summed record durations */
+    double gap_ns;          /* median over calls of span - sum: launch gaps inside a call */
     double gpu_time_s;      /* total measured */
     int kernels_per_call;
     int trials;

@@ -553,6 +553,7 @@ static json_t *bench_json(const kh_bench_result *b)
                           "min_ns", b->min_ns, "sum_kernel_ns", b->sum_kernel_ns,
                           "kernels_per_call", b->kernels_per_call, "trials", b->trials, "n",
                           (json_int_t)b->n);
+    json_object_set_new(j, "gap_ns", json_real(b->gap_ns));
     json_t *s = json_array();
     for (size_t i = 0; i < b->n; i++)
         json_array_append_new(s, json_real(b->samples_ns[i]));

@@ -263,6 +263,7 @@ static kh_status m_time(kh_worker *w, const json_t *params, const unsigned char 
             json_object_set_new(res, "guards", json_string("ok"));
         if (s->cupti_note[0])
             json_object_set_new(res, "timer_note", json_string(s->cupti_note));
+        json_object_set_new(res, "gap_ns", json_real(r.gap_ns));
         json_object_set_new(res, "clocks_before", kh_gpu_clocks_json(&before));
         json_object_set_new(res, "clocks_after", kh_gpu_clocks_json(&after_c));
         json_object_set_new(res, "throttled_sets_discarded", json_integer(throttled_sets));
