@@ -8,7 +8,8 @@ local kh = require "kh"
 local report = require "lib.report"
 
 local USAGE = [[
-usage: khlua policies/compare.lua RUN_A RUN_B [RUN_C ...] [options]
+usage: khlua compare RUN_A RUN_B [RUN_C ...] [options]
+   (the same: khlua policies/compare.lua RUN_A RUN_B ... [options])
   --store PATH    the store (default: KHLUA_STORE or the engine's default)
   --task NAME     keep only runs on this task (name, or task-<name>)
   --markdown      markdown tables (default)
@@ -63,4 +64,4 @@ local function main(argv)
 end
 
 local rc = main({ ... })
-if rc ~= 0 then os.exit(rc) end
+if rc ~= 0 then os.exit(rc, true) end

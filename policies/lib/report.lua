@@ -32,8 +32,13 @@ local function seed_score(evals)
       if perf.reference_latency_ms then table.insert(by[u].b, perf.reference_latency_ms) end
     end
   end
+  -- in workload order, so the sum (and the printed figure) is the same every time
+  local us = {}
+  for u in pairs(by) do us[#us + 1] = u end
+  table.sort(us)
   local rs = {}
-  for _, x in pairs(by) do
+  for _, u in ipairs(us) do
+    local x = by[u]
     if #x.b > 0 then rs[#rs + 1] = median(x.b) / median(x.l) end
   end
   if #rs == 0 then return nil end
