@@ -170,14 +170,15 @@ function M.markdown(sums)
   local tasks, order = M.by_task(sums)
   local head = { "task" }
   for i, s in ipairs(sums) do head[#head + 1] = string.char(64 + i) .. " speedup" end
-  if #sums == 2 then head[#head + 1] = "ratio A/B" end
+  -- the ratio of run A's best to each other run's (the paper: A/B)
+  for i = 2, #sums do head[#head + 1] = "ratio A/" .. string.char(64 + i) end
   out[#out + 1] = "| " .. table.concat(head, " | ") .. " |"
   out[#out + 1] = "|" .. string.rep("---|", #head)
   for _, t in ipairs(order) do
     local row = { t }
     for _, s in ipairs(sums) do row[#row + 1] = tasks[t][s.run] and fmt(s.best_speedup) or "-" end
-    if #sums == 2 then
-      local a, b = tasks[t][sums[1].run], tasks[t][sums[2].run]
+    for i = 2, #sums do
+      local a, b = tasks[t][sums[1].run], tasks[t][sums[i].run]
       row[#row + 1] = (a and b and a.best_speedup and b.best_speedup and b.best_speedup ~= 0)
         and fmt(a.best_speedup / b.best_speedup) or "-"
     end
