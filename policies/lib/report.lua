@@ -59,7 +59,8 @@ function M.summarize(db, run_id)
   local evals = db:query { run = run_id, type = "evaluation" } or {}
   local m = run.metrics or {}
   local s = { run = run_id, policy = run.policy, task = run.task, status = run.status,
-    rounds = #rounds, tokens = m.tokens or 0, usd = m.usd or 0, wall_s = m.elapsed_s or 0 }
+    rounds = #rounds, tokens = m.tokens or 0, usd = m.usd or 0, wall_s = m.elapsed_s or 0,
+    usd_unknown_calls = m.usd_unknown_calls or 0 }
   s.task_name = s.task and s.task:gsub("^task%-", "") or "?"
   s.baseline = seed_score(evals)
   -- candidates by outcome, from the rounds' verdicts
@@ -151,7 +152,8 @@ M.ROWS = {
   { "rejected", function(s) return fmt(s.rejected) end },
   { "rejected by reason", reasons },
   { "tokens", function(s) return fmt(s.tokens) end },
-  { "money (USD)", function(s) return fmt(s.usd, 4) end },
+  { "money (USD)", function(s) return fmt(s.usd + 0.0, 4) end },
+  { "model calls of unknown price", function(s) return fmt(s.usd_unknown_calls) end },
   { "USD per accepted improvement", function(s) return fmt(s.usd_per_accepted, 4) end },
 }
 
@@ -272,9 +274,11 @@ function M.svg(sums)
     end
     o[#o + 1] = string.format('<polyline class="run" data-run="%s" fill="none" stroke="%s" stroke-width="2" points="%s"/>',
       esc(s.run), c, table.concat(pts, " "))
-    local ly = TOP + 10 + (i - 1) * 18
+    -- legend: letter and policy, the run id below it (two runs may share a policy)
+    local ly = TOP + 10 + (i - 1) * 32
     o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>', L + pw + 10, ly, L + pw + 30, ly, c)
-    o[#o + 1] = string.format('<text x="%d" y="%d">%s %s</text>', L + pw + 35, ly + 4, string.char(64 + i), esc(s.policy or s.run))
+    o[#o + 1] = string.format('<text x="%d" y="%d">%s %s</text>', L + pw + 35, ly + 4, string.char(64 + i), esc(s.policy or "?"))
+    o[#o + 1] = string.format('<text x="%d" y="%d" font-size="9">%s</text>', L + pw + 35, ly + 16, esc(s.run))
   end
   o[#o + 1] = '</svg>'
   return table.concat(o, "\n") .. "\n"

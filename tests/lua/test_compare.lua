@@ -37,6 +37,13 @@ do
     assert(res, msg)
     RUNS[i] = res
   end
+  -- the replay provider costs nothing: give run A a price, as a priced model's run has
+  assert(db:update(function(tx)
+    local run = assert(tx:get(RUNS[1].run))
+    run.metrics.usd = math.random(100, 9999) / 1000
+    run.metrics.usd_unknown_calls = math.random(1, 5)
+    assert(tx:put(run, { replace = true }))
+  end))
   db:close()
 end
 
@@ -97,6 +104,10 @@ T.test("markdown: both runs, the per-task table with A/B, figures from the store
   T.eq(tonumber(cells(out, "accepted")[2]), b.accepted)
   T.eq(tonumber(cells(out, "tokens")[1]), a.run.metrics.tokens)
   T.eq(tonumber(cells(out, "tokens")[2]), b.run.metrics.tokens)
+  T.near(tonumber(cells(out, "money (USD)")[1]), a.run.metrics.usd, 1e-4)
+  T.eq(tonumber(cells(out, "model calls of unknown price")[1]), a.run.metrics.usd_unknown_calls)
+  T.near(tonumber(cells(out, "USD per accepted improvement")[1]), a.run.metrics.usd / a.accepted, 1e-4)
+  T.ok(a.run.metrics.usd > 0)
   -- every rejection reason the rounds recorded, with its count
   for k, n in pairs(a.rejected) do T.match(cells(out, "rejected by reason")[1], k .. " " .. n) end
 end)
@@ -159,6 +170,7 @@ T.test("--svg: well-formed XML, one polyline per run, axes and legend", function
   T.match(svg, ">round<")
   T.match(svg, "plateau_switch")
   T.match(svg, "agent_assisted")
+  T.ok(svg:find(">" .. RUNS[2].run .. "</text>", 1, true), "the legend names the run")
   if os.execute("command -v xmllint >/dev/null 2>&1") then
     local ok = os.execute("xmllint --noout " .. T.quote(dir .. "/charts/compare.svg") .. " 2>/dev/null")
     T.ok(ok, "xmllint accepts the SVG")
