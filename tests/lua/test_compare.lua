@@ -26,7 +26,7 @@ local STORE = DIR .. "/store"
 local RUNS = {}
 do
   local db = assert(kh.store.open(STORE, { nosync = true }))
-  for i, spec in ipairs({ { "plateau_switch", 6 }, { "agent_assisted", 3 } }) do
+  for i, spec in ipairs({ { "plateau_switch", 6 }, { "agent_assisted", 3 }, { "agent_assisted", 1 } }) do
     local P = assert(policy.load(SRC .. "/policies/" .. spec[1] .. ".lua"))
     local cfg = { task = TASK, model_specs = SPECS, rounds = spec[2], plateau = 2, db = db,
       quiet = true, gate = { seed = math.random(1, 1000) } }
@@ -258,4 +258,33 @@ T.test("three runs: a column and an A/x ratio for each", function()
   local row = cells(out, j.runs[1].task_name)
   T.near(tonumber(row[4]), j.runs[1].best_speedup / j.runs[2].best_speedup, 2e-3)
   T.eq(row[5], "1.000", "a run against itself")
+end)
+
+T.test("a run with no promotion: its best is the seed, reached at round 0", function()
+  -- run C: one round, whose candidate (the ladder's first step) is slower
+  local e = expected(RUNS[3].run)
+  T.eq(e.last, nil)
+  local out, code = compare(RUNS[1].run, RUNS[3].run, "--json")
+  T.eq(code, 0, out)
+  local c = kh.json.decode(out).runs[2]
+  T.eq(c.accepted, 0)
+  T.eq(c.rounds_to_best, 0)
+  T.near(c.best_speedup, c.baseline, 0)
+  T.ok(c.baseline > 0.9 and c.baseline < 1.1, "the seed is the reference, give or take noise")
+  T.eq(c.usd_per_accepted, nil)
+  out = compare(RUNS[1].run, RUNS[3].run)
+  T.eq(cells(out, "USD per accepted improvement")[2], "-")
+end)
+
+T.test("--task keeps the runs on that task; CSV quotes fields with commas", function()
+  local name = kh.json.decode((compare(RUNS[1].run, RUNS[2].run, "--json"))).runs[1].task_name
+  local out, code = compare(RUNS[1].run, RUNS[2].run, "--task", name, "--json")
+  T.eq(code, 0, out)
+  T.eq(#kh.json.decode(out).runs, 2)
+  out, code = compare(RUNS[1].run, RUNS[2].run, "--task", "task-" .. name, "--json")
+  T.eq(#kh.json.decode(out).runs, 2, "the task's record id works too")
+  local csv = compare(RUNS[1].run, RUNS[2].run, "--csv")
+  local line = csv:match("\nrejected by reason,([^\n]*)")
+  T.ok(line, csv)
+  T.match(line, '^"[^"]*, [^"]*",', "a list of reasons is one quoted CSV field")
 end)
