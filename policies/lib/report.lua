@@ -63,20 +63,32 @@ function M.summarize(db, run_id)
     usd_unknown_calls = m.usd_unknown_calls or 0 }
   s.task_name = s.task and s.task:gsub("^task%-", "") or "?"
   s.baseline = seed_score(evals)
-  -- candidates by outcome, from the rounds' verdicts
-  s.compiled, s.evaluated, s.accepted, s.rejected, s.rejected_by = 0, 0, 0, 0, {}
+  -- per candidate: evaluated at all, and whether any evaluation got past the compiler
+  local evaluated, built = {}, {}
+  for _, e in ipairs(evals) do
+    if e.purpose ~= "seed" and e.candidate then
+      evaluated[e.candidate] = true
+      if e.status ~= "COMPILE_ERROR" then built[e.candidate] = true end
+    end
+  end
+  -- candidates by outcome, from the rounds' verdicts (a probe is one model
+  -- call: with or without a candidate)
+  s.candidates, s.compiled, s.evaluated, s.accepted, s.rejected, s.rejected_by = 0, 0, 0, 0, 0, {}
   for _, r in ipairs(rounds) do
     for _, p in ipairs(r.verdicts or {}) do
-      if p.candidate then s.compiled = s.compiled + 1 end
-      if p.figures or p.rejected_for or p.accepted then
-        if p.candidate then s.evaluated = s.evaluated + 1 end
-      end
+      local c = p.candidate
+      if c then s.candidates = s.candidates + 1 end
+      if c and evaluated[c] then s.evaluated = s.evaluated + 1 end
+      if c and built[c] then s.compiled = s.compiled + 1 end
       if p.accepted then
         s.accepted = s.accepted + 1
       else
         s.rejected = s.rejected + 1
-        local why = p.rejected_for or (p.candidate and "other")
-          or (tostring(p.reason):find("^model call failed") and "model_failed") or "no_candidate"
+        local why
+        if c and evaluated[c] and not built[c] then why = "compile_error"
+        elseif c then why = p.rejected_for or "other"
+        elseif tostring(p.reason):find("^model call failed") then why = "model_failed"
+        else why = "no_candidate" end
         s.rejected_by[why] = (s.rejected_by[why] or 0) + 1
       end
     end
@@ -146,6 +158,7 @@ M.ROWS = {
   { "rounds", function(s) return fmt(s.rounds) end },
   { "rounds to the best", function(s) return fmt(s.rounds_to_best) end },
   { "wall time to the best (s)", function(s) return fmt(s.wall_to_best_s, 1) end },
+  { "candidates proposed", function(s) return fmt(s.candidates) end },
   { "candidates compiled", function(s) return fmt(s.compiled) end },
   { "candidates evaluated", function(s) return fmt(s.evaluated) end },
   { "accepted", function(s) return fmt(s.accepted) end },

@@ -99,7 +99,10 @@ T.test("markdown: both runs, the per-task table with A/B, figures from the store
   T.eq(tonumber(cells(out, "rounds")[1]), a.rounds)
   T.eq(tonumber(cells(out, "rounds")[2]), b.rounds)
   T.eq(tonumber(cells(out, "rounds to the best")[1]), a.last.round_index)
+  T.eq(tonumber(cells(out, "candidates proposed")[1]), a.candidates)
+  -- the fake evaluator compiles everything: every candidate compiled and evaluated
   T.eq(tonumber(cells(out, "candidates compiled")[1]), a.candidates)
+  T.eq(tonumber(cells(out, "candidates evaluated")[1]), a.candidates)
   T.eq(tonumber(cells(out, "accepted")[1]), a.accepted)
   T.eq(tonumber(cells(out, "accepted")[2]), b.accepted)
   T.eq(tonumber(cells(out, "tokens")[1]), a.run.metrics.tokens)
@@ -124,6 +127,7 @@ T.test("--json carries the same figures; --csv one column per run", function()
     T.near(s.best_speedup, e.last.gate.sweep.mean_speedup, 1e-9)
     T.near(s.best_sd, e.last.score, 1e-9)
     T.eq(s.accepted, e.accepted)
+    T.eq(s.candidates, e.candidates)
     T.eq(s.compiled, e.candidates)
     T.eq(s.tokens, e.run.metrics.tokens)
     T.eq(#s.curve, e.rounds + 1, "round 0 (the seed) and every round")
@@ -287,4 +291,45 @@ T.test("--task keeps the runs on that task; CSV quotes fields with commas", func
   local line = csv:match("\nrejected by reason,([^\n]*)")
   T.ok(line, csv)
   T.match(line, '^"[^"]*, [^"]*",', "a list of reasons is one quoted CSV field")
+end)
+
+T.test("summarize: compile errors, failed model calls and empty replies are counted apart", function()
+  local db = assert(kh.store.open(T.tmpdir() .. "/s", { nosync = true }))
+  local task = assert(db:put { type = "task", id = "task-synthetic", name = "synthetic" })
+  local run = assert(db:put { type = "run", policy = "handmade", task = task,
+    metrics = { tokens = math.random(10, 999), usd = 0.5, elapsed_s = 3.5 } })
+  local ok, bad = 0, 0
+  local verdicts = {}
+  local n = math.random(2, 5)
+  for i = 1, n do
+    local c = assert(db:put { type = "candidate", id = "candidate-syn" .. i, task = task })
+    -- odd candidates do not compile
+    local st = i % 2 == 1 and "COMPILE_ERROR" or "INCORRECT_NUMERICAL"
+    if st == "COMPILE_ERROR" then bad = bad + 1 else ok = ok + 1 end
+    assert(db:put { type = "evaluation", task = task, candidate = c, run = run, status = st,
+      purpose = "representative:candidate" })
+    verdicts[#verdicts + 1] = { candidate = c, rejected_for = "incorrect" }
+  end
+  verdicts[#verdicts + 1] = { reason = "model call failed: quota" }
+  verdicts[#verdicts + 1] = { reason = "no candidate (empty): nothing" }
+  assert(db:put { type = "round", run = run, index = 1, verdicts = verdicts,
+    state_out = { incumbent = { score = 1.0 }, elapsed_s = 3.5 } })
+  local s = assert(report.summarize(db, run))
+  T.eq(s.candidates, n)
+  T.eq(s.evaluated, n)
+  T.eq(s.compiled, ok)
+  T.eq(s.rejected, n + 2)
+  T.eq(s.rejected_by.compile_error, bad)
+  T.eq(s.rejected_by.incorrect, ok > 0 and ok or nil)
+  T.eq(s.rejected_by.model_failed, 1)
+  T.eq(s.rejected_by.no_candidate, 1)
+  T.eq(s.eval_pass_rate, 0.0)
+  T.eq(s.baseline, nil, "no seed measurements")
+  local nope, msg = report.summarize(db, "run-nothere")
+  T.eq(nope, nil)
+  T.match(msg, "no run run%-nothere")
+  -- the renderers cope with a run that has no figures
+  T.match(report.markdown({ s, s }), "| synthetic | %- | %- | %- |")
+  T.ok(report.svg({ s }):find("</svg>", 1, true))
+  db:close()
 end)
