@@ -27,6 +27,7 @@ static const kh_command commands[] = {
      kh_cmd_store},
     {"profile", "profiler metrics and the bottleneck state of a launch list", kh_cmd_profile},
     {"eval", "evaluate a solution on a task's workloads: verdicts, checks, timing", kh_cmd_eval},
+    {"compare", "compare recorded runs: tables (markdown, CSV, JSON), SVG chart, HTML", kh_cmd_compare},
 };
 
 static lua_State *g_L;

@@ -1,0 +1,335 @@
+-- test_compare.lua: `khlua policies/compare.lua` over two runs recorded in the
+-- test (plateau_switch and agent_assisted on the host rmsnorm task, replay
+-- ladder, deterministic fake evaluator): the table names both runs with the
+-- figures the store holds, --json and --csv agree, the SVG is well-formed
+-- XML with one polyline per run, the HTML holds the table and the chart.
+local T = require "testlib"
+local kh = require "kh"
+
+local SRC = os.getenv("KH_SOURCE_DIR") or "."
+package.path = SRC .. "/policies/?.lua;" .. SRC .. "/tests/lua/lib/?.lua;" .. package.path
+local ctl = require "lib.controller"
+local ev = require "lib.evaluate"
+local policy = require "lib.policy"
+local cli = require "lib.cli"
+local report = require "lib.report"
+local fake = require "fake_eval"
+
+local TASK = SRC .. "/tests/fixtures/task/rmsnorm"
+local LADDER = SRC .. "/tests/fixtures/replay/ctl"
+local SPECS = "replay:" .. LADDER .. "/a,replay:" .. LADDER .. "/b"
+local COMPARE = SRC .. "/policies/compare.lua"
+
+-- Two runs in one store, made once for every test below.
+local DIR = T.tmpdir()
+local STORE = DIR .. "/store"
+local RUNS = {}
+do
+  local db = assert(kh.store.open(STORE, { nosync = true }))
+  for i, spec in ipairs({ { "plateau_switch", 6 }, { "agent_assisted", 3 }, { "agent_assisted", 1 } }) do
+    local P = assert(policy.load(SRC .. "/policies/" .. spec[1] .. ".lua"))
+    local cfg = { task = TASK, model_specs = SPECS, rounds = spec[2], plateau = 2, db = db,
+      quiet = true, gate = { seed = math.random(1, 1000) } }
+    assert(cli.resolve_models(cfg))
+    ev.use(fake.evaluate)
+    local res, msg = ctl.run(P, cfg)
+    ev.use(nil)
+    assert(res, msg)
+    RUNS[i] = res
+  end
+  -- the replay provider costs nothing: give run A a price, as a priced model's run has
+  assert(db:update(function(tx)
+    local run = assert(tx:get(RUNS[1].run))
+    run.metrics.usd = math.random(100, 9999) / 1000
+    run.metrics.usd_unknown_calls = math.random(1, 5)
+    assert(tx:put(run, { replace = true }))
+  end))
+  db:close()
+end
+
+local function compare(...)
+  return T.khlua("--store", STORE, COMPARE, ...)
+end
+
+-- the figures straight from the store, computed here independently of report.lua
+local function expected(run_id)
+  local db = assert(kh.store.open(STORE))
+  local run = db:get(run_id)
+  local promos = db:query { run = run_id, type = "promotion" }
+  table.sort(promos, function(a, b) return a.round_index < b.round_index end)
+  local rounds = db:query { run = run_id, type = "round" }
+  db:close()
+  local cands, acc, rej = 0, 0, {}
+  for _, r in ipairs(rounds) do
+    for _, p in ipairs(r.verdicts) do
+      if p.candidate then cands = cands + 1 end
+      if p.accepted then acc = acc + 1 elseif p.rejected_for then rej[p.rejected_for] = (rej[p.rejected_for] or 0) + 1 end
+    end
+  end
+  local last = promos[#promos]
+  return { run = run, last = last, rounds = #rounds, candidates = cands, accepted = acc, rejected = rej }
+end
+
+local function cells(md, label)
+  for line in md:gmatch("[^\n]+") do
+    if line:sub(1, #label + 4) == "| " .. label .. " |" then
+      local out = {}
+      for c in line:sub(#label + 5):gmatch("%s*(.-)%s*|") do out[#out + 1] = c end
+      return out
+    end
+  end
+end
+
+T.test("markdown: both runs, the per-task table with A/B, figures from the store", function()
+  local out, code = compare(RUNS[1].run, RUNS[2].run)
+  T.eq(code, 0, out)
+  T.ok(out:find(RUNS[1].run, 1, true), "run A named")
+  T.ok(out:find(RUNS[2].run, 1, true), "run B named")
+  T.match(out, "| task | A speedup | B speedup | ratio A/B |", "the paper's table")
+  local a, b = expected(RUNS[1].run), expected(RUNS[2].run)
+  T.ok(a.last and b.last, "both runs promoted at least once")
+  local row = cells(out, (a.run.task:gsub("^task%-", "")))
+  T.ok(row, out)
+  local sa, sb = a.last.gate.sweep.mean_speedup, b.last.gate.sweep.mean_speedup
+  T.near(tonumber(row[1]), sa, 1e-3)
+  T.near(tonumber(row[2]), sb, 1e-3)
+  T.near(tonumber(row[3]), sa / sb, 2e-3)
+  T.near(tonumber(cells(out, "S_d")[1]), a.last.score, 1e-3)
+  T.near(tonumber(cells(out, "S_d")[2]), b.last.score, 1e-3)
+  T.eq(tonumber(cells(out, "rounds")[1]), a.rounds)
+  T.eq(tonumber(cells(out, "rounds")[2]), b.rounds)
+  T.eq(tonumber(cells(out, "rounds to the best")[1]), a.last.round_index)
+  T.eq(tonumber(cells(out, "candidates proposed")[1]), a.candidates)
+  -- the fake evaluator compiles everything: every candidate compiled and evaluated
+  T.eq(tonumber(cells(out, "candidates compiled")[1]), a.candidates)
+  T.eq(tonumber(cells(out, "candidates evaluated")[1]), a.candidates)
+  T.eq(tonumber(cells(out, "accepted")[1]), a.accepted)
+  T.eq(tonumber(cells(out, "accepted")[2]), b.accepted)
+  T.eq(tonumber(cells(out, "tokens")[1]), a.run.metrics.tokens)
+  T.eq(tonumber(cells(out, "tokens")[2]), b.run.metrics.tokens)
+  T.near(tonumber(cells(out, "money (USD)")[1]), a.run.metrics.usd, 1e-4)
+  T.eq(tonumber(cells(out, "model calls of unknown price")[1]), a.run.metrics.usd_unknown_calls)
+  T.near(tonumber(cells(out, "USD per accepted improvement")[1]), a.run.metrics.usd / a.accepted, 1e-4)
+  T.ok(a.run.metrics.usd > 0)
+  -- every rejection reason the rounds recorded, with its count
+  for k, n in pairs(a.rejected) do T.match(cells(out, "rejected by reason")[1], k .. " " .. n) end
+end)
+
+T.test("--json carries the same figures; --csv one column per run", function()
+  local out, code = compare(RUNS[1].run, RUNS[2].run, "--json")
+  T.eq(code, 0, out)
+  local j = kh.json.decode(out)
+  T.eq(#j.runs, 2)
+  for i = 1, 2 do
+    local e = expected(RUNS[i].run)
+    local s = j.runs[i]
+    T.eq(s.run, RUNS[i].run)
+    T.near(s.best_speedup, e.last.gate.sweep.mean_speedup, 1e-9)
+    T.near(s.best_sd, e.last.score, 1e-9)
+    T.eq(s.accepted, e.accepted)
+    T.eq(s.candidates, e.candidates)
+    T.eq(s.compiled, e.candidates)
+    T.eq(s.tokens, e.run.metrics.tokens)
+    T.eq(#s.curve, e.rounds + 1, "round 0 (the seed) and every round")
+    -- best-so-far never falls and ends at the best
+    for k = 2, #s.curve do T.ok(s.curve[k].speedup >= s.curve[k - 1].speedup - 1e-12) end
+  end
+  local csv = compare(RUNS[1].run, RUNS[2].run, "--csv")
+  T.match(csv, "^metric," .. RUNS[1].run:gsub("%-", "%%-") .. "," .. RUNS[2].run:gsub("%-", "%%-") .. "\n")
+  T.match(csv, "\ntokens," .. j.runs[1].tokens .. "," .. j.runs[2].tokens .. "\n")
+end)
+
+-- A small XML well-formedness check: tags nest and close, attributes quoted.
+local function xml_ok(s)
+  local stack = {}
+  s = s:gsub("<%?.-%?>", ""):gsub("<!DOCTYPE.->", "")
+  for slash, name, attrs, selfclose in s:gmatch("<(/?)([%w:]+)(.-)(/?)>") do
+    if slash == "/" then
+      if table.remove(stack) ~= name then return false, "mismatched </" .. name .. ">" end
+    else
+      local rest = attrs:gsub('%s+[%w:%-]+="[^"<]*"', "")
+      if rest:match("%S") then return false, "bad attributes in <" .. name .. ">: " .. rest end
+      if selfclose == "" then stack[#stack + 1] = name end
+    end
+  end
+  if #stack > 0 then return false, "unclosed <" .. stack[#stack] .. ">" end
+  if s:find("&[^#%w]") then return false, "a bare &" end
+  return true
+end
+
+T.test("--svg: well-formed XML, one polyline per run, axes and legend", function()
+  local dir = T.tmpdir()
+  local out, code = compare(RUNS[1].run, RUNS[2].run, "--svg", dir .. "/charts")
+  T.eq(code, 0, out)
+  local svg = T.read(dir .. "/charts/compare.svg")
+  T.ok(xml_ok(svg))
+  local _, polylines = svg:gsub("<polyline", "")
+  T.eq(polylines, 2)
+  for i = 1, 2 do
+    local pts = svg:match('data%-run="' .. RUNS[i].run:gsub("%-", "%%-") .. '"[^>]-points="([^"]*)"')
+    T.ok(pts, "a polyline for run " .. i)
+    local _, n = pts:gsub("[%d.]+,[%d.]+", "")
+    T.eq(n, expected(RUNS[i].run).rounds + 1, "one point per round and the seed")
+  end
+  T.match(svg, ">round<")
+  T.match(svg, "plateau_switch")
+  T.match(svg, "agent_assisted")
+  T.ok(svg:find(">" .. RUNS[2].run .. "</text>", 1, true), "the legend names the run")
+  if os.execute("command -v xmllint >/dev/null 2>&1") then
+    local ok = os.execute("xmllint --noout " .. T.quote(dir .. "/charts/compare.svg") .. " 2>/dev/null")
+    T.ok(ok, "xmllint accepts the SVG")
+  end
+  -- the checker itself rejects broken XML
+  T.ok(not xml_ok("<svg><g></svg>"))
+  T.ok(not xml_ok('<svg a=1></svg>'))
+end)
+
+T.test("--html: one file with the table and the SVG inline", function()
+  local dir = T.tmpdir()
+  local out, code = compare(RUNS[1].run, RUNS[2].run, "--html", dir .. "/r.html")
+  T.eq(code, 0, out)
+  local html = T.read(dir .. "/r.html")
+  T.match(html, "^<!DOCTYPE html>")
+  T.match(html, "<table>")
+  T.match(html, "<th>task</th><th>A speedup</th><th>B speedup</th><th>ratio A/B</th>")
+  T.ok(html:find(RUNS[1].run, 1, true) and html:find(RUNS[2].run, 1, true), "both runs in the HTML")
+  T.match(html, "<svg xmlns=")
+  T.ok(xml_ok(html:match("<svg.-</svg>")))
+  T.ok(not html:find("<script") and not html:find('src="http'), "self-contained")
+end)
+
+T.test("--task filters; bad input is a clear error", function()
+  local out, code = compare(RUNS[1].run, RUNS[2].run, "--task", "no_such_task")
+  T.eq(code, 1)
+  T.match(out, "no run on task no_such_task")
+  out, code = compare(RUNS[1].run, "run-doesnotexist")
+  T.eq(code, 1)
+  T.match(out, "no run run%-doesnotexist")
+  out, code = compare(RUNS[1].run)
+  T.eq(code, 2)
+  T.match(out, "at least two runs")
+  out, code = compare(RUNS[1].run, RUNS[2].run, "--bogus")
+  T.eq(code, 2)
+  T.match(out, "unknown option %-%-bogus")
+  -- a record that is not a run
+  local db = assert(kh.store.open(STORE))
+  local task = db:get(RUNS[1].run).task
+  db:close()
+  out, code = compare(RUNS[1].run, task)
+  T.eq(code, 1)
+  T.match(out, "is not a run")
+end)
+
+T.test("the HTML renders in Chromium", function()
+  local bin
+  for _, b in ipairs({ "chromium", "chromium-browser" }) do
+    if os.execute("command -v " .. b .. " >/dev/null 2>&1") then bin = b; break end
+  end
+  if not bin then T.skip("chromium not installed") end
+  local dir = T.tmpdir()
+  local _, code = compare(RUNS[1].run, RUNS[2].run, "--html", dir .. "/r.html")
+  T.eq(code, 0)
+  local p = assert(io.popen(bin .. " --headless --no-sandbox --disable-gpu --dump-dom "
+    .. T.quote("file://" .. dir .. "/r.html") .. " 2>/dev/null"))
+  local dom = p:read("a")
+  p:close()
+  T.match(dom, "polyline")
+  T.match(dom, "ratio A/B")
+end)
+
+T.test("khlua compare is the script under another name", function()
+  local a, ca = compare(RUNS[1].run, RUNS[2].run, "--json")
+  local b, cb = T.khlua("--store", STORE, "compare", RUNS[1].run, RUNS[2].run, "--json")
+  T.eq(ca, 0, a)
+  T.eq(cb, 0, b)
+  T.eq(b, a)
+  local h, ch = T.khlua("compare", "--help")
+  T.eq(ch, 0)
+  T.match(h, "usage: khlua")
+  local _, cu = T.khlua("--store", STORE, "compare", RUNS[1].run)
+  T.eq(cu, 2, "usage error passed through")
+  local help = T.khlua("--help")
+  T.match(help, "compare")
+end)
+
+T.test("three runs: a column and an A/x ratio for each", function()
+  local out, code = compare(RUNS[1].run, RUNS[2].run, RUNS[1].run, "--json")
+  T.eq(code, 0, out)
+  local j = kh.json.decode(out)
+  out, code = compare(RUNS[1].run, RUNS[2].run, RUNS[1].run)
+  T.eq(code, 0, out)
+  T.match(out, "| task | A speedup | B speedup | C speedup | ratio A/B | ratio A/C |", "one ratio per other run")
+  local row = cells(out, j.runs[1].task_name)
+  T.near(tonumber(row[4]), j.runs[1].best_speedup / j.runs[2].best_speedup, 2e-3)
+  T.eq(row[5], "1.000", "a run against itself")
+end)
+
+T.test("a run with no promotion: its best is the seed, reached at round 0", function()
+  -- run C: one round, whose candidate (the ladder's first step) is slower
+  local e = expected(RUNS[3].run)
+  T.eq(e.last, nil)
+  local out, code = compare(RUNS[1].run, RUNS[3].run, "--json")
+  T.eq(code, 0, out)
+  local c = kh.json.decode(out).runs[2]
+  T.eq(c.accepted, 0)
+  T.eq(c.rounds_to_best, 0)
+  T.near(c.best_speedup, c.baseline, 0)
+  T.ok(c.baseline > 0.9 and c.baseline < 1.1, "the seed is the reference, give or take noise")
+  T.eq(c.usd_per_accepted, nil)
+  out = compare(RUNS[1].run, RUNS[3].run)
+  T.eq(cells(out, "USD per accepted improvement")[2], "-")
+end)
+
+T.test("--task keeps the runs on that task; CSV quotes fields with commas", function()
+  local name = kh.json.decode((compare(RUNS[1].run, RUNS[2].run, "--json"))).runs[1].task_name
+  local out, code = compare(RUNS[1].run, RUNS[2].run, "--task", name, "--json")
+  T.eq(code, 0, out)
+  T.eq(#kh.json.decode(out).runs, 2)
+  out, code = compare(RUNS[1].run, RUNS[2].run, "--task", "task-" .. name, "--json")
+  T.eq(#kh.json.decode(out).runs, 2, "the task's record id works too")
+  local csv = compare(RUNS[1].run, RUNS[2].run, "--csv")
+  local line = csv:match("\nrejected by reason,([^\n]*)")
+  T.ok(line, csv)
+  T.match(line, '^"[^"]*, [^"]*",', "a list of reasons is one quoted CSV field")
+end)
+
+T.test("summarize: compile errors, failed model calls and empty replies are counted apart", function()
+  local db = assert(kh.store.open(T.tmpdir() .. "/s", { nosync = true }))
+  local task = assert(db:put { type = "task", id = "task-synthetic", name = "synthetic" })
+  local run = assert(db:put { type = "run", policy = "handmade", task = task,
+    metrics = { tokens = math.random(10, 999), usd = 0.5, elapsed_s = 3.5 } })
+  local ok, bad = 0, 0
+  local verdicts = {}
+  local n = math.random(2, 5)
+  for i = 1, n do
+    local c = assert(db:put { type = "candidate", id = "candidate-syn" .. i, task = task })
+    -- odd candidates do not compile
+    local st = i % 2 == 1 and "COMPILE_ERROR" or "INCORRECT_NUMERICAL"
+    if st == "COMPILE_ERROR" then bad = bad + 1 else ok = ok + 1 end
+    assert(db:put { type = "evaluation", task = task, candidate = c, run = run, status = st,
+      purpose = "representative:candidate" })
+    verdicts[#verdicts + 1] = { candidate = c, rejected_for = "incorrect" }
+  end
+  verdicts[#verdicts + 1] = { reason = "model call failed: quota" }
+  verdicts[#verdicts + 1] = { reason = "no candidate (empty): nothing" }
+  assert(db:put { type = "round", run = run, index = 1, verdicts = verdicts,
+    state_out = { incumbent = { score = 1.0 }, elapsed_s = 3.5 } })
+  local s = assert(report.summarize(db, run))
+  T.eq(s.candidates, n)
+  T.eq(s.evaluated, n)
+  T.eq(s.compiled, ok)
+  T.eq(s.rejected, n + 2)
+  T.eq(s.rejected_by.compile_error, bad)
+  T.eq(s.rejected_by.incorrect, ok > 0 and ok or nil)
+  T.eq(s.rejected_by.model_failed, 1)
+  T.eq(s.rejected_by.no_candidate, 1)
+  T.eq(s.eval_pass_rate, 0.0)
+  T.eq(s.baseline, nil, "no seed measurements")
+  local nope, msg = report.summarize(db, "run-nothere")
+  T.eq(nope, nil)
+  T.match(msg, "no run run%-nothere")
+  -- the renderers cope with a run that has no figures
+  T.match(report.markdown({ s, s }), "| synthetic | %- | %- | %- |")
+  T.ok(report.svg({ s }):find("</svg>", 1, true))
+  db:close()
+end)
