@@ -22,6 +22,13 @@ kh_engine *kh_lua_engine(lua_State *L);
 /* Push a new table holding fns, each closed over the engine. */
 void kh_lua_newlib(lua_State *L, kh_engine *e, const luaL_Reg *fns);
 
+/* This Lua state's one engine object of a kind (a compiler, an evaluator),
+ * kept in the registry under key and freed by destroy when the state closes.
+ * create makes it on first use; when it fails, this raises with its message.
+ * The pointer stays valid until lua_close. */
+void *kh_lua_singleton(lua_State *L, const void *key,
+                       void *(*create)(kh_engine *e, kh_err *err), void (*destroy)(void *obj));
+
 /* Push nil, err->msg, kh_status_name(err->code); return 3. */
 int kh_lua_fail(lua_State *L, const kh_err *err);
 

@@ -17,42 +17,13 @@
 
 static const char COMPILER_KEY = 'c'; /* registry key: its address */
 
-typedef struct lcompiler {
-    kh_compiler *c;
-} lcompiler;
-
-static int compiler_gc(lua_State *L)
-{
-    lcompiler *lc = luaL_checkudata(L, 1, "kh.Compiler");
-    kh_compile_free(lc->c);
-    lc->c = NULL;
-    return 0;
-}
+static void *compiler_new(kh_engine *e, kh_err *err) { return kh_compile_new(e, err); }
+static void compiler_free(void *c) { kh_compile_free(c); }
 
 /* This state's compiler, made on first use. */
 static kh_compiler *get_compiler(lua_State *L)
 {
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &COMPILER_KEY) == LUA_TUSERDATA) {
-        lcompiler *lc = lua_touserdata(L, -1);
-        lua_pop(L, 1);
-        return lc->c;
-    }
-    lua_pop(L, 1);
-    lcompiler *lc = lua_newuserdatauv(L, sizeof *lc, 0);
-    lc->c = NULL;
-    if (luaL_newmetatable(L, "kh.Compiler")) {
-        lua_pushcfunction(L, compiler_gc);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_setmetatable(L, -2);
-    kh_err err;
-    lc->c = kh_compile_new(kh_lua_engine(L), &err);
-    if (!lc->c) {
-        lua_pop(L, 1);
-        luaL_error(L, "%s", err.msg);
-    }
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &COMPILER_KEY);
-    return lc->c;
+    return kh_lua_singleton(L, &COMPILER_KEY, compiler_new, compiler_free);
 }
 
 /* t[field] as an array of strings, in scratch memory owned by a userdata

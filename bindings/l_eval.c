@@ -18,41 +18,13 @@
 
 static const char EVAL_KEY = 'e'; /* registry key: its address */
 
-typedef struct leval {
-    kh_eval *ev;
-} leval;
+static void *eval_new(kh_engine *e, kh_err *err) { return kh_eval_new(e, NULL, err); }
+static void eval_free(void *ev) { kh_eval_free(ev); }
 
-static int eval_gc(lua_State *L)
-{
-    leval *le = luaL_checkudata(L, 1, "kh.Evaluator");
-    kh_eval_free(le->ev);
-    le->ev = NULL;
-    return 0;
-}
-
+/* This state's evaluator, made on first use. */
 static kh_eval *get_eval(lua_State *L)
 {
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &EVAL_KEY) == LUA_TUSERDATA) {
-        leval *le = lua_touserdata(L, -1);
-        lua_pop(L, 1);
-        return le->ev;
-    }
-    lua_pop(L, 1);
-    leval *le = lua_newuserdatauv(L, sizeof *le, 0);
-    le->ev = NULL;
-    if (luaL_newmetatable(L, "kh.Evaluator")) {
-        lua_pushcfunction(L, eval_gc);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_setmetatable(L, -2);
-    kh_err err;
-    le->ev = kh_eval_new(kh_lua_engine(L), NULL, &err);
-    if (!le->ev) {
-        lua_pop(L, 1);
-        luaL_error(L, "%s", err.msg);
-    }
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &EVAL_KEY);
-    return le->ev;
+    return kh_lua_singleton(L, &EVAL_KEY, eval_new, eval_free);
 }
 
 static int opt_int(lua_State *L, int t, const char *k, int def)

@@ -268,7 +268,7 @@ static kh_status append(kh_bench_result *r, size_t *cap, size_t add, kh_err *err
     return KH_OK;
 }
 
-static void summarize(kh_bench_result *r)
+void kh_bench_summarize(kh_bench_result *r)
 {
     if (!r->n)
         return;
@@ -370,7 +370,7 @@ kh_status kh_bench_run(kh_gpu *g, kh_cupti *c, const kh_bench_target *t,
             if (st)
                 break;
             r->n += batch;
-            summarize(r);
+            kh_bench_summarize(r);
             if (strcmp(r->status, "OK"))
                 break;
             if ((size_t)o->max_iters <= r->n)
@@ -392,7 +392,7 @@ kh_status kh_bench_run(kh_gpu *g, kh_cupti *c, const kh_bench_target *t,
             r->latency_ns = r->median_ns;
     }
     if (!st) {
-        summarize(r);
+        kh_bench_summarize(r);
         if (o->protocol != KH_PROTO_OFFICIAL)
             r->latency_ns = r->median_ns;
         r->sum_kernel_ns = sums ? kh_stat_median(sums, r->n) : 0;

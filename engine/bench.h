@@ -104,6 +104,10 @@ kh_status kh_bench_paired(kh_gpu *g, kh_cupti *c, const kh_bench_target *a,
                           const kh_bench_target *b, int rounds, int block, double margin,
                           uint64_t seed, kh_paired_result *r, kh_err *err);
 
+/* Fill r's median, mean, stdev, min, max, measured time and relative 95%
+ * half-width from r->samples_ns[0..n) (the GPU and host loops share it). */
+void kh_bench_summarize(kh_bench_result *r);
+
 /* Statistics helpers (exposed for tests): median of n values (copies). */
 double kh_stat_median(const double *x, size_t n);
 void kh_stat_mean_sd(const double *x, size_t n, double *mean, double *sd);

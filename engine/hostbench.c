@@ -138,26 +138,6 @@ static kh_status one(run_ctx *c, int flush, int timed, kh_err *err)
     return KH_OK;
 }
 
-static void summarize(kh_bench_result *r)
-{
-    if (!r->n)
-        return;
-    r->median_ns = kh_stat_median(r->samples_ns, r->n);
-    kh_stat_mean_sd(r->samples_ns, r->n, &r->mean_ns, &r->stdev_ns);
-    r->min_ns = r->max_ns = r->samples_ns[0];
-    r->gpu_time_s = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        if (r->samples_ns[i] < r->min_ns)
-            r->min_ns = r->samples_ns[i];
-        if (r->samples_ns[i] > r->max_ns)
-            r->max_ns = r->samples_ns[i];
-        r->gpu_time_s += r->samples_ns[i] * 1e-9;
-    }
-    r->rel_ci = r->n > 1 && r->mean_ns > 0
-                    ? 1.96 * r->stdev_ns / sqrt((double)r->n) / r->mean_ns
-                    : INFINITY;
-}
-
 kh_status kh_hostbench_run(kh_engine *e, const kh_hostbench_target *t, const kh_bench_opts *o,
                            kh_bench_result *r, kh_err *err)
 {
@@ -195,7 +175,7 @@ kh_status kh_hostbench_run(kh_engine *e, const kh_hostbench_target *t, const kh_
             r->latency_ns = lat_sum / r->trials;
             r->window_latency_ns = r->latency_ns; /* one clock: no second method */
         }
-        summarize(r);
+        kh_bench_summarize(r);
     } else {
         if (t->trial && (st = t->trial(t->ctx, 0, err)))
             return st;
@@ -209,7 +189,7 @@ kh_status kh_hostbench_run(kh_engine *e, const kh_hostbench_target *t, const kh_
                 st = one(&c, cold, 1, err);
             if (st)
                 break;
-            summarize(r);
+            kh_bench_summarize(r);
             if (o->protocol == KH_PROTO_SCREEN) {
                 if (r->n >= 10 && r->rel_ci <= o->rel_ci)
                     break;
@@ -221,7 +201,7 @@ kh_status kh_hostbench_run(kh_engine *e, const kh_hostbench_target *t, const kh_
                     break;
             }
         }
-        summarize(r);
+        kh_bench_summarize(r);
         r->latency_ns = r->median_ns;
         r->trial_median_ns[0] = r->median_ns;
     }
