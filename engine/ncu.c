@@ -418,7 +418,10 @@ kh_status kh_ncu_run(const kh_ncu_opts *o, json_t **result, kh_err *err)
         free(ncu);
         return st;
     }
-    const char *argv2[] = {ncu, "--import", rep, "--csv", "--page", "raw", NULL};
+    /* Base units (nsecond, byte): ncu's automatic scaling prints whatever
+     * reads best, and a unit the table above misses would be read as ns. */
+    const char *argv2[] = {ncu,       "--import", rep, "--csv", "--page", "raw",
+                           "--print-units", "base", NULL};
     st = kh_proc_run((char *const *)argv2, timeout, 256u << 20, &res, err);
     free(ncu);
     if (st)

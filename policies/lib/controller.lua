@@ -197,6 +197,35 @@ local function bottleneck(ctx, st)
     ctx.peaks)
 end
 
+-- ---- profiler evidence ----------------------------------------------------------------
+
+-- The incumbent's bottleneck state from the profiler (CUDA tasks): on the
+-- workload where it spends longest, recorded in the store and linked from
+-- the incumbent.  Where there is no profiler (no GPU, no counters) the state
+-- says why and the run goes on with timings alone.
+local function profile_incumbent(db, ctx, inc)
+  if ctx.task.backend ~= "cuda" or ctx.cfg.profile == false or not ev.profile_available() then
+    return
+  end
+  local wl, worst = nil, -1
+  for u, l in pairs(inc.latency or {}) do
+    if l > worst or (l == worst and u < wl) then wl, worst = u, l end
+  end
+  local rep, msg = ev.profile(ctx.task.path, inc.solution,
+    { workload = wl, store = db, seed = ctx.cfg.gate.seed or 1 })
+  if not rep then
+    inc.counters, inc.profile_error = nil, tostring(msg)
+    say(ctx.cfg, "profiler: %s (the state goes on timings alone)", tostring(msg))
+    return
+  end
+  inc.counters = dirs.counters_from_profile(rep.state)
+  inc.profile, inc.profile_workload = rep.store_id, wl
+  inc.profile_error = not inc.counters and tostring(rep.why or "no counters") or nil
+  say(ctx.cfg, "profiler: %s on %s: %s", inc.name, tostring(wl),
+    tostring(rep.signature or inc.profile_error))
+end
+M.profile_incumbent = profile_incumbent
+
 -- What a policy sees.
 local function make_view(ctx, st)
   local inc = st.incumbent
@@ -406,6 +435,7 @@ local function round(db, ctx, policy, st)
     decision.promoted, decision.promotion, decision.reason = best.probe.candidate, pid, v.reason
     st.incumbent = { name = best.sol.name, candidate = best.probe.candidate, solution = best.sol,
       latency = lat, reference_latency = ref, score = v.score }
+    profile_incumbent(db, ctx, st.incumbent)
     st.accepted = st.accepted + 1
     st.since_improvement = 0
   else
@@ -499,6 +529,7 @@ local function initial_state(db, ctx, policy)
     memory = {}, family = 1, direction = nil, excluded = {}, n = ctx.cfg.n, add_reference = false,
     since_improvement = 0, calls = {}, tokens = 0, usd = 0, usd_unknown = 0, candidates = 0,
     accepted = 0, elapsed_s = 0, policy = {} }
+  profile_incumbent(db, ctx, st.incumbent)
   if policy.init then policy.init(st.policy, ctx) end
   return st
 end

@@ -98,6 +98,42 @@ function M.run(task_path, solution, opts)
   return r, msg, code
 end
 
+-- The profiler for a candidate on one workload: kh.profile.run on the
+-- solution (a table goes through the same scratch folder as ev.run).
+-- opts: workload (uuid), store (a kh.Store to record the profile in), seed.
+-- Returns kh.profile.run's report (state, signature, kernels, store_id), or
+-- nil, msg, code.  ev.use_profile(fn) replaces it for tests.
+local profile_override = nil
+
+function M.use_profile(fn)
+  assert(fn == nil or type(fn) == "function", "evaluate.use_profile expects a function or nil")
+  profile_override = fn
+end
+
+function M.profile_available()
+  return profile_override ~= nil or (kh.profile ~= nil and kh.profile.run ~= nil)
+end
+
+function M.profile(task_path, solution, opts)
+  if profile_override then return profile_override(task_path, solution, opts) end
+  if not M.profile_available() then
+    return nil, "kh.profile is not in this build", "EUNSUPPORTED"
+  end
+  local args = { task_path = task_path, workload = opts and opts.workload,
+    seed = opts and opts.seed, store = opts and opts.store }
+  if type(solution) ~= "table" then
+    args.solution = solution
+    return kh.profile.run(args)
+  end
+  local path, cleanup, ecode = scratch(task_path, solution)
+  if not path then return nil, cleanup, ecode end
+  args.solution = path
+  local ok, r, msg, code = pcall(kh.profile.run, args)
+  cleanup()
+  if not ok then return nil, tostring(r), "EINVAL" end
+  return r, msg, code
+end
+
 -- A short view of traces: {ok = all PASSED, passed, total, failed = {status, check,
 -- workload}, by_uuid = {[uuid] = {status, latency_ms, reference_latency_ms}}}.
 function M.summary(traces)

@@ -193,10 +193,16 @@ static void test_copy_is_memory_bound_and_ncu_agrees(void **state)
         fail_msg("ncu: %s", json_string_value(json_object_get(n, "error")));
     const json_t *nk = json_array_get(json_object_get(n, "kernels"), 0);
     double delta = json_number_value(json_array_get(json_object_get(n, "dram_pct_delta"), 0));
-    row("ncu copy: dram %.1f%% (%+.1f points vs in-process), %s\n",
-        num(json_object_get(nk, "state"), "dram_pct"), delta,
-        json_string_value(json_object_get(json_object_get(nk, "state"), "signature")));
+    const json_t *ns = json_object_get(nk, "state");
+    row("ncu copy: dram %.1f%% (%+.1f points vs in-process), %.1f us (in-process %.1f us), %s\n",
+        num(ns, "dram_pct"), delta, num(ns, "time_ns") / 1e3, num(s, "time_ns") / 1e3,
+        json_string_value(json_object_get(ns, "signature")));
     assert_true(fabs(delta) <= 5.0);
+    /* the same kernel: ncu's time and the speed-of-light fraction agree
+     * with the in-process tier's (units normalized right) */
+    assert_true(num(ns, "time_ns") > 0.8 * num(s, "time_ns") &&
+                num(ns, "time_ns") < 1.25 * num(s, "time_ns"));
+    assert_true(fabs(num(ns, "sol_fraction") - num(s, "sol_fraction")) < 0.2);
     json_decref(rep);
 }
 

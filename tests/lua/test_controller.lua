@@ -211,6 +211,49 @@ T.test("full_agent sees the definition and its last score only", function()
   T.ok(not p2:find("Bottleneck", 1, true) and not p2:find("<skill", 1, true))
 end)
 
+T.test("a CUDA incumbent is profiled on its slowest workload and the state reaches the view", function()
+  local dir = T.tmpdir()
+  local db <close> = assert(kh.store.open(dir .. "/store", { nosync = true }))
+  local seen
+  ev.use_profile(function(task_path, sol, opts)
+    seen = { task = task_path, sol = sol, opts = opts }
+    local dram = 60 + math.random() * 30
+    return { counters = true, state = { counters = true, kind = "memory-bound", dram_pct = dram,
+      sm_pct = 10, reread = 1.0, sol_fraction = dram / 100 }, signature = "memory-bound dram",
+      store_id = "profile-TEST" }
+  end)
+  local lines = {}
+  local ctx = { task = { backend = "cuda", path = TASK, workloads = {} },
+    cfg = { gate = { seed = 3 }, out = function(l) lines[#lines + 1] = l end } }
+  local a, b = math.random(), math.random()
+  local inc = { name = "inc", solution = { name = "inc" }, latency = { u1 = a, u2 = a + b } }
+  ctl.profile_incumbent(db, ctx, inc)
+  T.eq(seen.opts.workload, "u2", "the slowest workload")
+  T.eq(seen.opts.store, db)
+  T.eq(seen.sol, inc.solution)
+  T.eq(inc.counters.bound, "memory")
+  T.eq(inc.profile, "profile-TEST")
+  T.match(lines[1], "memory%-bound")
+  local view = ctl.make_view(ctx, { incumbent = inc, memory = {}, excluded = {} })
+  T.eq(view.state.counters.bound, "memory", "the view's bottleneck state carries the counters")
+  T.eq(view.state.counters.dram_pct, inc.counters.dram_pct)
+  local d = require("lib.directions").pick(view.state)
+  T.ok(d, "a direction applies to the profiled state")
+  -- a profiler that cannot run: the state says why, the run goes on
+  ev.use_profile(function() return nil, "no GPU on this machine", "ENODEV" end)
+  ctl.profile_incumbent(db, ctx, inc)
+  ev.use_profile(nil)
+  T.eq(inc.counters, nil)
+  T.match(inc.profile_error, "no GPU")
+  -- the host backend is never profiled
+  local called = false
+  ev.use_profile(function() called = true end)
+  ctx.task.backend = "host"
+  ctl.profile_incumbent(db, ctx, inc)
+  ev.use_profile(nil)
+  T.ok(not called, "host tasks are not profiled")
+end)
+
 T.test("the paired gate: bootstrap bounds and decisions on random latencies", function()
   local rand = stats.rng(math.random(1, 1 << 30))
   for i = 1, 6 do

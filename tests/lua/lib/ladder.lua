@@ -66,6 +66,8 @@ function L.scratch_package(p, sols)
   assert(os.execute("mkdir -p " .. T.quote(dir .. "/solutions")))
   assert(os.execute("cp " .. T.quote(p .. "/definition.json") .. " " .. T.quote(p) .. "/*.jsonl " .. T.quote(dir)))
   assert(os.execute("cp " .. T.quote(p) .. "/solutions/*.json " .. T.quote(dir .. "/solutions/")))
+  -- Workloads name their safetensors inputs relative to the package.
+  os.execute("[ -d " .. T.quote(p .. "/blob") .. " ] && ln -s \"$(cd " .. T.quote(p) .. " && pwd)/blob\" " .. T.quote(dir .. "/blob"))
   for _, s in ipairs(sols) do
     T.write(dir .. "/solutions/" .. s.name .. ".json", kh.json.encode(s))
   end
