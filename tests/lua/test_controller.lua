@@ -211,7 +211,7 @@ T.test("full_agent sees the definition and its last score only", function()
   T.ok(not p2:find("Bottleneck", 1, true) and not p2:find("<skill", 1, true))
 end)
 
-T.test("a CUDA incumbent is profiled on its slowest workload and the state reaches the view", function()
+T.test("a CUDA incumbent is profiled on its slowest workload and its counters make the state", function()
   local dir = T.tmpdir()
   local db <close> = assert(kh.store.open(dir .. "/store", { nosync = true }))
   local seen
@@ -226,7 +226,8 @@ T.test("a CUDA incumbent is profiled on its slowest workload and the state reach
   local ctx = { task = { backend = "cuda", path = TASK, workloads = {} },
     cfg = { gate = { seed = 3 }, out = function(l) lines[#lines + 1] = l end } }
   local a, b = math.random(), math.random()
-  local inc = { name = "inc", solution = { name = "inc" }, latency = { u1 = a, u2 = a + b } }
+  local inc = { name = "inc", solution = { name = "inc", spec = { khlua = {} } }, latency = { u1 = a, u2 = a + b },
+    reference_latency = {} }
   ctl.profile_incumbent(db, ctx, inc)
   T.eq(seen.opts.workload, "u2", "the slowest workload")
   T.eq(seen.opts.store, db)
@@ -234,10 +235,12 @@ T.test("a CUDA incumbent is profiled on its slowest workload and the state reach
   T.eq(inc.counters.bound, "memory")
   T.eq(inc.profile, "profile-TEST")
   T.match(lines[1], "memory%-bound")
-  local view = ctl.make_view(ctx, { incumbent = inc, memory = {}, excluded = {} })
-  T.eq(view.state.counters.bound, "memory", "the view's bottleneck state carries the counters")
-  T.eq(view.state.counters.dram_pct, inc.counters.dram_pct)
-  local d = require("lib.directions").pick(view.state)
+  -- what make_view hands a policy: dirs.state over the incumbent's counters
+  local dirs = require "lib.directions"
+  local state = dirs.state("cuda", {}, inc.latency, inc.counters)
+  T.eq(state.counters.bound, "memory", "the bottleneck state carries the counters")
+  T.eq(state.counters.dram_pct, inc.counters.dram_pct)
+  local d = dirs.pick(state)
   T.ok(d, "a direction applies to the profiled state")
   -- a profiler that cannot run: the state says why, the run goes on
   ev.use_profile(function() return nil, "no GPU on this machine", "ENODEV" end)
