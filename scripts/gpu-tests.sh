@@ -3,7 +3,9 @@
 # on a GPU machine, and print a short table.  Usage, from the repository root:
 #   bash scripts/gpu-tests.sh [BUILD_DIR]        (default build-portable)
 # Runs tests/c/test_gpu_* binaries and tests/lua/gpu_*.lua; exit 1 if any failed.
-# KH_GPU_SKIP="gpu_kernels ..." leaves the named Lua tests out (long ones).
+# KH_GPU_SKIP="gpu_kernels test_gpu_timing ..." leaves the named tests out (long ones);
+# KH_GPU_ONLY="..." runs only the named ones; KH_GPU_TEST_TIMEOUT (s, default 450)
+# bounds each test.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-portable}
@@ -17,7 +19,7 @@ rows=()
 run_one() {
   local name=$1; shift
   local t0=$(date +%s.%N)
-  "$@" >>"$log" 2>&1
+  timeout -k 5 "${KH_GPU_TEST_TIMEOUT:-450}" "$@" >>"$log" 2>&1
   local rc=$?
   local dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{print b-a}')
   local res
@@ -26,18 +28,23 @@ run_one() {
     77) res=skipped; skip=$((skip+1));;
     *) res="FAILED($rc)"; fail=$((fail+1));;
   esac
+  [ $rc -eq 124 ] && res="TIMEOUT"
   rows+=("$(printf '%-32s %-12s %8.2f s' "$name" "$res" "$dt")")
+  echo "${rows[-1]}"   # as it goes: a run cut short still shows what finished
 }
 echo "== khlua doctor" | tee -a "$log"
 "$build/khlua" doctor | tee -a "$log"
 for t in "$build"/tests/test_gpu_*; do
   [ -x "$t" ] || continue
   echo "== $t" >>"$log"
+  case " ${KH_GPU_SKIP:-} " in *" $(basename "$t") "*) continue;; esac
+  [ -n "${KH_GPU_ONLY:-}" ] && case " $KH_GPU_ONLY " in *" $(basename "$t") "*) ;; *) continue;; esac
   run_one "$(basename "$t")" "$t"
 done
 for t in "$root"/tests/lua/gpu_*.lua; do
   [ -f "$t" ] || continue
   case " ${KH_GPU_SKIP:-} " in *" $(basename "$t" .lua) "*) continue;; esac
+  [ -n "${KH_GPU_ONLY:-}" ] && case " $KH_GPU_ONLY " in *" $(basename "$t" .lua) "*) ;; *) continue;; esac
   echo "== $t" >>"$log"
   run_one "$(basename "$t" .lua)" "$build/khlua" "$root/tests/lua/run.lua" "$t"
 done

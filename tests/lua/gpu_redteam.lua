@@ -51,6 +51,8 @@ for _, name in ipairs(names) do
     local by = caught_by(e):gsub("\n", " ")
     rows[#rows + 1] = string.format("%-26s %-20s %-28s %6.2f s", name, tostring(e.status),
       tostring(by):sub(1, 28), dt)
+    io.write("# ", rows[#rows], "\n")
+    io.flush()
     T.eq(e.status, want.status, name .. " (" .. tostring(by) .. ")")
     if want.caught_by and want.caught_by ~= kh.json.null then
       local ok = false
