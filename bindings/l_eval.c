@@ -92,6 +92,28 @@ static const char *opt_workloads(lua_State *L, int t)
     return lua_tostring(L, -1);
 }
 
+/* Every option kh.eval reads: a key outside this list is a typo that would
+ * otherwise be ignored in silence (a `deadline` meant as `deadline_s`). */
+static const char *const eval_keys[] = {
+    "protocol", "timing", "parity", "trials", "seed", "warmup", "iters", "timing_trials",
+    "max_iters", "timing_timeout_s", "rotate_inputs", "verify_timed_fraction", "cold",
+    "deterministic", "deadline_s", "atol", "rtol", "required_matched_ratio",
+    "time_reference", "host_memory_bytes", "record", "store", "workloads", NULL};
+
+static void check_keys(lua_State *L, int t)
+{
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        int known = 0;
+        if (lua_type(L, -1) == LUA_TSTRING)
+            for (size_t i = 0; eval_keys[i] && !known; i++)
+                known = !strcmp(lua_tostring(L, -1), eval_keys[i]);
+        if (!known)
+            luaL_error(L, "kh.eval: unknown option '%s'", luaL_tolstring(L, -1, NULL));
+    }
+}
+
 static int l_run(lua_State *L)
 {
     const char *task = luaL_checkstring(L, 1);
@@ -101,6 +123,7 @@ static int l_run(lua_State *L)
     if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
         int t = 3;
+        check_keys(L, t);
         lua_getfield(L, t, "protocol"); /* anchored by the table */
         if (!lua_isnil(L, -1))
             o.protocol = luaL_checkstring(L, -1);

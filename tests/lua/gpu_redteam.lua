@@ -19,7 +19,7 @@ local function run(name)
   local t0 = kh.time.now()
   local tr, msg, code = kh.eval(PKG, name, {
     seed = math.random(1, 1 << 40), warmup = 2, iters = 20, record = false,
-    verify_timed_fraction = 0.5, deadline = 10,
+    verify_timed_fraction = 0.5, deadline_s = 10,
   })
   local dt = kh.time.now() - t0
   if not tr then return { status = "ERROR " .. tostring(code), detail = msg }, dt end

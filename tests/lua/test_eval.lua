@@ -139,6 +139,7 @@ T.test("could not run: nil, msg, code; misuse raises", function()
   T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", 5) end, "bad argument")
   T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", { trials = "many" }) end, "trials")
   T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", { workloads = { 1 } }) end, "uuid")
+  T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", { deadline = 10 }) end, "unknown option .deadline.")
   T.eq(kh.eval.run, kh.eval.run) -- kh.eval.run is the same call
 end)
 
