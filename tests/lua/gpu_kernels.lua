@@ -79,3 +79,25 @@ T.test("CUDA replay candidates get the verdicts their ladders promise", function
   end
   T.ok(n >= 1, "no CUDA ladder")
 end)
+
+-- Trusted shared objects (backend cuda_so: the GEMM package's cuBLAS anchor),
+-- built by nvcc -shared and called by the gpu worker: PASSED on a few
+-- workloads, against the package's CUDA reference.
+T.test("trusted shared objects (the cuBLAS anchor) PASS", function()
+  local n = 0
+  for _, pk in ipairs(PKGS) do
+    for _, f in ipairs(L.lines("ls " .. T.quote(pk.dir) .. "/solutions/*.json")) do
+      local s = L.decode_file(f)
+      if s.spec.khlua and s.spec.khlua.backend == "cuda_so" then
+        n = n + 1
+        local traces, msg = L.eval(pk.dir, s.name, { timing = false, record = false, workloads = "3" })
+        T.ok(traces, pk.dir .. " " .. s.name .. ": " .. tostring(msg))
+        for _, tr in ipairs(traces or {}) do
+          T.eq(tr.evaluation.status, "PASSED", s.name .. " " .. tr.workload.uuid .. ": " ..
+               tostring(tr.evaluation.khlua and tr.evaluation.khlua.detail))
+        end
+      end
+    end
+  end
+  T.ok(n >= 1, "no cuda_so solution (kernels/gemm_n4096_k4096 has the cuBLAS anchor)")
+end)
