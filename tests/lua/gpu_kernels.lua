@@ -73,8 +73,14 @@ T.test("CUDA replay candidates get the verdicts their ladders promise", function
     local f = io.open(pk.dir .. "/replay/ladder.jsonl", "r")
     if f then
       f:close()
-      n = n + 1
-      L.check_verdicts(pk.dir, 3)
+      local missing = absent_blob(pk.dir)
+      if missing then
+        io.write("# ladder not evaluated: ", pk.def.name, ": no blob ", missing,
+                 " (python3 kernels/make_blobs.py)\n")
+      else
+        n = n + 1
+        L.check_verdicts(pk.dir, 3)
+      end
     end
   end
   T.ok(n >= 1, "no CUDA ladder")
