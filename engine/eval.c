@@ -468,13 +468,21 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
         snprintf(sopath, sizeof sopath, "%s/candidate.so", dir);
         if (!st) {
             kh_hostcc_result res;
-            char inc[4200], libs[16][140];
+            char inc[4200], libs[16][140], rpath[4200];
             snprintf(inc, sizeof inc, "-I%s", dir);
-            const char *flags[18] = {inc, "-lm"};
+            const char *flags[19] = {inc, "-lm"};
             size_t nf = 2;
             for (size_t l = 0; so && l < man->nlink && l < 16; l++) {
                 snprintf(libs[l], sizeof libs[l], "-l%s", man->link[l]);
                 flags[nf++] = libs[l];
+            }
+            if (so && man->nlink) {
+                /* the toolkit's libraries (libcublas) found at load time without
+                 * LD_LIBRARY_PATH in the gpu worker */
+                const char *home = kh_engine_cuda_home(ev->e);
+                snprintf(rpath, sizeof rpath, "-Xlinker=-rpath,%s/lib64",
+                         home && *home ? home : "/usr/local/cuda");
+                flags[nf++] = rpath;
             }
             kh_status bs = kh_hostcc_build(ev->e, so ? KH_HOSTCC_NVCC_SO : KH_HOSTCC_CC_SO, entry,
                                            sopath, NULL, flags, nf, 120, &res, err);

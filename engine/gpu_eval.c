@@ -444,6 +444,11 @@ static kh_status so_load(ev_run *r, const unsigned char *img, size_t n, const js
         const char *key;
         json_t *val;
         int ok = json_object_size(a) == 1, k = -1;
+        if (x->nargs >= SO_MAX_INT + SO_MAX_FP) {
+            so_unload(x);
+            return kh_err_set(err, KH_EUNSUPPORTED, "entry: more than %d arguments",
+                              SO_MAX_INT + SO_MAX_FP);
+        }
         json_object_foreach(a, key, val) {
             if (!strcmp(key, "tensor") && json_is_string(val)) {
                 for (size_t t = 0; t < r->nt; t++)

@@ -77,3 +77,33 @@ T.test("kh.eval refuses a cuda_so Solution given as a file (host code from outsi
   T.match(msg, "package's own solutions")
 end)
 
+
+-- The build: nvcc -shared with -l<lib>.  Made the reference of a copy of the
+-- GEMM package, the cuBLAS anchor is built before any worker starts: without
+-- a GPU the evaluation then stops at the worker, not at the build; a broken
+-- source stops at the build, with nvcc's log.  (On a GPU machine the whole
+-- path runs in gpu_kernels.lua.)
+T.test("a cuda_so solution builds with nvcc -shared -lcublas; a broken one says so", function()
+  if not kh.eval then T.skip("kh.eval is not in this build") end
+  if #kh.doctor().gpus > 0 then T.skip("a GPU is here: gpu_kernels.lua runs the anchor") end
+  if not os.execute("command -v nvcc >/dev/null 2>&1 || test -x /usr/local/cuda/bin/nvcc") then
+    T.skip("no nvcc")
+  end
+  local d = T.tmpdir()
+  os.execute("cp -r " .. T.quote(SRC .. "/kernels/gemm_n4096_k4096") .. "/. " .. T.quote(d))
+  local def = kh.json.decode(T.read(d .. "/definition.json"))
+  def.khlua.reference = "gemm_n4096_k4096_cublas"
+  T.write(d .. "/definition.json", kh.json.encode(def))
+  local traces, msg = kh.eval(d, "gemm_n4096_k4096_mma_v1", { timing = false, record = false, workloads = "1" })
+  T.eq(traces, nil)
+  T.ok(not tostring(msg):match("does not build"), msg)
+  T.match(msg, "gemm_n4096_k4096_cublas")
+  local sp = d .. "/solutions/gemm_n4096_k4096_cublas.json"
+  local s = kh.json.decode(T.read(sp))
+  s.sources[1].content = s.sources[1].content:gsub("cublasSetStream%(", "cublasSetStreamX(")
+  T.write(sp, kh.json.encode(s))
+  traces, msg = kh.eval(d, "gemm_n4096_k4096_mma_v1", { timing = false, record = false, workloads = "1" })
+  T.eq(traces, nil)
+  T.match(msg, "does not build")
+  T.match(msg, "cublasSetStreamX")
+end)
