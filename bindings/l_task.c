@@ -441,7 +441,7 @@ static int l_set_solutions(lua_State *L)
         lua_pushboolean(L, x->manifest != NULL);
         lua_setfield(L, -2, "candidate");
         if (x->manifest) {
-            lua_pushstring(L, x->manifest->host ? "host" : "cuda");
+            lua_pushstring(L, x->manifest->host ? "host" : x->manifest->so ? "cuda_so" : "cuda");
             lua_setfield(L, -2, "backend");
         }
         kh_lua_push_json(L, x->json);
@@ -567,7 +567,7 @@ static int l_set_launches(lua_State *L)
     if (kh_task_manifest_resolve(sol, axes, dims, ws, &err))
         return kh_lua_fail(L, &err);
     lua_createtable(L, 0, 5);
-    lua_pushstring(L, m->host ? "host" : "cuda");
+    lua_pushstring(L, m->host ? "host" : m->so ? "cuda_so" : "cuda");
     lua_setfield(L, -2, "backend");
     lua_createtable(L, (int)m->nworkspace, 0);
     for (size_t i = 0; i < m->nworkspace; i++) {
@@ -581,7 +581,7 @@ static int l_set_launches(lua_State *L)
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
     lua_setfield(L, -2, "workspace");
-    if (m->host) {
+    if (m->host || m->so) {
         lua_pushstring(L, m->function);
         lua_setfield(L, -2, "function");
         push_args(L, sol->def, axes, m->args, m->nargs);

@@ -41,7 +41,8 @@
 typedef struct art {
     struct art *next;
     char key[33];       /* source hash (kind, paths, contents) */
-    int host;           /* 1: shared object, 0: cubin */
+    int host;           /* 1: shared object for the host worker, 0: cubin */
+    int so;             /* 1: trusted nvcc shared object for the gpu worker (cuda_so) */
     int ok;
     unsigned char *bytes;
     size_t len;
@@ -349,6 +350,7 @@ static kh_pool *pool_for(kh_eval *ev, int host, uint64_t mem, kh_err *err)
 
 /* ---- building ------------------------------------------------------------- */
 static int is_host(const kh_task_solution *sol) { return sol->manifest && sol->manifest->host; }
+static int is_so(const kh_task_solution *sol) { return sol->manifest && sol->manifest->so; }
 
 static kh_status write_whole(const char *path, const void *d, size_t n, kh_err *err)
 {
@@ -397,13 +399,17 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
                        kh_err *err)
 {
     json_t *srcs = json_object_get(sol->json, "sources");
-    int host = is_host(sol);
+    int host = is_host(sol), so = is_so(sol);
+    const kh_task_manifest *man = sol->manifest;
     /* key: backend, trust, then every (path, content) */
     XXH3_state_t *hs = XXH3_createState();
     if (!hs)
         return kh_err_set(err, KH_ENOMEM, "out of memory");
     XXH3_128bits_reset(hs);
-    XXH3_128bits_update(hs, host ? "so" : "cubin", host ? 3 : 6);
+    const char *kind = host ? "so" : so ? "cuda_so" : "cubin";
+    XXH3_128bits_update(hs, kind, strlen(kind) + 1);
+    for (size_t l = 0; so && l < man->nlink; l++) /* -lcublas or not: another binary */
+        XXH3_128bits_update(hs, man->link[l], strlen(man->link[l]) + 1);
     XXH3_128bits_update(hs, trusted ? "T" : "U", 1);
     size_t i;
     json_t *s;
@@ -429,8 +435,11 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
         return kh_err_set(err, KH_ENOMEM, "out of memory");
     memcpy(a->key, key, 33);
     a->host = host;
+    a->so = so;
     kh_status st = KH_OK;
-    if (host) {
+    if (host || so) {
+        /* host: cc; cuda_so: the trusted nvcc path (a package's own solution,
+         * checked in kh_eval_run), linked with the manifest's libraries */
         const char *tmp = getenv("TMPDIR");
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/khlua-build-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -438,7 +447,7 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
             free(a);
             return kh_err_set(err, KH_EIO, "mkdtemp: %s", strerror(errno));
         }
-        char path[4600], so[4600], entry[4600] = "";
+        char path[4600], sopath[4600], entry[4600] = "";
         json_array_foreach(srcs, i, s) {
             const char *p = json_string_value(json_object_get(s, "path"));
             const char *c = json_string_value(json_object_get(s, "content"));
@@ -456,16 +465,29 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
         if (!st && !entry[0])
             st = kh_err_set(err, KH_EINVAL, "entry file '%s' is not among the sources",
                             sol->entry_file ? sol->entry_file : "?");
-        snprintf(so, sizeof so, "%s/candidate.so", dir);
+        snprintf(sopath, sizeof sopath, "%s/candidate.so", dir);
         if (!st) {
             kh_hostcc_result res;
-            char inc[4200];
+            char inc[4200], libs[16][140], rpath[4200];
             snprintf(inc, sizeof inc, "-I%s", dir);
-            const char *flags[] = {inc, "-lm"};
-            kh_status bs = kh_hostcc_build(ev->e, KH_HOSTCC_CC_SO, entry, so, NULL, flags, 2, 120,
-                                           &res, err);
+            const char *flags[19] = {inc, "-lm"};
+            size_t nf = 2;
+            for (size_t l = 0; so && l < man->nlink && l < 16; l++) {
+                snprintf(libs[l], sizeof libs[l], "-l%s", man->link[l]);
+                flags[nf++] = libs[l];
+            }
+            if (so && man->nlink) {
+                /* the toolkit's libraries (libcublas) found at load time without
+                 * LD_LIBRARY_PATH in the gpu worker */
+                const char *home = kh_engine_cuda_home(ev->e);
+                snprintf(rpath, sizeof rpath, "-Xlinker=-rpath,%s/lib64",
+                         home && *home ? home : "/usr/local/cuda");
+                flags[nf++] = rpath;
+            }
+            kh_status bs = kh_hostcc_build(ev->e, so ? KH_HOSTCC_NVCC_SO : KH_HOSTCC_CC_SO, entry,
+                                           sopath, NULL, flags, nf, 120, &res, err);
             if (bs == KH_OK) {
-                st = read_whole(so, &a->bytes, &a->len, err);
+                st = read_whole(sopath, &a->bytes, &a->len, err);
                 a->ok = st == KH_OK;
             } else if (bs == KH_ECOMPILE || bs == KH_ETIMEOUT) {
                 a->log = dupstr(res.log && *res.log ? res.log : err->msg);
@@ -483,7 +505,7 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
                 unlink(path);
             }
         }
-        unlink(so);
+        unlink(sopath);
         rmdir(dir);
     } else {
         const char *src = NULL;
@@ -698,7 +720,8 @@ static kh_status make_request(wctx *c, const kh_task_solution *sol, const art *a
         return st;
     json_t *p = json_object(), *tensors = json_array(), *args;
     json_object_set_new(p, "artifact",
-                        json_pack("{s:s, s:s, s:[I, I]}", "kind", a->host ? "so" : "cubin", "key",
+                        json_pack("{s:s, s:s, s:[I, I]}", "kind", a->host || a->so ? "so" : "cubin",
+                                  "key",
                                   a->hash, "payload", (json_int_t)0, (json_int_t)a->len));
     json_object_set_new(p, "tensors", tensors);
     for (size_t i = 0; i < c->d->ninputs && !st; i++) {
@@ -721,7 +744,8 @@ static kh_status make_request(wctx *c, const kh_task_solution *sol, const art *a
                                                  m->workspace[i].name, "role", "workspace",
                                                  "bytes", (json_int_t)ws[i], "zero",
                                                  m->workspace[i].zero));
-    if (m->host) {
+    if (m->host || m->so) {
+        /* one C entry; for cuda_so the gpu worker appends its stream */
         args = json_array();
         for (size_t i = 0; i < m->nargs && !st; i++) {
             json_t *v = NULL;
@@ -1211,7 +1235,8 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     json_object_set_new(kl, "seeds", seeds);
     json_object_set_new(kl, "protocol", json_string(o->timing ? o->protocol : "none"));
     json_object_set_new(kl, "parity", json_boolean(o->parity));
-    json_object_set_new(kl, "backend", json_string(is_host(sol) ? "host" : "cuda"));
+    json_object_set_new(kl, "backend",
+                        json_string(is_host(sol) ? "host" : is_so(sol) ? "cuda_so" : "cuda"));
     json_object_set_new(kl, "evaluator", json_string(kh_check_evaluator_name(c->evaluator)));
 
     if ((st = build(c->ev, sol, 0, &a, err)))
@@ -1635,6 +1660,16 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
                         "solution '%s' has no khlua manifest (spec.khlua): khlua runs candidates "
                         "with a launch manifest, not Python or host code that launches itself",
                         sol->name);
+        goto out;
+    }
+    if (sol->manifest->so && S) {
+        /* host code in the gpu worker: only a package's own solutions (people's
+         * code, e.g. a cuBLAS anchor), never a Solution file, which is how
+         * candidates arrive (policies/lib/evaluate.lua) */
+        st = kh_err_set(err, KH_EUNSUPPORTED,
+                        "solution '%s' is a cuda_so shared object (host code): khlua runs those "
+                        "only from the task package's own solutions, not from a Solution file",
+                        sol->name ? sol->name : "?");
         goto out;
     }
     if (!d->reference) {

@@ -115,6 +115,10 @@ kh_status kh_profile_task_spec(const kh_task_def *d, const kh_task_solution *sol
     if (m->host)
         return kh_err_set(err, KH_EUNSUPPORTED, "solution '%s' is a host candidate: the "
                           "profiler profiles CUDA kernels", sol->name ? sol->name : "?");
+    if (m->so)
+        return kh_err_set(err, KH_EUNSUPPORTED, "solution '%s' is a trusted shared object "
+                          "(cuda_so): the profiler replays launch manifests",
+                          sol->name ? sol->name : "?");
     if (!w->axes_ok)
         return kh_err_set(err, KH_EINVAL, "workload '%s' does not give every axis a value",
                           w->uuid ? w->uuid : "?");

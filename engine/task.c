@@ -1077,6 +1077,9 @@ static void manifest_free(kh_task_manifest *m)
     free(m->workspace);
     args_free(m->args, m->nargs);
     free(m->function);
+    for (size_t i = 0; i < m->nlink; i++)
+        free(m->link[i]);
+    free(m->link);
     free(m);
 }
 
@@ -1273,17 +1276,19 @@ static kh_task_manifest *parse_manifest(vctx *v, kh_task_solution *s, json_t *k)
     if (!m)
         return NULL;
     vpush(v, "khlua");
-    static const char *const known[] = {"backend", "launches", "workspace", "function", "args"};
+    static const char *const known[] = {"backend", "launches", "workspace", "function", "args",
+                                        "link"};
     check_known_keys(v, k, known, KH_ARRAY_LEN(known), KH_TASK_ERROR,
-                     "expected backend, launches, workspace, function or args");
+                     "expected backend, launches, workspace, function, args or link");
     const char *backend = get_str(v, k, "backend", 0, 1);
     if (!backend)
         backend = s->language && !strcmp(s->language, "cpp") ? "host" : "cuda";
-    if (strcmp(backend, "cuda") && strcmp(backend, "host")) {
-        VERR(v, "backend", "expected \"cuda\" or \"host\", got \"%s\"", backend);
+    if (strcmp(backend, "cuda") && strcmp(backend, "host") && strcmp(backend, "cuda_so")) {
+        VERR(v, "backend", "expected \"cuda\", \"host\" or \"cuda_so\", got \"%s\"", backend);
         backend = "cuda";
     }
     m->host = !strcmp(backend, "host");
+    m->so = !strcmp(backend, "cuda_so");
     const char *want_lang = m->host ? "cpp" : "cuda";
     if (s->language && strcmp(s->language, want_lang)) {
         vpop(v);
@@ -1329,7 +1334,24 @@ static kh_task_manifest *parse_manifest(vctx *v, kh_task_solution *s, json_t *k)
         vpop(v);
     }
     int *bound = d ? calloc(d->noutputs + 1, sizeof *bound) : NULL;
-    if (m->host) {
+    json_t *link = json_object_get(k, "link");
+    if (link && !m->so) {
+        VERR(v, "link", "only a cuda_so solution links libraries");
+    } else if (link && !json_is_array(link)) {
+        VERR(v, "link", "expected an array of library names (\"cublas\"), got %s", jtype(link));
+    } else if (link && (m->link = calloc(json_array_size(link) + 1, sizeof *m->link))) {
+        size_t i;
+        json_t *l;
+        json_array_foreach(link, i, l) {
+            const char *lib = json_string_value(l);
+            /* a name, never a flag or a path: it becomes -l<name> on nvcc's command line */
+            if (!lib || !is_ident(lib))
+                VERR(v, "link", "entry %zu: expected a library name such as \"cublas\"", i);
+            else
+                m->link[m->nlink++] = kh_strdup(lib);
+        }
+    }
+    if (m->host || m->so) {
         const char *fn = get_str(v, k, "function", 0, 1);
         if (!fn)
             fn = s->entry_function;
@@ -1337,7 +1359,8 @@ static kh_task_manifest *parse_manifest(vctx *v, kh_task_solution *s, json_t *k)
             VERR(v, "function", "expected a C function name, got \"%s\"", fn);
         m->function = kh_strdup(fn);
         if (json_object_get(k, "launches"))
-            VERR(v, "launches", "a host-backend candidate has no launches; expected function and args");
+            VERR(v, "launches", "a %s solution has no launches; expected function and args",
+                 m->host ? "host-backend" : "cuda_so");
         parse_args(v, d, m, json_object_get(k, "args"), &m->args, &m->nargs, bound);
     } else {
         if (json_object_get(k, "args"))

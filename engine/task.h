@@ -102,11 +102,15 @@ typedef struct kh_task_workspace {
 
 typedef struct kh_task_manifest {
     int host;        /* backend "host": one C entry function */
-    char *function;  /* host: the entry function */
-    size_t nlaunches, nworkspace, nargs;
+    int so;          /* backend "cuda_so": a trusted nvcc-built shared object whose C entry
+                        the gpu worker calls with device pointers, then the stream (a
+                        package's own solutions only, never a candidate: eval.h) */
+    char *function;  /* host, cuda_so: the entry function */
+    size_t nlaunches, nworkspace, nargs, nlink;
     kh_task_launch *launches;     /* cuda */
     kh_task_workspace *workspace;
-    kh_task_arg *args;            /* host */
+    kh_task_arg *args;            /* host, cuda_so */
+    char **link;                  /* cuda_so: libraries to link (-l<name>), e.g. "cublas" */
 } kh_task_manifest;
 
 typedef struct kh_task_solution {

@@ -19,8 +19,8 @@ for sol in "$here"/*/solutions/*.json; do
     entry="$(python3 - "$sol" "$tmp" <<'PY'
 import json, os, sys
 s = json.load(open(sys.argv[1]))
-if s["spec"]["language"] != "cuda":
-    sys.exit(0)
+if s["spec"]["language"] != "cuda" or s["spec"].get("khlua", {}).get("backend") == "cuda_so":
+    sys.exit(0)  # host C, or a trusted shared object (khlua eval builds it with nvcc -shared)
 for src in s["sources"]:
     p = os.path.join(sys.argv[2], src["path"])
     os.makedirs(os.path.dirname(p), exist_ok=True)

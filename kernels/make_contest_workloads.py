@@ -10,8 +10,10 @@ Axis values follow fib-harness.md section 3 (the 2607.17979 authors'
 retained official-aligned runs); what those runs do not give (the tensor
 contents of safetensors inputs) is a documented stand-in, described in each
 package's PLAN.md.  Only index-like tensors, which random inputs would make
-meaningless, are written as blobs; everything else stays "random", as the
-evaluator draws it.
+meaningless, are written here as blobs; everything else stays "random", as the
+evaluator draws it, except GDN prefill's q and k (L2-normalised: their
+workloads name blobs that kernels/make_blobs.py writes at setup, too large
+for git).
 """
 import json
 import os
@@ -88,7 +90,13 @@ def gdn_prefill():
         wid = uid(0x6d7f0e11a2b34c5d, i)
         rel = "blob/workloads/gdn/%s/%s_%s.safetensors" % (name, name, wid.replace("-", ""))
         write_safetensors(os.path.join(pkg, rel), {"cu_seqlens": ("I64", [n + 1], cu)})
-        inputs = {k: {"type": "random"} for k in ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b")}
+        inputs = {k: {"type": "random"} for k in ("v", "state", "A_log", "a", "dt_bias", "b")}
+        # q and k: L2-normalised per token and head, as Qwen3-Next feeds them
+        # (raw randn keys make the recurrence diverge, PLAN.md); too large for
+        # git, so kernels/make_blobs.py writes them at setup (gitignored)
+        qk = rel.replace(".safetensors", "_qk.safetensors")
+        inputs["q"] = {"type": "safetensors", "path": "./" + qk, "tensor_key": "q"}
+        inputs["k"] = {"type": "safetensors", "path": "./" + qk, "tensor_key": "k"}
         inputs["cu_seqlens"] = {"type": "safetensors", "path": "./" + rel, "tensor_key": "cu_seqlens"}
         inputs["scale"] = {"type": "scalar", "value": 0.08838834764831843}
         lines.append(trace(name, wid, {"total_seq_len": total, "num_seqs": n, "len_cu_seqlens": n + 1}, inputs))

@@ -2,7 +2,9 @@
 """Pack task-package sources into Solution JSON files.
 
 Each package keeps its hand-written device / C sources and a solution skeleton
-under src/: <x>.solution.json is a complete FlashInfer-Bench Solution except
+under src/ (or trusted/, for trusted nvcc shared objects such as a cuBLAS
+anchor, which the NVRTC checks on src/ must not see): <x>.solution.json is a
+complete FlashInfer-Bench Solution except
 that every entry of "sources" has only a "path"; the file of that name next to
 it supplies the "content".  This writes <package>/solutions/<name>.json.
 
@@ -32,7 +34,8 @@ def packed(skeleton_path):
 def main(argv):
     check = "--check" in argv
     stale = 0
-    for skel in sorted(glob.glob(os.path.join(HERE, "*", "src", "*.solution.json"))):
+    for skel in sorted(glob.glob(os.path.join(HERE, "*", "src", "*.solution.json")) +
+                       glob.glob(os.path.join(HERE, "*", "trusted", "*.solution.json"))):
         pkg = os.path.dirname(os.path.dirname(skel))
         name, text = packed(skel)
         out = os.path.join(pkg, "solutions", name + ".json")

@@ -459,6 +459,11 @@ def compare(torch, defn, got, want):
         rd = ad / (yf.abs() + 1e-8)
         fails = ((ad > atol) & (rd > rtol)).sum().item()
         matched = 1.0 - fails / xf.numel()
+        if (atol, rtol) != (0.01, 0.01):
+            # a loose package tolerance (the contest's MoE: atol 1, rtol 0.3)
+            # says little about a reference: report the default rule's ratio too
+            strict = 1.0 - ((ad > 0.01) & (rd > 0.01)).sum().item() / xf.numel()
+            worst["strict_matched"] = min(worst.get("strict_matched", 1.0), strict)
         worst["max_abs"] = max(worst["max_abs"], ad.max().item())
         worst["max_rel"] = max(worst["max_rel"], rd.max().item())
         worst["matched"] = min(worst["matched"], matched)
@@ -583,8 +588,15 @@ def verify_package(mods, pkg_dir, args, tmp):
             rows.append({"solution": sname, "workload": "-", "status": "ERROR",
                          "why": "solution not in the package"})
             continue
-        host = sol["spec"]["khlua"].get("backend",
-                                        "host" if sol["spec"]["language"] == "cpp" else "cuda") == "host"
+        backend = sol["spec"]["khlua"].get("backend",
+                                           "host" if sol["spec"]["language"] == "cpp" else "cuda")
+        if backend == "cuda_so":
+            rows.append({"solution": sname, "workload": "-", "status": "SKIP",
+                         "why": "a trusted shared object (cuda_so): khlua eval runs it; the "
+                                "vendor anchor here is torch's own call"})
+            print(fmt_row(defn["name"], rows[-1]), flush=True)
+            continue
+        host = backend == "host"
         try:
             if host:
                 so = so_for(sol, tmp)
@@ -628,6 +640,8 @@ def verify_package(mods, pkg_dir, args, tmp):
                 else:
                     c = compare(torch, defn, outs, want)
                 row.update(max_abs=c["max_abs"], max_rel=c["max_rel"], matched=c["matched"])
+                if "strict_matched" in c:
+                    row["strict_matched"] = c["strict_matched"]
                 if changed:
                     c["ok"] = False
                     c["why"] = "inputs changed: " + ", ".join(changed)
@@ -665,6 +679,8 @@ def fmt_row(task, r):
         s += "  %.4f ms (SoL %.1f%%)" % (r["latency_ms"], 100 * r["sol_fraction"])
     if r.get("anchor"):
         s += "  " + json.dumps(r["anchor"])
+    if "strict_matched" in r:
+        s += "  (1e-2 rule: %.6f)" % r["strict_matched"]
     if r.get("why"):
         s += "  " + r["why"].splitlines()[0][:200]
     return s
@@ -672,6 +688,8 @@ def fmt_row(task, r):
 
 def note(r):
     parts = []
+    if "strict_matched" in r:
+        parts.append("matched at atol = rtol = 1e-2: %.6f" % r["strict_matched"])
     if r.get("why"):
         parts.append(r["why"])
     if r.get("anchor"):

