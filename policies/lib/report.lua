@@ -8,6 +8,7 @@
 -- charts (best-so-far speedup per round, per-workload speedup bars, latency
 -- distributions) and one self-contained HTML file.  Pure Lua over kh.store.
 local kh = require "kh"
+local gate = require "lib.gate"
 
 local M = {}
 
@@ -621,7 +622,7 @@ function M.svg_speedup(sums)
   for i, s in ipairs(sums) do
     local c = COLORS[(i - 1) % #COLORS + 1]
     local ly = TOP + 24 + (i - 1) * 32
-    local note = s.accepted == 0 and " (no promotion: seed)" or " (best)"
+    local note = #s.promotions == 0 and " (no promotion: seed)" or " (best)"
     o[#o + 1] = string.format('<rect x="%d" y="%d" width="12" height="12" fill="%s"/>', L + pw + 10, ly - 9, c)
     o[#o + 1] = string.format('<text x="%d" y="%d">%s %s%s</text>', L + pw + 27, ly + 1, letter(i),
       esc(s.policy or "?"), note)
@@ -633,7 +634,7 @@ end
 
 -- Latency distributions per workload from the raw timing samples: for each
 -- run, the seed (first incumbent, light) and the best (dark) as box plots on
--- a log axis, and the reference's median latency as a black tick.  sums:
+-- a log axis, and the reference's median latency as a dashed line.  sums:
 -- runs on one task.
 function M.svg_latency(sums)
   local ws = union_workloads(sums)
@@ -657,23 +658,29 @@ function M.svg_latency(sums)
   local L, R, TOP, B = 210, 250, 44, 70
   local pw = 460
   local per_row = 0
-  for _, s in ipairs(sums) do per_row = per_row + (s.accepted == 0 and 1 or 2) end
+  for _, s in ipairs(sums) do per_row = per_row + (#s.promotions == 0 and 1 or 2) end
   local rowh = per_row * STEP + ROWGAP
   local ph = math.max(#ws * rowh, 60)
   local W, H = L + pw + R, TOP + ph + B
   local function X(ms) return L + pw * (math.log(ms * scale, 10) - a) / (b - a) end
   local o = {}
   svg_open(o, W, H, "Latency per workload: " .. (sums[1] and sums[1].task_name or "?"))
+  -- labels on 2 and 5 too when a decade is wide enough for them
+  local wide = pw / (b - a) >= 200
   for _, v in ipairs(log_ticks(10 ^ a, 10 ^ b)) do
     local x = X(v / scale)
-    o[#o + 1] = string.format('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>', x, TOP, x, TOP + ph)
-    o[#o + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">%s</text>', x, TOP + ph + 16, num_label(v))
+    local one = math.abs(v / 10 ^ math.floor(math.log(v, 10) + 1e-9) - 1) < 1e-6
+    o[#o + 1] = string.format('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>', x, TOP, x, TOP + ph,
+      one and "#ccc" or "#eee")
+    if one or wide then
+      o[#o + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">%s</text>', x, TOP + ph + 16, num_label(v))
+    end
   end
   o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>', L, TOP + ph, L + pw, TOP + ph)
   o[#o + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">latency per call (%s, log scale)</text>',
     L + pw / 2, TOP + ph + 34, unit)
   o[#o + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle" font-size="10">box: quartiles, '
-    .. 'bar: median, whiskers: 5th to 95th percentile of the raw samples; black tick: the reference</text>',
+    .. 'bar: median, whiskers: 5th to 95th percentile of the raw samples; dashed: the reference</text>',
     L + pw / 2, TOP + ph + 52)
   for wi, w in ipairs(ws) do
     local y0 = TOP + (wi - 1) * rowh + ROWGAP / 2
@@ -686,7 +693,7 @@ function M.svg_latency(sums)
     for i, s in ipairs(sums) do
       local c = COLORS[(i - 1) % #COLORS + 1]
       local sw = find_workload(s, w.uuid)
-      local kinds = s.accepted == 0 and { "seed" } or { "seed", "best" }
+      local kinds = #s.promotions == 0 and { "seed" } or { "seed", "best" }
       for _, kind in ipairs(kinds) do
         local d = sw and (kind == "seed" and sw.seed_dist or sw.best_dist)
         local y = y0 + k * STEP
@@ -713,8 +720,8 @@ function M.svg_latency(sums)
     if w.reference_ms then
       local x = X(w.reference_ms)
       o[#o + 1] = string.format('<line class="reference" data-workload="%s" data-ms="%.17g" x1="%.1f" y1="%.1f" '
-        .. 'x2="%.1f" y2="%.1f" stroke="black" stroke-width="2"/>', esc(w.uuid), w.reference_ms, x, y0 - 3,
-        x, y0 + per_row * STEP)
+        .. 'x2="%.1f" y2="%.1f" stroke="#444" stroke-width="1.5" stroke-dasharray="3 2"/>', esc(w.uuid),
+        w.reference_ms, x, y0 - 3, x, y0 + per_row * STEP)
     end
   end
   -- legend
@@ -725,7 +732,7 @@ function M.svg_latency(sums)
       L + pw + 10, ly - 8, c, c)
     o[#o + 1] = string.format('<text x="%d" y="%d">%s seed (first incumbent)</text>', L + pw + 27, ly + 1, letter(i))
     ly = ly + 16
-    if s.accepted > 0 then
+    if #s.promotions > 0 then
       o[#o + 1] = string.format('<rect x="%d" y="%d" width="12" height="10" fill="%s" fill-opacity="0.85" stroke="%s"/>',
         L + pw + 10, ly - 8, c, c)
       o[#o + 1] = string.format('<text x="%d" y="%d">%s best (last promotion)</text>', L + pw + 27, ly + 1, letter(i))
@@ -735,8 +742,8 @@ function M.svg_latency(sums)
       esc(s.run))
     ly = ly + 22
   end
-  o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black" stroke-width="2"/>',
-    L + pw + 16, ly - 10, L + pw + 16, ly + 2)
+  o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#444" stroke-width="1.5" '
+    .. 'stroke-dasharray="3 2"/>', L + pw + 16, ly - 10, L + pw + 16, ly + 2)
   o[#o + 1] = string.format('<text x="%d" y="%d">reference (median)</text>', L + pw + 27, ly)
   o[#o + 1] = "</svg>"
   return table.concat(o, "\n") .. "\n"
@@ -872,8 +879,10 @@ local function html_settings(sums, h)
     { "budget (wall s, tokens, USD)", function(x) return x.budget end },
     { "plateau (rounds)", function(x) return x.plateau end },
     { "candidates per round", function(x) return x.candidates_per_round end },
-    { "gate options", function(x) return x.gate end },
-    { "gate seed", function(x) return x.gate_seed end },
+    { "gate options", function(x)
+      return (x.gate == nil or next(x.gate) == nil) and "defaults (lib/gate.lua)" or x.gate
+    end },
+    { "gate seed", function(x) return x.gate_seed or ("default (" .. gate.defaults.seed .. ")") end },
     { "seed solution", function(x) return x.seed_solution end },
     { "model families", function(x) return x.model_specs end },
     { "model calls by model", function(x) return x.models_called end },
@@ -881,7 +890,8 @@ local function html_settings(sums, h)
     { "git commit", function(x) return x.versions and x.versions.git end },
     { "libraries", function(x)
       local v = x.versions
-      return v and string.format("Lua %s, LMDB %s, curl %s, jansson %s, NVRTC %s", show(v.lua),
+      -- Lua's and LMDB's version strings name themselves
+      return v and string.format("%s, %s, curl %s, jansson %s, NVRTC %s", show(v.lua),
         show(v.lmdb), show(v.curl), show(v.jansson), v.nvrtc and show(v.nvrtc) or "none")
     end },
   }

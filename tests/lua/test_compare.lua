@@ -424,6 +424,22 @@ T.test("a run with no promotion: its best is the seed, reached at round 0", func
   T.near(c.best_speedup, c.baseline, 0)
   T.ok(c.baseline > 0.9 and c.baseline < 1.1, "the seed is the reference, give or take noise")
   T.eq(c.usd_per_accepted, nil)
+  -- per workload its bars are the seed's, and their mean is the baseline
+  local sum = 0
+  for _, w in ipairs(c.workloads) do
+    T.eq(w.best_is_seed, true)
+    T.eq(w.speedup, w.seed_speedup)
+    sum = sum + w.speedup
+  end
+  T.eq(#c.workloads, NW)
+  T.near(sum / NW, c.baseline, 1e-12)
+  local dir = T.tmpdir()
+  T.eq(select(2, compare(RUNS[1].run, RUNS[3].run, "--svg", dir)), 0)
+  local lat = T.read(dir .. "/latency-" .. c.task_name .. ".svg")
+  local _, seeds = lat:gsub('data%-run="' .. RUNS[3].run:gsub("%-", "%%-") .. '" data%-kind="seed"', "")
+  local _, bests = lat:gsub('data%-run="' .. RUNS[3].run:gsub("%-", "%%-") .. '" data%-kind="best"', "")
+  T.eq(seeds, NW)
+  T.eq(bests, 0, "no best box where the seed stayed")
   out = compare(RUNS[1].run, RUNS[3].run)
   T.eq(cells(out, "USD per accepted improvement")[2], "-")
 end)
@@ -479,5 +495,10 @@ T.test("summarize: compile errors, failed model calls and empty replies are coun
   -- the renderers cope with a run that has no figures
   T.match(report.markdown({ s, s }), "| synthetic | %- | %- | %- |")
   T.ok(report.svg({ s }):find("</svg>", 1, true))
+  T.ok(xml_ok(report.svg_speedup({ s, s })))
+  T.ok(xml_ok(report.svg_latency({ s, s })))
+  local html = report.html({ s, s })
+  T.match(html, "No promotion: the seed stayed the incumbent")
+  T.match(html, "not recorded")
   db:close()
 end)
