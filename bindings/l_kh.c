@@ -1,6 +1,6 @@
 /* l_kh.c: the `kh` module: assembles the per-module tables (kh.json,
  * kh.time, ...) and the few engine-wide functions (kh.version, kh.doctor,
- * kh.stats, kh.config).  Also the small helpers declared in kh_lua.h that
+ * kh.stats, kh.config, kh.isatty).  Also the small helpers declared in kh_lua.h that
  * every binding uses. */
 #include "kh_lua.h"
 
@@ -8,7 +8,9 @@
 
 #include <curl/curl.h>
 #include <lmdb.h>
+#include <lualib.h>
 #include <stdio.h>
+#include <unistd.h>
 
 kh_engine *kh_lua_engine(lua_State *L)
 {
@@ -96,6 +98,24 @@ static int l_stats(lua_State *L)
     return 1;
 }
 
+/* kh.isatty(file | fd) -> true when it is a terminal: a policy draws its
+ * progress line only there (Lua's io library cannot tell). */
+static int l_isatty(lua_State *L)
+{
+    int fd;
+    if (lua_type(L, 1) == LUA_TNUMBER) {
+        lua_Integer n = luaL_checkinteger(L, 1);
+        luaL_argcheck(L, n >= 0 && n <= 1 << 20, 1, "not a file descriptor");
+        fd = (int)n;
+    } else {
+        luaL_Stream *p = luaL_checkudata(L, 1, LUA_FILEHANDLE);
+        luaL_argcheck(L, p->closef != NULL && p->f != NULL, 1, "attempt to use a closed file");
+        fd = fileno(p->f);
+    }
+    lua_pushboolean(L, fd >= 0 && isatty(fd));
+    return 1;
+}
+
 static void push_versions(lua_State *L, kh_engine *e)
 {
     /* [kh] -> [kh, versions] */
@@ -124,7 +144,7 @@ int kh_luaopen_kh(lua_State *L)
 {
     kh_engine *e = kh_lua_engine(L);
     static const luaL_Reg fns[] = {
-        {"doctor", l_doctor}, {"stats", l_stats}, {NULL, NULL},
+        {"doctor", l_doctor}, {"stats", l_stats}, {"isatty", l_isatty}, {NULL, NULL},
     };
     kh_lua_newlib(L, e, fns);
 

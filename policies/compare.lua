@@ -15,8 +15,11 @@ usage: khlua compare RUN_A RUN_B [RUN_C ...] [options]
   --markdown      markdown tables (default)
   --json          every figure as JSON
   --csv           one row per figure, one column per run
-  --svg DIR       also write DIR/compare.svg: best-so-far speedup per round
-  --html FILE     also write one self-contained HTML file (tables and chart)
+  --svg DIR       also write SVG charts into DIR: compare.svg (best-so-far
+                  speedup per round), and per task speedup-TASK.svg (speedup
+                  per workload) and latency-TASK.svg (latency distributions)
+  --html FILE     also write one self-contained HTML file: the tables, every
+                  chart, the runs' settings, each promotion's gate evidence
 exit: 0 ok, 1 a run could not be read, 2 usage error]]
 
 local function main(argv)
@@ -58,6 +61,13 @@ local function main(argv)
   if o.svg then
     os.execute("mkdir -p '" .. o.svg:gsub("'", "'\\''") .. "'")
     if not write(o.svg .. "/compare.svg", report.svg(sums)) then return 1 end
+    for _, t in ipairs(report.tasks(sums)) do
+      local name = t.name:gsub("[^%w_.%-]", "_")
+      if not write(o.svg .. "/speedup-" .. name .. ".svg", report.svg_speedup(t.sums))
+        or not write(o.svg .. "/latency-" .. name .. ".svg", report.svg_latency(t.sums)) then
+        return 1
+      end
+    end
   end
   if o.html and not write(o.html, report.html(sums)) then return 1 end
   return 0

@@ -5,8 +5,9 @@ set -euo pipefail
 
 KH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+# chromium: the compare report's render test (tests/lua/test_compare_render.lua)
 KH_PACKAGES="cmake make gcc pkg-config python3 liblua5.4-dev libjansson-dev libcurl4-openssl-dev
-  liblmdb-dev lmdb-utils libzstd-dev libxxhash-dev libcmocka-dev"
+  liblmdb-dev lmdb-utils libzstd-dev libxxhash-dev libcmocka-dev chromium"
 
 kh_log() { printf '[khlua] %s\n' "$*" >&2; }
 

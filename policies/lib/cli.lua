@@ -20,6 +20,8 @@ local function usage(name)
     .. "       khlua policies/" .. name .. ".lua --resume RUN [--rounds N] [--json]\n"
     .. "  --task DIR            a task package (definition, workloads, trusted reference)\n"
     .. "  --definition NAME     when the package holds several definitions\n"
+    .. "  --seed-solution NAME  the first incumbent (default: the task's baseline, else its\n"
+    .. "                        reference)\n"
     .. "  --model SPECS         model families, comma-separated: PROVIDER:MODEL[@URL] or\n"
     .. "                        replay:DIR (default anthropic:claude-sonnet-4-5,openai:gpt-5);\n"
     .. "                        a family whose key is not in the environment runs on replay\n"
@@ -37,6 +39,8 @@ local function usage(name)
     .. "  --pace SECONDS        at least this long between rounds\n"
     .. "  --resume RUN          continue a run from its last whole round\n"
     .. "  --json                print the run summary as JSON on stdout\n"
+    .. "On a terminal, stderr shows a progress line (round, candidates, best speedup, ETA);\n"
+    .. "not with --json.\n"
     .. "  --fake-evaluator FILE replace kh.eval with FILE's function (tests only)\n"
     .. "The store is khlua's (khlua --store PATH policies/...; default .khlua/store).\n"
     .. "exit codes: 0 done, 1 could not run, 2 usage, 130 interrupted\n"
@@ -60,7 +64,7 @@ function M.parse(argv)
       local k = a:sub(3)
       local v = argv[i + 1]
       if not ({ task = 1, definition = 1, model = 1, replay = 1, budget = 1, skills = 1,
-        resume = 1, ["fake-evaluator"] = 1 })[k] and not NUMS[k] then
+        resume = 1, ["fake-evaluator"] = 1, ["seed-solution"] = 1 })[k] and not NUMS[k] then
         return nil, "unknown option " .. a
       end
       if v == nil then return nil, a .. " needs a value" end
@@ -103,13 +107,14 @@ end
 
 -- Build the controller's configuration from parsed options.
 function M.config(o)
-  local cfg = { task = o.task, definition = o.definition, rounds = o.rounds, plateau = o.plateau,
+  local cfg = { task = o.task, definition = o.definition, seed_solution = o["seed-solution"],
+    rounds = o.rounds, plateau = o.plateau,
     budget = o.budget, n = o.candidates, pace = o.pace, resume = o.resume,
     gate = { margin = o.margin, reps = o.reps, sample = o.sample,
       finalist_trials = o["finalist-seeds"], seed = o.seed },
     skills = o.skills or (here() .. "/../skills"), replay = o.replay, explicit = {} }
   for k in pairs(o.explicit) do
-    local map = { candidates = "n", margin = "gate", reps = "gate", sample = "gate",
+    local map = { candidates = "n", ["seed-solution"] = "seed_solution", margin = "gate", reps = "gate", sample = "gate",
       ["finalist-seeds"] = "gate", seed = "gate" }
     cfg.explicit[map[k] or k] = true
   end
@@ -167,6 +172,8 @@ function M.main(policy, ...)
   local printer = o.json and function(l) io.stderr:write(l, "\n") end
     or function(l) io.stdout:write(l, "\n"); io.stdout:flush() end
   cfg.out = printer
+  -- the progress line: for a person at a terminal, never in JSON or a log file
+  cfg.progress = not o.json and kh.isatty(io.stderr)
   local res, msg, code = ctl.run(policy, cfg)
   if not res then
     io.stderr:write(policy.name, ": ", tostring(msg), code and (" (" .. code .. ")") or "", "\n")

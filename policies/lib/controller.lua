@@ -29,6 +29,7 @@ local gate = require "lib.gate"
 local dirs = require "lib.directions"
 local skills = require "lib.skills"
 local stats = require "lib.stats"
+local progress = require "lib.progress"
 
 local M = {}
 
@@ -48,8 +49,17 @@ M.copy = copy
 local function say(cfg, fmt, ...)
   if cfg.quiet then return end
   local line = string.format(fmt, ...)
-  if cfg.out then cfg.out(line) else io.stderr:write(line, "\n") end
+  local function put()
+    if cfg.out then cfg.out(line) else io.stderr:write(line, "\n") end
+  end
+  -- the progress line (a terminal only) steps aside for the log line
+  if cfg.progress_line then cfg.progress_line:around(put) else put() end
 end
+
+-- What the progress line says a measurement is for.
+local PHASES = { seed = "measuring the seed", sweep = "gate: sweep over every workload",
+  finalist = "gate: finalist seeds", ["representative:candidate"] = "gate: paired comparison",
+  ["representative:incumbent"] = "gate: paired comparison" }
 
 local function must(v, msg, code)
   if v == nil then error({ ctl_error = true, msg = msg, code = code }, 0) end
@@ -139,6 +149,9 @@ end
 -- evaluation record, return {summary, ids}.
 local function measurer(db, ctx, round_index)
   return function(sol, opts, purpose)
+    if ctx.cfg.progress_line then
+      ctx.cfg.progress_line:update { phase = PHASES[purpose] or purpose }
+    end
     local o = copy(opts)
     for k, v in pairs(ctx.eval_defaults) do if o[k] == nil then o[k] = v end end
     local traces, msg, code = ev.run(ctx.task.path, sol, o)
@@ -588,7 +601,9 @@ function M.run(policy, cfg)
     ctx.eval_defaults = cfg.eval_opts or (ctx.task.backend == "host" and { cold = false } or {})
     local saved = {}
     for _, k in ipairs({ "task", "definition", "rounds", "plateau", "budget", "gate", "n",
-      "model_specs", "regression_tol", "skills", "backend", "replay" }) do saved[k] = cfg[k] end
+      "model_specs", "regression_tol", "skills", "backend", "replay", "seed_solution" }) do
+      saved[k] = cfg[k]
+    end
     if ctx.run_id then
       st = resume_state(db, ctx, ctx.run_id)
       if st then
@@ -601,12 +616,19 @@ function M.run(policy, cfg)
         assert(tx:put(run, { replace = true }))
       end))
     else
+      -- the versions make a comparison of two runs say what code produced each
       ctx.run_id = must(db:put { type = "run", policy = policy.name, status = "running",
-        task = ctx.task_id, config = saved, seed = cfg.gate.seed })
+        task = ctx.task_id, config = saved, seed = cfg.gate.seed, versions = copy(kh.version) })
       say(cfg, "run %s: policy %s, task %s, %d workloads", ctx.run_id, policy.name, ctx.task.name,
         #ctx.task.workloads)
     end
     for _, n in ipairs(cfg.notes or {}) do say(cfg, "%s", n) end
+    if cfg.progress then
+      cfg.progress_line = progress.new { total = cfg.rounds, done = st and st.round or 0,
+        wall_budget_s = cfg.budget and cfg.budget.wall_s, elapsed_s = st and st.elapsed_s or 0 }
+      cfg.progress_line:update { candidates = st and st.candidates or 0,
+        best = st and st.incumbent.score }
+    end
     st = st or initial_state(db, ctx, policy)
     ctx.cand_of[st.incumbent.solution] = st.incumbent.candidate
     local final = "done"
@@ -627,6 +649,10 @@ function M.run(policy, cfg)
     while true do
       why = stop_reason(cfg, st)
       if why then break end
+      if cfg.progress_line then
+        cfg.progress_line:update { done = st.round, candidates = st.candidates,
+          best = st.incumbent.score, phase = "asking the model" }
+      end
       local outcome, actions = round(db, ctx, policy, st)
       local d = outcome.decision
       local p = outcome.probes[1] or {}
@@ -636,8 +662,13 @@ function M.run(policy, cfg)
         if outcome.events[k] then say(cfg, "  %s: %s", k, outcome.events[k].why) end
       end
       for _, a in ipairs(actions) do say(cfg, "  action %s: %s", a.kind, a.why or "") end
+      if cfg.progress_line then
+        cfg.progress_line:update { done = st.round, candidates = st.candidates,
+          best = st.incumbent.score }
+      end
       if cfg.pace and cfg.pace > 0 then kh.time.sleep(cfg.pace) end
     end
+    if cfg.progress_line then cfg.progress_line:finish() end
     local metrics = M.metrics(st)
     must(db:update(function(tx)
       local run = assert(tx:get(ctx.run_id))
@@ -649,6 +680,7 @@ function M.run(policy, cfg)
       incumbent = st.incumbent.candidate, incumbent_name = st.incumbent.name }
   end)
   if own then own:close() end
+  if cfg.progress_line then cfg.progress_line:finish(); cfg.progress_line = nil end
   if not ok then
     if type(res) == "table" and res.ctl_error then return nil, res.msg, res.code end
     error(res, 0)

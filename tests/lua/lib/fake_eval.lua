@@ -6,6 +6,7 @@
 -- = base(batch) / speed, times 1 +- 1.5% noise drawn from (source, seed,
 -- workload, protocol call), so paired figures vary like measurements do.
 -- F.slow[key] = factor slows one source down (an incumbent that regressed).
+-- A timed verdict carries 24 raw samples (khlua.samples_ns) around its latency.
 local kh = require "kh"
 
 local F = { slow = {}, calls = 0, log = {} }
@@ -77,6 +78,12 @@ function F.evaluate(task_path, sol, opts)
           e.performance = { latency_ms = base / b.speed * n * (F.slow[b.key] or 1),
             reference_latency_ms = base * noise("ref", opts.seed or 0, w.uuid, F.calls) }
           e.performance.speedup_factor = e.performance.reference_latency_ms / e.performance.latency_ms
+          -- raw samples (ns) around the latency, as kh.eval returns them with record = false
+          local xs = {}
+          for i = 1, 24 do
+            xs[i] = e.performance.latency_ms * 1e6 * noise("sample", src, opts.seed or 0, w.uuid, F.calls, i)
+          end
+          e.khlua.samples_ns = xs
         end
       else
         e.correctness = { max_absolute_error = 3.5, max_relative_error = 2.0 }
