@@ -1114,6 +1114,8 @@ static const struct {
     {"promotion", {"candidate"}},
     {"device", {"gpu_uuid"}}, /* id device-<GPU UUID>: measured peaks, replaced */
 };
+/* a type added to TYPES goes into kh_store_known_type's switch too */
+_Static_assert(KH_ARRAY_LEN(TYPES) == 10, "kh_store_known_type lists every type");
 
 /* Provenance a record of these types must carry (docs/store.md, "Records"):
  * per need, the fields that satisfy it ("a|b": either one), dotted paths
@@ -1201,9 +1203,23 @@ static kh_status check_provenance(const json_t *rec, const char *type, kh_err *e
 
 int kh_store_known_type(const char *name)
 {
-    for (size_t i = 0; i < KH_ARRAY_LEN(TYPES); i++)
-        if (TYPES[i].name[0] == name[0] && !strcmp(TYPES[i].name, name))
-            return (int)i + 1;
+    /* every top-level key of every record written comes here (is it a
+     * reference?): the first letter narrows TYPES to at most two names */
+    int a = 0, b = 0; /* 1-based indices into TYPES */
+    switch (name[0]) {
+    case 't': a = 1; break;
+    case 'c': a = 2, b = 3; break;
+    case 'e': a = 4; break;
+    case 'p': a = 5, b = 9; break;
+    case 'r': a = 6, b = 7; break;
+    case 'l': a = 8; break;
+    case 'd': a = 10; break;
+    default: return 0;
+    }
+    if (!strcmp(TYPES[a - 1].name, name))
+        return a;
+    if (b && !strcmp(TYPES[b - 1].name, name))
+        return b;
     return 0;
 }
 
@@ -1270,24 +1286,23 @@ kh_status kh_store_each_record_ref(const json_t *rec, kh_store_ref_fn fn, void *
     return KH_OK;
 }
 
-static size_t keylen(const char *k) { return strlen(k); }
-
 static kh_status walk_blob_refs(const json_t *j, const char *field, kh_store_ref_fn fn,
                                 void *arg, int depth, kh_err *err)
 {
     if (depth > 64)
         return KH_OK;
     if (json_is_object(j)) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)j, k, v) {
-            size_t n = keylen(k);
-            int is_ref = n > 5 && !strcmp(k + n - 5, "_blob");
+        for (void *it = json_object_iter((json_t *)j); it;
+             it = json_object_iter_next((json_t *)j, it)) {
+            const char *k = json_object_iter_key(it);
+            json_t *v = json_object_iter_value(it);
+            size_t n = json_object_iter_key_len(it);
+            int is_ref = n > 5 && !memcmp(k + n - 5, "_blob", 5);
             if (is_ref && !json_is_null(v)) {
                 kh_status st = fn(arg, k, json_string_value(v), err);
                 if (st)
                     return st;
-            } else if (!strcmp(k, "blobs") && json_is_array(v)) {
+            } else if (n == 5 && !memcmp(k, "blobs", 5) && json_is_array(v)) {
                 size_t i;
                 json_t *e;
                 json_array_foreach(v, i, e) {
