@@ -317,17 +317,19 @@ static json_t *check_records(lua_State *L, int idx, lua_Integer n)
     if (!arr)
         luaL_error(L, "out of memory");
     for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, idx, i); /* [.., rec] */
+        lua_rawgeti(L, idx, i); /* [.., rec]: raw, so no metamethod can raise past arr */
         kh_err err;
         json_t *j = lua_istable(L, -1) ? kh_lua_to_json(L, lua_gettop(L), &err) : NULL;
         if (!lua_istable(L, -1))
             snprintf(err.msg, sizeof err.msg, "record %lld is a %s, not a table", (long long)i,
                      luaL_typename(L, -1));
         lua_pop(L, 1);
-        if (!j || json_array_append_new(arr, j)) {
-            json_decref(arr);
-            luaL_argerror(L, idx, err.msg);
-        }
+        if (j && json_array_append_new(arr, j)) /* it took j either way */
+            snprintf(err.msg, sizeof err.msg, "out of memory");
+        else if (j)
+            continue;
+        json_decref(arr);
+        luaL_argerror(L, idx, err.msg);
     }
     return arr;
 }
@@ -350,7 +352,7 @@ static int put_many(lua_State *L, kh_store *s, kh_store_txn *tx)
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
     /* scratch as userdata: the collector frees it whatever raises later */
-    lua_Integer ln = luaL_len(L, 2);
+    lua_Integer ln = (lua_Integer)lua_rawlen(L, 2);
     luaL_argcheck(L, ln >= 0 && ln <= (1 << 24), 2, "too many records");
     size_t cap = ln ? (size_t)ln : 1;
     json_t **recs = lua_newuserdatauv(L, cap * sizeof *recs, 0);            /* [.., 3] */
