@@ -7,6 +7,7 @@
 
 #include "store.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define STORE_MT "kh.Store"
@@ -308,6 +309,101 @@ static int l_put(lua_State *L)
     return 1;
 }
 
+/* list of record tables -> a JSON array holding n objects (raises on a
+ * non-table or a value JSON cannot hold, with nothing leaked) */
+static json_t *check_records(lua_State *L, int idx, lua_Integer n)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        luaL_error(L, "out of memory");
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, idx, i); /* [.., rec]: raw, so no metamethod can raise past arr */
+        kh_err err;
+        json_t *j = lua_istable(L, -1) ? kh_lua_to_json(L, lua_gettop(L), &err) : NULL;
+        if (!lua_istable(L, -1))
+            snprintf(err.msg, sizeof err.msg, "record %lld is a %s, not a table", (long long)i,
+                     luaL_typename(L, -1));
+        lua_pop(L, 1);
+        if (j && json_array_append_new(arr, j)) /* it took j either way */
+            snprintf(err.msg, sizeof err.msg, "out of memory");
+        else if (j)
+            continue;
+        json_decref(arr);
+        luaL_argerror(L, idx, err.msg);
+    }
+    return arr;
+}
+
+static int push_ids(lua_State *L, char (*ids)[KH_STORE_ID_MAX], size_t n)
+{
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, ids[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 1;
+}
+
+/* db:put_many(list [, opts]) / tx:put_many: the records in one transaction
+ * (all or none); returns the list of their ids */
+static int put_many(lua_State *L, kh_store *s, kh_store_txn *tx)
+{
+    int flags = put_flags(L, 3);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    /* scratch as userdata: the collector frees it whatever raises later */
+    lua_Integer ln = (lua_Integer)lua_rawlen(L, 2);
+    luaL_argcheck(L, ln >= 0 && ln <= (1 << 24), 2, "too many records");
+    size_t cap = ln ? (size_t)ln : 1;
+    json_t **recs = lua_newuserdatauv(L, cap * sizeof *recs, 0);            /* [.., 3] */
+    char(*ids)[KH_STORE_ID_MAX] = lua_newuserdatauv(L, cap * sizeof *ids, 0); /* [.., 4] */
+    json_t *arr = check_records(L, 2, ln);
+    size_t n = json_array_size(arr);
+    for (size_t i = 0; i < n; i++)
+        recs[i] = json_array_get(arr, i);
+    kh_err err;
+    kh_status st = tx ? kh_store_txn_put_many(tx, recs, n, flags, ids, &err)
+                      : kh_store_put_records(s, recs, n, flags, ids, &err);
+    json_decref(arr);
+    if (st)
+        return kh_lua_fail(L, &err);
+    return push_ids(L, ids, n);
+}
+
+static int l_put_many(lua_State *L)
+{
+    l_store *u = check_store_idle(L, 1);
+    return put_many(L, u->s, NULL);
+}
+
+/* db:bulk(fn): fn(db) runs with every commit unsynced, then one sync */
+static int l_bulk(lua_State *L)
+{
+    l_store *u = check_store_idle(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    if (kh_store_in_bulk(u->s))
+        return luaL_error(L, "kh.Store: db:bulk inside another db:bulk");
+    lua_settop(L, 2);
+    kh_err err;
+    if (kh_store_bulk_begin(u->s, &err))
+        return kh_lua_fail(L, &err);
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, 1);
+    int rs = lua_pcall(L, 1, LUA_MULTRET, 0);
+    /* fn may have closed the store (close ends the bulk, syncing) */
+    kh_status st = u->s && kh_store_in_bulk(u->s) ? kh_store_bulk_end(u->s, &err) : KH_OK;
+    if (rs != LUA_OK)
+        return lua_error(L); /* what fn committed is synced; re-raise its error */
+    if (st)
+        return kh_lua_fail(L, &err);
+    int nres = lua_gettop(L) - 2;
+    if (nres == 0 || lua_isnil(L, 3)) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    return nres;
+}
+
 static int l_get(lua_State *L)
 {
     l_store *u = check_store_idle(L, 1);
@@ -455,6 +551,12 @@ static int t_put(lua_State *L)
     return 1;
 }
 
+static int t_put_many(lua_State *L)
+{
+    l_txn *t = check_txn(L, 1);
+    return put_many(L, NULL, t->tx);
+}
+
 static int t_put_blob(lua_State *L)
 {
     l_txn *t = check_txn(L, 1);
@@ -553,7 +655,8 @@ void kh_open_store(lua_State *L, kh_engine *e)
         {"get_blob", l_get_blob}, {"has_blob", l_has_blob}, {"put", l_put},
         {"get", l_get},         {"query", l_query},     {"update", l_update},
         {"view", l_view},       {"stats", l_stats},     {"verify", l_verify},
-        {"gc", l_gc},           {"backup", l_backup},   {NULL, NULL},
+        {"gc", l_gc},           {"backup", l_backup},   {"put_many", l_put_many},
+        {"bulk", l_bulk},       {NULL, NULL},
     };
     if (luaL_newmetatable(L, STORE_MT)) {
         luaL_newlib(L, store_methods);
@@ -568,7 +671,7 @@ void kh_open_store(lua_State *L, kh_engine *e)
     lua_pop(L, 1);
     static const luaL_Reg txn_methods[] = {
         {"put", t_put},   {"put_blob", t_put_blob}, {"get", t_get}, {"get_blob", t_get_blob},
-        {"has_blob", t_has_blob}, {"query", t_query}, {NULL, NULL},
+        {"has_blob", t_has_blob}, {"query", t_query}, {"put_many", t_put_many}, {NULL, NULL},
     };
     if (luaL_newmetatable(L, TXN_MT)) {
         luaL_newlib(L, txn_methods);

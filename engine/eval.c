@@ -267,6 +267,12 @@ static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
         "workload", json_object_get(r->trace, "workload"), "evaluation", evj, "provenance",
         "hashes", json_object_get(kl, "hashes"), "seeds", json_object_get(kl, "seeds"),
         "worker", json_object_get(kl, "worker") ? json_object_get(kl, "worker") : json_null());
+    /* the provenance the store requires: the host always, the GPU when one ran */
+    json_t *prov = json_object_get(rec, "provenance");
+    const char *fields[2] = {"host", "gpu_uuid"};
+    for (int i = 0; i < 2; i++)
+        if (json_object_get(kl, fields[i]))
+            json_object_set(prov, fields[i], json_object_get(kl, fields[i]));
     json_t *proto = json_object_get(kl, "protocol");
     if (proto)
         json_object_set(rec, "protocol", proto);
@@ -1238,6 +1244,14 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     json_object_set_new(kl, "backend",
                         json_string(is_host(sol) ? "host" : is_so(sol) ? "cuda_so" : "cuda"));
     json_object_set_new(kl, "evaluator", json_string(kh_check_evaluator_name(c->evaluator)));
+    {
+        /* where the verdict was made: the store refuses an evaluation
+         * without a host or a GPU UUID (the GPU's is added from the reply) */
+        char host[256] = "";
+        if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+            snprintf(host, sizeof host, "unknown");
+        json_object_set_new(kl, "host", json_string(host));
+    }
 
     if ((st = build(c->ev, sol, 0, &a, err)))
         goto out;
@@ -1300,6 +1314,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         json_t *res = json_object_get(r.reply.head, "result");
         json_t *trials = json_object_get(res, "trials"), *failures = json_object_get(res, "failures");
         json_object_set(kl, "worker", json_object_get(res, "worker"));
+        const char *gu = json_string_value(json_object_get(json_object_get(res, "gpu"), "uuid"));
+        if (gu && *gu)
+            json_object_set_new(kl, "gpu_uuid", json_string(gu));
         int hard = !o->parity;
         int poison_ok = 1, inputs_ok = 1, guards_ok = 1, det_ok = 1;
         /* FlashInfer-Bench evaluates trial by trial, output by output. */

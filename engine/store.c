@@ -374,6 +374,7 @@ kh_status kh_store_open(const char *path, const kh_store_opts *opts, kh_store **
     s->ino = sb.st_ino;
     s->pid = getpid();
     s->readonly = o.readonly;
+    s->nosync = o.nosync;
     s->map_size = o.map_size ? o.map_size : DEFAULT_MAP_SIZE;
     kh_status st = KH_OK;
     int rc = mdb_env_create(&s->env);
@@ -449,6 +450,10 @@ void kh_store_close(kh_store *s)
 {
     if (!s)
         return;
+    if (s->bulk) { /* the bulk's commits become durable, as its end would make them */
+        kh_err e;
+        (void)kh_store_bulk_end(s, &e);
+    }
     unregister_open(s);
     if (s->env)
         mdb_env_close(s->env);
@@ -470,6 +475,45 @@ void kh_store_close(kh_store *s)
 
 const char *kh_store_path(const kh_store *s) { return s->path; }
 int kh_store_in_txn(const kh_store *s) { return s->busy; }
+int kh_store_in_bulk(const kh_store *s) { return s->bulk; }
+
+/* ---- bulk mode ------------------------------------------------------------------- */
+/* LMDB lets MDB_NOSYNC change at run time between transactions.  Without it a
+ * commit writes its pages, fdatasyncs the file, then writes the meta page
+ * through an O_DSYNC descriptor: two waits for the disk per commit.  With it
+ * the pages still reach the kernel before the commit returns (so a killed
+ * process loses nothing), and one sync at the end makes them durable. */
+kh_status kh_store_bulk_begin(kh_store *s, kh_err *err)
+{
+    if (s->readonly)
+        return kh_err_set(err, KH_ESTATE, "store %s is open read-only", s->path);
+    if (s->busy)
+        return kh_err_set(err, KH_ESTATE, "bulk mode cannot begin inside update/view");
+    if (s->bulk)
+        return kh_err_set(err, KH_ESTATE, "the store is already in bulk mode (no nesting)");
+    int rc = s->nosync ? 0 : mdb_env_set_flags(s->env, MDB_NOSYNC, 1);
+    if (rc)
+        return kh_store_mdb_err(err, rc, "entering bulk mode");
+    s->bulk = 1;
+    return KH_OK;
+}
+
+kh_status kh_store_bulk_end(kh_store *s, kh_err *err)
+{
+    if (!s->bulk)
+        return kh_err_set(err, KH_ESTATE, "the store is not in bulk mode");
+    if (s->busy)
+        return kh_err_set(err, KH_ESTATE, "bulk mode cannot end inside update/view");
+    s->bulk = 0;
+    int rc = s->nosync ? 0 : mdb_env_set_flags(s->env, MDB_NOSYNC, 0);
+    /* force: a store opened nosync still gets its bulk synced, as documented */
+    int rs = mdb_env_sync(s->env, 1);
+    if (rs)
+        return kh_store_mdb_err(err, rs, "syncing the store at the end of bulk mode");
+    if (rc)
+        return kh_store_mdb_err(err, rc, "leaving bulk mode");
+    return KH_OK;
+}
 
 /* ---- transactions ------------------------------------------------------------------ */
 static kh_status tx_fail(kh_store_txn *tx, kh_status st, const kh_err *e)
@@ -1070,12 +1114,112 @@ static const struct {
     {"promotion", {"candidate"}},
     {"device", {"gpu_uuid"}}, /* id device-<GPU UUID>: measured peaks, replaced */
 };
+/* a type added to TYPES goes into kh_store_known_type's switch too */
+_Static_assert(KH_ARRAY_LEN(TYPES) == 10, "kh_store_known_type lists every type");
+
+/* Provenance a record of these types must carry (docs/store.md, "Records"):
+ * per need, the fields that satisfy it ("a|b": either one), dotted paths
+ * into objects; a field counts when present and neither null nor "".
+ * Imports (KH_STORE_NOREFCHECK) are exempt: records written before this
+ * rule must stay importable.  Other types carry their provenance in their
+ * required fields or have none to give (docs/store.md says which). */
+static const struct {
+    const char *type;
+    struct {
+        const char *paths, *what;
+    } need[3];
+} PROVENANCE[] = {
+    {"candidate", {{"source_blob|provenance.source_hash", "the source hash"}}},
+    {"compile",
+     {{"source_blob|provenance.source_hash", "the source hash"},
+      {"provenance.compiler", "the compiler"},
+      {"provenance.options", "the compiler options"}}},
+    {"evaluation",
+     {{"provenance.solution_hash|provenance.hashes.source", "the solution hash"},
+      {"provenance.gpu_uuid|provenance.host", "the GPU UUID or host"},
+      {"provenance.seeds|provenance.seed", "the seeds"}}},
+    {"llm_call", {{"prompt_hash|fingerprint|prompt_blob|request_blob", "the prompt hash"}}},
+};
+
+/* The value at a dotted path of n bytes, or NULL. */
+static const json_t *path_get(const json_t *rec, const char *path, size_t n)
+{
+    const json_t *v = rec;
+    while (n && v) {
+        const char *dot = memchr(path, '.', n);
+        size_t l = dot ? (size_t)(dot - path) : n;
+        v = json_is_object(v) ? json_object_getn(v, path, l) : NULL;
+        if (!dot)
+            break;
+        path = dot + 1;
+        n -= l + 1;
+    }
+    if (!v || json_is_null(v) || (json_is_string(v) && !json_string_length(v)))
+        return NULL;
+    return v;
+}
+
+static kh_status check_provenance(const json_t *rec, const char *type, kh_err *err)
+{
+    for (size_t t = 0; t < KH_ARRAY_LEN(PROVENANCE); t++) {
+        if (strcmp(PROVENANCE[t].type, type))
+            continue;
+        for (int i = 0; i < 3 && PROVENANCE[t].need[i].paths; i++) {
+            const char *p = PROVENANCE[t].need[i].paths;
+            int found = 0;
+            while (!found) {
+                const char *bar = strchr(p, '|');
+                size_t l = bar ? (size_t)(bar - p) : strlen(p);
+                found = path_get(rec, p, l) != NULL;
+                if (!bar)
+                    break;
+                p = bar + 1;
+            }
+            if (found)
+                continue;
+            /* 'a', 'b' or 'c' */
+            char names[200];
+            size_t k = 0;
+            const char *q = PROVENANCE[t].need[i].paths;
+            for (int alt = 0; *q && k < sizeof names - 8; alt++) {
+                const char *bar = strchr(q, '|');
+                size_t l = bar ? (size_t)(bar - q) : strlen(q);
+                int r = snprintf(names + k, sizeof names - k, "%s'%.*s'",
+                                 alt == 0 ? "" : bar ? ", " : " or ", (int)l, q);
+                if (r < 0 || (size_t)r >= sizeof names - k)
+                    break;
+                k += (size_t)r;
+                q = bar ? bar + 1 : q + l;
+            }
+            return kh_err_set(err, KH_EINVAL,
+                              "a%s %s record must carry its provenance: %s (%s) is missing "
+                              "(docs/store.md, Records)",
+                              strchr("aeiou", type[0]) ? "n" : "", type,
+                              PROVENANCE[t].need[i].what, names);
+        }
+    }
+    return KH_OK;
+}
 
 int kh_store_known_type(const char *name)
 {
-    for (size_t i = 0; i < KH_ARRAY_LEN(TYPES); i++)
-        if (TYPES[i].name[0] == name[0] && !strcmp(TYPES[i].name, name))
-            return (int)i + 1;
+    /* every top-level key of every record written comes here (is it a
+     * reference?): the first letter narrows TYPES to at most two names */
+    int a = 0, b = 0; /* 1-based indices into TYPES */
+    switch (name[0]) {
+    case 't': a = 1; break;
+    case 'c': a = 2, b = 3; break;
+    case 'e': a = 4; break;
+    case 'p': a = 5, b = 9; break;
+    case 'r': a = 6, b = 7; break;
+    case 'l': a = 8; break;
+    case 'd': a = 10; break;
+    default: return 0;
+    }
+    if (!strcmp(TYPES[a - 1].name, name))
+        return a;
+    if (b && !strcmp(TYPES[b - 1].name, name))
+        return b;
     return 0;
 }
 
@@ -1142,24 +1286,23 @@ kh_status kh_store_each_record_ref(const json_t *rec, kh_store_ref_fn fn, void *
     return KH_OK;
 }
 
-static size_t keylen(const char *k) { return strlen(k); }
-
 static kh_status walk_blob_refs(const json_t *j, const char *field, kh_store_ref_fn fn,
                                 void *arg, int depth, kh_err *err)
 {
     if (depth > 64)
         return KH_OK;
     if (json_is_object(j)) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)j, k, v) {
-            size_t n = keylen(k);
-            int is_ref = n > 5 && !strcmp(k + n - 5, "_blob");
+        for (void *it = json_object_iter((json_t *)j); it;
+             it = json_object_iter_next((json_t *)j, it)) {
+            const char *k = json_object_iter_key(it);
+            json_t *v = json_object_iter_value(it);
+            size_t n = json_object_iter_key_len(it);
+            int is_ref = n > 5 && !memcmp(k + n - 5, "_blob", 5);
             if (is_ref && !json_is_null(v)) {
                 kh_status st = fn(arg, k, json_string_value(v), err);
                 if (st)
                     return st;
-            } else if (!strcmp(k, "blobs") && json_is_array(v)) {
+            } else if (n == 5 && !memcmp(k, "blobs", 5) && json_is_array(v)) {
                 size_t i;
                 json_t *e;
                 json_array_foreach(v, i, e) {
@@ -1683,6 +1826,8 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
                                       TYPES[ti - 1].required[i]),
                            err);
     }
+    if (!(flags & KH_STORE_NOREFCHECK) && (st = check_provenance(rec, type, err)))
+        return tx_fail(tx, st, err);
     char id[KH_STORE_ID_MAX];
     json_t *jid = json_object_get(rec, "id");
     json_t *jca = json_object_get(rec, "created_at");
@@ -1773,6 +1918,21 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
         return st;
     if (id_out)
         memcpy(id_out, id, strlen(id) + 1);
+    return KH_OK;
+}
+
+kh_status kh_store_txn_put_many(kh_store_txn *tx, json_t *const *recs, size_t n, int flags,
+                                char (*ids)[KH_STORE_ID_MAX], kh_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        kh_status st = kh_store_txn_put(tx, recs[i], flags, ids ? ids[i] : NULL, err);
+        if (st) {
+            kh_err_prefix(err, "record %zu of %zu: ", i + 1, n);
+            if (tx->st == st) /* the sticky copy, which update reports, says which too */
+                tx->err = *err;
+            return st;
+        }
+    }
     return KH_OK;
 }
 
@@ -2089,6 +2249,26 @@ kh_status kh_store_put(kh_store *s, json_t *rec, int flags, char id_out[KH_STORE
 {
     struct rec_arg a = {.rec = rec, .flags = flags, .id = id_out};
     return kh_store_update(s, do_put, &a, err);
+}
+
+struct many_arg {
+    json_t *const *recs;
+    size_t n;
+    int flags;
+    char (*ids)[KH_STORE_ID_MAX];
+};
+
+static kh_status do_put_many(kh_store_txn *tx, void *arg, kh_err *err)
+{
+    struct many_arg *a = arg;
+    return kh_store_txn_put_many(tx, a->recs, a->n, a->flags, a->ids, err);
+}
+
+kh_status kh_store_put_records(kh_store *s, json_t *const *recs, size_t n, int flags,
+                               char (*ids)[KH_STORE_ID_MAX], kh_err *err)
+{
+    struct many_arg a = {recs, n, flags, ids};
+    return kh_store_update(s, do_put_many, &a, err);
 }
 
 static kh_status do_get(kh_store_txn *tx, void *arg, kh_err *err)

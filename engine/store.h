@@ -69,6 +69,20 @@ const char *kh_store_path(const kh_store *s);
 /* 1 while an update/view scope is open on s. */
 int kh_store_in_txn(const kh_store *s);
 
+/* ---- bulk mode ------------------------------------------------------------------ */
+/* For loading many records (import, backfills, benchmarks).  Between begin
+ * and end, commits skip the fsync (MDB_NOSYNC): a commit that returned
+ * survives the process being killed (its pages reach the kernel before the
+ * commit returns), but survives a machine crash or power cut only once
+ * kh_store_bulk_end has returned, which syncs everything once.  A machine
+ * crash inside a bulk may lose the bulk's commits and, as LMDB warns for
+ * MDB_NOSYNC, damage the store: use it where the input can be loaded again.
+ * Neither may be called inside update/view; no nesting (KH_ESTATE).
+ * kh_store_close ends an open bulk (with its sync). */
+kh_status kh_store_bulk_begin(kh_store *s, kh_err *err);
+kh_status kh_store_bulk_end(kh_store *s, kh_err *err);
+int kh_store_in_bulk(const kh_store *s);
+
 /* ---- scoped transactions ------------------------------------------------------ */
 /* fn runs once, with a txn valid only during the call.  It returns KH_OK to
  * commit; any other status (or a sticky error of the txn) aborts, and that
@@ -108,6 +122,10 @@ enum { KH_STORE_REPLACE = 1 }; /* put: an existing id is replaced, not refused *
  * An existing id is refused (KH_ESTATE) unless KH_STORE_REPLACE. */
 kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
                            char id_out[KH_STORE_ID_MAX], kh_err *err);
+/* kh_store_txn_put for each of n records, stopping at the first failure
+ * (sticky, so the update aborts).  ids: NULL or n slots. */
+kh_status kh_store_txn_put_many(kh_store_txn *tx, json_t *const *recs, size_t n, int flags,
+                                char (*ids)[KH_STORE_ID_MAX], kh_err *err);
 /* *out = a new reference (caller decrefs); KH_ENOTFOUND if absent (not sticky). */
 kh_status kh_store_txn_get(kh_store_txn *tx, const char *id, json_t **out, kh_err *err);
 
@@ -129,6 +147,10 @@ kh_status kh_store_get_blob(kh_store *s, const kh_hash *h, void **data, size_t *
                             kh_err *err);
 kh_status kh_store_put(kh_store *s, json_t *rec, int flags, char id_out[KH_STORE_ID_MAX],
                        kh_err *err);
+/* n records in one transaction, in order (a later one may reference an
+ * earlier one); all or none.  ids: NULL or n slots for the ids. */
+kh_status kh_store_put_records(kh_store *s, json_t *const *recs, size_t n, int flags,
+                               char (*ids)[KH_STORE_ID_MAX], kh_err *err);
 kh_status kh_store_get(kh_store *s, const char *id, json_t **out, kh_err *err);
 kh_status kh_store_query(kh_store *s, const kh_store_filter *q, int ids_only, json_t **out,
                          kh_err *err);

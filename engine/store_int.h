@@ -32,6 +32,8 @@ struct kh_store {
     MDB_env *env;
     MDB_dbi meta, blobs, records, index;
     int readonly;
+    int nosync; /* opened with MDB_NOSYNC: a bulk's end leaves it on */
+    int bulk;   /* kh_store_bulk_begin .. end: MDB_NOSYNC until end */
     size_t map_size;
     int busy; /* a transaction scope is open */
     ZSTD_CCtx *cctx;

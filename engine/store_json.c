@@ -101,20 +101,46 @@ static const unsigned char plain[256] = {
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 };
 
+/* 1 if any of the 8 bytes in w needs more than a copy: a control byte, '"',
+ * '\\' or a byte >= 0x80 (the classic "has a byte less than / equal to"
+ * word tricks; exact, no false negatives) */
+static inline int word_special(uint64_t w)
+{
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t lt20 = (w - ones * 0x20) & ~w;
+    uint64_t q = w ^ (ones * '"'), bs = w ^ (ones * '\\');
+    uint64_t eq = ((q - ones) & ~q) | ((bs - ones) & ~bs);
+    return ((lt20 | eq | w) & high) != 0;
+}
+
 static kh_status dump_string(const char *str, size_t n, kh_sbuf *b, kh_err *err)
 {
     static const char hx[] = "0123456789ABCDEF";
     const unsigned char *s = (const unsigned char *)str;
-    if (put(b, "\"", 1, err))
-        return KH_ENOMEM;
     size_t i = 0;
-    while (i < n) {
+    int first = 1;
+    do {
         /* at most 6 bytes out per byte in; a UTF-8 sequence may run 3 past stop */
         size_t chunk = n - i < 65536 ? n - i : 65536;
-        if (kh_sbuf_reserve(b, 6 * chunk + 8, err))
+        if (b->cap - b->n < 6 * chunk + 10 && kh_sbuf_reserve(b, 6 * chunk + 10, err))
             return KH_ENOMEM;
         char *o = b->p + b->n;
+        if (first)
+            *o++ = '"';
+        first = 0;
         for (size_t stop = i + chunk; i < stop;) {
+            /* the common case: 8 plain bytes at a time */
+            while (i + 8 <= stop) {
+                uint64_t w;
+                memcpy(&w, s + i, 8);
+                if (word_special(w))
+                    break;
+                memcpy(o, &w, 8);
+                o += 8;
+                i += 8;
+            }
+            if (i >= stop)
+                break;
             unsigned c = s[i];
             if (plain[c]) {
                 *o++ = (char)c;
@@ -148,9 +174,11 @@ static kh_status dump_string(const char *str, size_t n, kh_sbuf *b, kh_err *err)
             }
             i++;
         }
+        if (i >= n)
+            *o++ = '"';
         b->n = (size_t)(o - b->p);
-    }
-    return put(b, "\"", 1, err);
+    } while (i < n);
+    return KH_OK;
 }
 
 static kh_status dump_int(json_int_t v, kh_sbuf *b, kh_err *err)

@@ -869,7 +869,14 @@ kh_status kh_store_import(kh_store *s, FILE *f, json_t **report, kh_err *err)
     size_t cap = 0, bytes = 0;
     ssize_t len;
     long lineno = 0;
-    kh_status st = KH_OK;
+    /* one sync at the end instead of one per batch (the file can be imported
+     * again: what a machine crash in the middle loses is recoverable) */
+    int own_bulk = !kh_store_in_bulk(s);
+    kh_status st = own_bulk ? kh_store_bulk_begin(s, err) : KH_OK;
+    if (st) {
+        free(c.items);
+        return st;
+    }
     while (!st && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
         if (len == 0 || line[0] == '\n')
@@ -929,6 +936,14 @@ kh_status kh_store_import(kh_store *s, FILE *f, json_t **report, kh_err *err)
         st = kh_store_update(s, do_import, &c, err);
     import_clear(&c);
     free(c.items);
+    if (own_bulk) { /* the sync runs whether or not a batch failed */
+        kh_err e2;
+        kh_status se = kh_store_bulk_end(s, &e2);
+        if (!st && se) {
+            *err = e2;
+            st = se;
+        }
+    }
     if (st)
         return st;
     *report = json_pack("{s:I, s:I, s:I}", "records", c.records, "blobs", c.blobs, "skipped",

@@ -174,11 +174,16 @@ local function measurer(db, ctx, round_index)
           -- a hash of samples kept elsewhere: not a reference this store can check
           kx.samples_hash, kx.samples_blob = kx.samples_blob, nil
         end
+        -- provenance the store requires (solution hash, host or GPU, seeds),
+        -- copied from the verdict's khlua fields
+        kx = kx or {}
         out[#out + 1] = assert(tx:put { type = "evaluation", task = ctx.task_id, candidate = cand,
           status = e.status or "UNKNOWN", protocol = opts.protocol or "official",
           purpose = purpose, run = ctx.run_id, round_index = round_index,
           workload = t.workload, evaluation = e, solution = sol.name,
-          samples_blob = samples_blob })
+          samples_blob = samples_blob,
+          provenance = { hashes = kx.hashes, seeds = kx.seeds, host = kx.host,
+            gpu_uuid = kx.gpu_uuid, worker = kx.worker } })
       end
       return out
     end))

@@ -122,8 +122,10 @@ static void test_failed_command_record(void **state)
     fixture *f = *state;
     char content[500];
     random_text(content, sizeof content);
-    json_t *rec = json_pack("{s:I, s:b, s:s, s:{s:s}, s:{s:[s]}, s:[{s:s, s:s}], s:s}",
-                            "id", (json_int_t)3, "ok", 0, "provider", "command", "error",
+    /* the client's record always carries the prompt's fingerprint */
+    json_t *rec = json_pack("{s:I, s:b, s:s, s:s, s:{s:s}, s:{s:[s]}, s:[{s:s, s:s}], s:s}",
+                            "id", (json_int_t)3, "ok", 0, "fingerprint", "5eed0000c0ffee03",
+                            "provider", "command", "error",
                             "kind", "timeout", "command", "argv", "claude", "files", "path",
                             "k.cu", "content", content, "run", f->run);
     char id[KH_STORE_ID_MAX];
@@ -162,7 +164,8 @@ static void test_sink(void **state)
     kh_llm_recorder r;
     memset(&r, 0, sizeof r);
     snprintf(r.run, sizeof r.run, "%s", f->run);
-    json_t *rec = json_pack("{s:I, s:b, s:s}", "id", (json_int_t)1, "ok", 1, "model", "m");
+    json_t *rec = json_pack("{s:I, s:b, s:s, s:s}", "id", (json_int_t)1, "ok", 1, "model", "m",
+                            "fingerprint", "5eed0000c0ffee01");
     kh_llm_store_sink(&r, rec, "abc", 3);
     assert_non_null(strstr(json_string_value(json_object_get(rec, "store_error")), "closed"));
     assert_int_equal(r.failed, 1);
@@ -200,8 +203,8 @@ static void test_key_refused(void **state)
     r.store = s;
     char raw[200];
     snprintf(raw, sizeof raw, "data: {\"echo\": \"Bearer %s\"}\n\n", key);
-    json_t *rec = json_pack("{s:I, s:b, s:s, s:s}", "id", (json_int_t)1, "ok", 1, "model", "m",
-                            "text", "fine");
+    json_t *rec = json_pack("{s:I, s:b, s:s, s:s, s:s}", "id", (json_int_t)1, "ok", 1, "model",
+                            "m", "text", "fine", "fingerprint", "5eed0000c0ffee02");
     /* in the raw stream only */
     kh_llm_store_sink(&r, rec, raw, strlen(raw));
     const char *msg = json_string_value(json_object_get(rec, "store_error"));

@@ -267,9 +267,15 @@ static void test_store_report_with_ncu(void **state)
     /* links: a task and a candidate that exist */
     char tid[KH_STORE_ID_MAX], cid[KH_STORE_ID_MAX], pid[KH_STORE_ID_MAX];
     json_t *t = json_pack("{s:s, s:s}", "type", "task", "name", "copy_task");
-    assert_int_equal(kh_store_put(s, t, 0, tid, &err), KH_OK);
-    json_t *c = json_pack("{s:s, s:s}", "type", "candidate", "task", tid);
-    assert_int_equal(kh_store_put(s, c, 0, cid, &err), KH_OK);
+    if (kh_store_put(s, t, 0, tid, &err))
+        fail_msg("%s", err.msg);
+    char srch[33];
+    snprintf(srch, sizeof srch, "%08x%08x%08x%08x", (unsigned)rand(), (unsigned)rand(),
+             (unsigned)rand(), (unsigned)rand());
+    json_t *c = json_pack("{s:s, s:s, s:{s:s}}", "type", "candidate", "task", tid, "provenance",
+                          "source_hash", srch);
+    if (kh_store_put(s, c, 0, cid, &err))
+        fail_msg("%s", err.msg);
     json_decref(t);
     json_decref(c);
 

@@ -137,6 +137,23 @@ static void test_blob_roundtrip(void **state)
 /* ---- records -------------------------------------------------------------------- */
 static char task_id[KH_STORE_ID_MAX], cand_id[KH_STORE_ID_MAX];
 
+/* The provenance the store requires of an evaluation (solution hash, host,
+ * seeds) or a model call (prompt hash), added to a test record; returns it. */
+static json_t *prov(json_t *r)
+{
+    const char *type = json_string_value(json_object_get(r, "type"));
+    char hx[33];
+    snprintf(hx, sizeof hx, "%016llx%016llx", (unsigned long long)rnd(),
+             (unsigned long long)rnd());
+    if (!strcmp(type, "evaluation"))
+        json_object_set_new(r, "provenance",
+                            json_pack("{s:{s:s}, s:s, s:[I]}", "hashes", "source", hx, "host",
+                                      "test-host", "seeds", (json_int_t)(rnd() % 100000)));
+    else if (!strcmp(type, "llm_call"))
+        json_object_set_new(r, "fingerprint", json_string(hx + 16));
+    return r;
+}
+
 static void put_base(kh_store *s)
 {
     kh_err err;
@@ -181,9 +198,9 @@ static void test_records(void **state)
     for (int i = 0; i < 60; i++) {
         int k = (int)(rnd() % 3);
         counts[k]++;
-        json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:f}", "type", "evaluation", "task", task_id,
-                              "candidate", cand_id, "status", statuses[k], "latency_ms",
-                              (double)(rnd() % 1000) / 7.0);
+        json_t *e = prov(json_pack("{s:s, s:s, s:s, s:s, s:f}", "type", "evaluation", "task",
+                                   task_id, "candidate", cand_id, "status", statuses[k],
+                                   "latency_ms", (double)(rnd() % 1000) / 7.0));
         assert_int_equal(kh_store_put(f->s, e, 0, ids[i], &err), KH_OK);
         json_decref(e);
         if (i)
@@ -251,8 +268,9 @@ static void test_records(void **state)
     json_decref(arr);
 
     /* immutable unless replaced; a replace moves the status index */
-    json_t *again = json_pack("{s:s, s:s, s:s, s:s, s:s}", "id", ids[0], "type", "evaluation",
-                              "task", task_id, "candidate", cand_id, "status", "TIMEOUT");
+    json_t *again = prov(json_pack("{s:s, s:s, s:s, s:s, s:s}", "id", ids[0], "type",
+                                   "evaluation", "task", task_id, "candidate", cand_id, "status",
+                                   "TIMEOUT"));
     assert_int_equal(kh_store_put(f->s, again, 0, NULL, &err), KH_ESTATE);
     assert_int_equal(kh_store_put(f->s, again, KH_STORE_REPLACE, NULL, &err), KH_OK);
     json_decref(again);
@@ -341,8 +359,8 @@ static kh_status grow_fn(kh_store_txn *tx, void *arg, kh_err *err)
         char hx[33];
         kh_hash_hex(&a->h[i], hx);
         for (int k = 0; k < 100; k++) {
-            json_t *r = json_pack("{s:s, s:s, s:s, s:i}", "type", "llm_call", "model", "m",
-                                  "response_blob", hx, "n", k);
+            json_t *r = prov(json_pack("{s:s, s:s, s:s, s:i}", "type", "llm_call", "model", "m",
+                                       "response_blob", hx, "n", k));
             st = kh_store_txn_put(tx, r, 0, a->ids[a->nrec++], err);
             json_decref(r);
             if (st)
@@ -573,8 +591,8 @@ static void test_verify_index_and_refs(void **state)
     put_base(f->s);
     kh_err err;
     char eid[KH_STORE_ID_MAX];
-    json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "type", "evaluation", "task", task_id,
-                          "candidate", cand_id, "status", "PASSED");
+    json_t *e = prov(json_pack("{s:s, s:s, s:s, s:s}", "type", "evaluation", "task", task_id,
+                               "candidate", cand_id, "status", "PASSED"));
     assert_int_equal(kh_store_put(f->s, e, 0, eid, &err), KH_OK);
     json_decref(e);
     json_decref(verify_ok(f->s));
@@ -624,8 +642,8 @@ static void test_secrets(void **state)
     assert_int_equal(kh_store_put_blob(f->s, text, strlen(text), NULL, &err), KH_EINVAL);
     assert_non_null(strstr(err.msg, "KHLUA_API_KEY"));
     assert_null(strstr(err.msg, key));
-    json_t *r = json_pack("{s:s, s:s, s:{s:s}}", "type", "llm_call", "model", "m", "headers",
-                          "authorization", text);
+    json_t *r = prov(json_pack("{s:s, s:s, s:{s:s}}", "type", "llm_call", "model", "m",
+                               "headers", "authorization", text));
     assert_int_equal(kh_store_put(f->s, r, 0, NULL, &err), KH_EINVAL);
     assert_null(strstr(err.msg, key));
     json_decref(r);
@@ -668,7 +686,7 @@ static void test_gc_backup_export_import(void **state)
         "PASSED", "environment", "hardware", "NVIDIA H200", "libs", "correctness",
         "max_relative_error", 1e-4, "max_absolute_error", 2e-5, "performance", "latency_ms",
         lat, "reference_latency_ms", lat * 40, "speedup_factor", 40.0);
-    assert_non_null(e);
+    assert_non_null(prov(e));
     char eid[KH_STORE_ID_MAX];
     assert_int_equal(kh_store_put(f->s, e, 0, eid, &err), KH_OK);
     json_decref(e);
@@ -943,6 +961,200 @@ static int same_json(const json_t *a, const json_t *b)
     return json_equal(a, b);
 }
 
+
+/* ---- provenance ------------------------------------------------------------------ */
+/* put rec (stolen) and expect a refusal naming what is missing, or success */
+static void expect_refused(kh_store *s, json_t *rec, const char *needle)
+{
+    kh_err err;
+    kh_status st = kh_store_put(s, rec, 0, NULL, &err);
+    json_decref(rec);
+    if (!needle) {
+        if (st)
+            fail_msg("refused: %s", err.msg);
+        return;
+    }
+    assert_int_equal(st, KH_EINVAL);
+    if (!strstr(err.msg, needle))
+        fail_msg("'%s' does not name '%s'", err.msg, needle);
+    assert_non_null(strstr(err.msg, "provenance"));
+}
+
+static void test_provenance(void **state)
+{
+    fixture *f = *state;
+    put_base(f->s);
+    char hx[33], opt[40];
+    snprintf(hx, sizeof hx, "%016llx%016llx", (unsigned long long)rnd(),
+             (unsigned long long)rnd());
+    snprintf(opt, sizeof opt, "-O%d", (int)(rnd() % 4));
+    /* compile: source hash, compiler, options */
+    expect_refused(f->s,
+                   json_pack("{s:s, s:s, s:{s:s, s:[s]}}", "type", "compile", "status", "ok",
+                             "provenance", "compiler", "nvrtc", "options", opt),
+                   "the source hash ('source_blob' or 'provenance.source_hash')");
+    expect_refused(f->s,
+                   json_pack("{s:s, s:s, s:{s:s, s:[s]}}", "type", "compile", "status", "ok",
+                             "provenance", "source_hash", hx, "options", opt),
+                   "the compiler ('provenance.compiler')");
+    expect_refused(f->s,
+                   json_pack("{s:s, s:s, s:{s:s, s:s}}", "type", "compile", "status", "ok",
+                             "provenance", "source_hash", hx, "compiler", "nvrtc"),
+                   "the compiler options ('provenance.options')");
+    expect_refused(f->s,
+                   json_pack("{s:s, s:s, s:{s:s, s:s, s:[s]}}", "type", "compile", "status",
+                             "compile_error", "provenance", "source_hash", hx, "compiler",
+                             "nvrtc", "options", opt),
+                   NULL);
+    /* evaluation: solution hash, GPU UUID or host, seeds; "" and null do not count */
+    expect_refused(f->s,
+                   json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:[i]}}", "type", "evaluation",
+                             "task", task_id, "candidate", cand_id, "status", "PASSED",
+                             "provenance", "host", "h1", "seeds", (int)(rnd() % 1000)),
+                   "the solution hash");
+    expect_refused(f->s,
+                   json_pack("{s:s, s:s, s:s, s:s, s:{s:{s:s}, s:s, s:[i]}}", "type",
+                             "evaluation", "task", task_id, "candidate", cand_id, "status",
+                             "PASSED", "provenance", "hashes", "source", hx, "host", "", "seeds",
+                             (int)(rnd() % 1000)),
+                   "the GPU UUID or host ('provenance.gpu_uuid' or 'provenance.host')");
+    expect_refused(f->s,
+                   json_pack("{s:s, s:s, s:s, s:s, s:{s:{s:s}, s:s, s:n}}", "type",
+                             "evaluation", "task", task_id, "candidate", cand_id, "status",
+                             "PASSED", "provenance", "hashes", "source", hx, "gpu_uuid",
+                             "GPU-1234", "seeds"),
+                   "the seeds");
+    expect_refused(f->s,
+                   json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:s, s:I}}", "type", "evaluation",
+                             "task", task_id, "candidate", cand_id, "status", "TIMEOUT",
+                             "provenance", "solution_hash", hx, "gpu_uuid", "GPU-1234", "seed",
+                             (json_int_t)(rnd() % 1000)),
+                   NULL);
+    /* a model call: its prompt hash in any of its forms */
+    expect_refused(f->s, json_pack("{s:s, s:s, s:s}", "type", "llm_call", "model", "m", "status",
+                                   "ok"),
+                   "the prompt hash ('prompt_hash', 'fingerprint', 'prompt_blob' or "
+                   "'request_blob')");
+    expect_refused(f->s, json_pack("{s:s, s:s, s:s}", "type", "llm_call", "model", "m",
+                                   "fingerprint", hx + 16),
+                   NULL);
+    /* a candidate: its source hash */
+    expect_refused(f->s, json_pack("{s:s, s:s}", "type", "candidate", "task", task_id),
+                   "the source hash");
+    /* other types carry none beyond their required fields */
+    expect_refused(f->s, json_pack("{s:s, s:s}", "type", "run", "policy", "p"), NULL);
+    /* a refused record inside a transaction aborts the whole transaction */
+    kh_err err;
+    json_t *ok = prov(json_pack("{s:s, s:s, s:s, s:s}", "type", "evaluation", "task", task_id,
+                                "candidate", cand_id, "status", "PASSED"));
+    json_t *bad = json_pack("{s:s, s:s, s:s, s:s}", "type", "evaluation", "task", task_id,
+                            "candidate", cand_id, "status", "PASSED");
+    json_t *both[2] = {ok, bad};
+    assert_int_equal(kh_store_put_records(f->s, both, 2, 0, NULL, &err), KH_EINVAL);
+    assert_non_null(strstr(err.msg, "solution hash"));
+    json_t *arr;
+    kh_store_filter q = {.type = "evaluation"};
+    assert_int_equal(kh_store_query(f->s, &q, 1, &arr, &err), KH_OK);
+    assert_int_equal(json_array_size(arr), 1); /* the TIMEOUT above, not ok */
+    json_decref(arr);
+    json_decref(ok);
+    json_decref(bad);
+    /* an import is exempt: records written before the rule stay importable */
+    FILE *tf = tmpfile();
+    assert_non_null(tf);
+    fprintf(tf,
+            "{\"record\": {\"type\": \"evaluation\", \"id\": \"evaluation-old%04d\", "
+            "\"created_at\": \"2026-01-02T03:04:05.000006Z\", \"task\": \"%s\", "
+            "\"candidate\": \"%s\", \"status\": \"PASSED\"}}\n",
+            (int)(rnd() % 10000), task_id, cand_id);
+    rewind(tf);
+    json_t *rep;
+    if (kh_store_import(f->s, tf, &rep, &err))
+        fail_msg("import: %s", err.msg);
+    assert_int_equal(json_integer_value(json_object_get(rep, "records")), 1);
+    json_decref(rep);
+    fclose(tf);
+    json_decref(verify_ok(f->s));
+}
+
+/* ---- bulk mode and many records per call ------------------------------------------- */
+static kh_status bulk_in_update(kh_store_txn *tx, void *arg, kh_err *err)
+{
+    (void)tx;
+    kh_store *s = arg;
+    kh_status st = kh_store_bulk_begin(s, err);
+    return st == KH_ESTATE ? KH_OK : kh_err_set(err, KH_ESTATE, "bulk began inside update");
+}
+
+static void test_bulk_and_many(void **state)
+{
+    fixture *f = *state;
+    kh_err err;
+    assert_int_equal(kh_store_bulk_end(f->s, &err), KH_ESTATE); /* not in bulk */
+    assert_int_equal(kh_store_update(f->s, bulk_in_update, f->s, &err), KH_OK);
+    assert_int_equal(kh_store_bulk_begin(f->s, &err), KH_OK);
+    assert_int_equal(kh_store_in_bulk(f->s), 1);
+    assert_int_equal(kh_store_bulk_begin(f->s, &err), KH_ESTATE); /* no nesting */
+    /* a run, then its rounds in the same call: a later record may name an earlier one */
+    size_t n = 2 + rnd() % 300;
+    json_t **recs = calloc(n, sizeof *recs);
+    char(*ids)[KH_STORE_ID_MAX] = calloc(n, sizeof *ids);
+    char run_id[KH_STORE_ID_MAX];
+    json_t *run = json_pack("{s:s, s:s}", "type", "run", "policy", "bulk");
+    assert_int_equal(kh_store_put(f->s, run, 0, run_id, &err), KH_OK);
+    json_decref(run);
+    int idx0 = (int)(rnd() % 1000);
+    for (size_t i = 0; i < n; i++)
+        recs[i] = json_pack("{s:s, s:s, s:i}", "type", "round", "run", run_id, "index",
+                            idx0 + (int)i);
+    if (kh_store_put_records(f->s, recs, n, 0, ids, &err))
+        fail_msg("%s", err.msg);
+    for (size_t i = 1; i < n; i++)
+        assert_true(strcmp(ids[i], ids[i - 1]) > 0);
+    /* all or none: a bad record at a random place writes nothing, and says which */
+    json_t *more[3];
+    size_t badk = rnd() % 3;
+    for (size_t i = 0; i < 3; i++)
+        more[i] = i == badk ? json_pack("{s:s}", "type", "round")
+                            : json_pack("{s:s, s:s, s:i}", "type", "round", "run", run_id,
+                                        "index", -1);
+    assert_int_equal(kh_store_put_records(f->s, more, 3, 0, NULL, &err), KH_EINVAL);
+    char want[40];
+    snprintf(want, sizeof want, "record %zu of 3", badk + 1);
+    if (!strstr(err.msg, want))
+        fail_msg("'%s' does not say '%s'", err.msg, want);
+    for (size_t i = 0; i < 3; i++)
+        json_decref(more[i]);
+    assert_int_equal(kh_store_bulk_end(f->s, &err), KH_OK);
+    assert_int_equal(kh_store_in_bulk(f->s), 0);
+    json_t *arr;
+    kh_store_filter q = {.run = run_id, .type = "round"};
+    assert_int_equal(kh_store_query(f->s, &q, 0, &arr, &err), KH_OK);
+    assert_int_equal(json_array_size(arr), n);
+    /* newest first: the last written has the highest index */
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(arr, 0), "index")),
+                     idx0 + (int)n - 1);
+    json_decref(arr);
+    json_decref(verify_ok(f->s));
+    for (size_t i = 0; i < n; i++)
+        json_decref(recs[i]);
+    free(recs);
+    free(ids);
+    /* close inside a bulk ends it (and syncs): what it wrote is there after reopening */
+    assert_int_equal(kh_store_bulk_begin(f->s, &err), KH_OK);
+    json_t *r2 = json_pack("{s:s, s:s}", "type", "run", "policy", "closing");
+    char id2[KH_STORE_ID_MAX];
+    assert_int_equal(kh_store_put(f->s, r2, 0, id2, &err), KH_OK);
+    json_decref(r2);
+    kh_store_close(f->s);
+    kh_store_opts o = {.readonly = 1};
+    assert_int_equal(kh_store_open(f->path, &o, &f->s, &err), KH_OK);
+    assert_int_equal(kh_store_bulk_begin(f->s, &err), KH_ESTATE); /* read-only */
+    json_t *got;
+    assert_int_equal(kh_store_get(f->s, id2, &got, &err), KH_OK);
+    json_decref(got);
+}
+
 static void test_json_codec(void **state)
 {
     (void)state;
@@ -981,6 +1193,39 @@ static void test_json_codec(void **state)
         json_decref(o);
         json_decref(j);
         json_decref(v);
+        kh_sbuf_free(&b);
+    }
+    /* strings mixing plain runs, escapes and multi-byte UTF-8 at every offset
+     * (the writer copies 8 plain bytes at a time): the same bytes as jansson */
+    static const char *const parts[] = {"a", "Zq7", "\"", "\\", "\n", "\x01", "\x1f", "\x7f",
+                                        "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "/",
+                                        "longer plain run 0123456789"};
+    for (int i = 0; i < 2000; i++) {
+        char str[400];
+        size_t sn = 0;
+        for (size_t k = rnd() % 24; k > 0; k--) {
+            const char *p = parts[rnd() % KH_ARRAY_LEN(parts)];
+            memcpy(str + sn, p, strlen(p));
+            sn += strlen(p);
+        }
+        str[sn] = 0;
+        json_t *o = json_pack("{s:s%}", "s", str, sn);
+        assert_non_null(o);
+        kh_sbuf b = {0};
+        assert_int_equal(kh_store_json_dump(o, &b, &err), KH_OK);
+        char *t = json_dumps(o, JSON_COMPACT);
+        if (b.n != strlen(t) || memcmp(b.p, t, b.n))
+            fail_msg("ours %.*s, jansson %s", (int)b.n, b.p, t);
+        /* one invalid byte anywhere is refused */
+        if (sn) {
+            str[rnd() % sn] = (char)0xff;
+            json_t *bad = json_pack("{s:o}", "s", json_stringn_nocheck(str, sn));
+            b.n = 0;
+            assert_int_equal(kh_store_json_dump(bad, &b, &err), KH_EINVAL);
+            json_decref(bad);
+        }
+        free(t);
+        json_decref(o);
         kh_sbuf_free(&b);
     }
     /* a short real stays short: 0.1 is written as 0.1 */
@@ -1057,6 +1302,8 @@ int main(void)
         cmocka_unit_test(test_time_format),
         cmocka_unit_test(test_json_codec),
         cmocka_unit_test_setup_teardown(test_txn_index_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_provenance, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bulk_and_many, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,9 @@
  * small map, so the map grows while it is killed) and reports each committed
  * transaction's ids through a pipe; the parent kills it with SIGKILL at a
  * random moment, then checks that `verify` is clean and that every id whose
- * commit had returned is in the store.  60 kills.  Also: a reader process
+ * commit had returned is in the store.  60 kills; every other child writes
+ * in bulk mode (commits unsynced, killed before its end): a killed process
+ * must lose nothing there either.  Also: a reader process
  * beside a writer that grows the map many times over. */
 #include "kh_test.h"
 
@@ -55,16 +57,16 @@ static kh_status write_step(kh_store_txn *tx, void *arg, kh_err *err)
         json_decref(r);
     }
     if (!st) {
-        json_t *c = json_pack("{s:s, s:s, s:s, s:s}", "type", "llm_call", "model", "m", "run",
-                              s->ids[0], "response_blob", hx);
+        json_t *c = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "llm_call", "model", "m",
+                              "run", s->ids[0], "response_blob", hx, "prompt_blob", hx);
         st = kh_store_txn_put(tx, c, 0, s->ids[3], err);
         json_decref(c);
     }
     return st;
 }
 
-static void child(const char *path, int fd, uint64_t seed) __attribute__((noreturn));
-static void child(const char *path, int fd, uint64_t seed)
+static void child(const char *path, int fd, uint64_t seed, int bulk) __attribute__((noreturn));
+static void child(const char *path, int fd, uint64_t seed, int bulk)
 {
     rng = seed;
     kh_store *s;
@@ -72,6 +74,10 @@ static void child(const char *path, int fd, uint64_t seed)
     kh_store_opts o = {.map_size = 512 * 1024};
     if (kh_store_open(path, &o, &s, &err)) {
         dprintf(fd, "ERR open: %s\n", err.msg);
+        _exit(3);
+    }
+    if (bulk && kh_store_bulk_begin(s, &err)) {
+        dprintf(fd, "ERR bulk: %s\n", err.msg);
         _exit(3);
     }
     unsigned char *buf = malloc(1 << 21);
@@ -138,7 +144,7 @@ static void test_kill_writer(void **state)
         assert_true(pid >= 0);
         if (pid == 0) {
             close(fds[0]);
-            child(path, fds[1], seed);
+            child(path, fds[1], seed, k % 2);
         }
         close(fds[1]);
         usleep((useconds_t)(2000 + rnd() % 80000));

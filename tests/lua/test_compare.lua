@@ -466,12 +466,14 @@ T.test("summarize: compile errors, failed model calls and empty replies are coun
   local verdicts = {}
   local n = math.random(2, 5)
   for i = 1, n do
-    local c = assert(db:put { type = "candidate", id = "candidate-syn" .. i, task = task })
+    local c = assert(db:put { type = "candidate", id = "candidate-syn" .. i, task = task,
+      provenance = { source_hash = kh.store.hash("syn" .. i) } })
     -- odd candidates do not compile
     local st = i % 2 == 1 and "COMPILE_ERROR" or "INCORRECT_NUMERICAL"
     if st == "COMPILE_ERROR" then bad = bad + 1 else ok = ok + 1 end
     assert(db:put { type = "evaluation", task = task, candidate = c, run = run, status = st,
-      purpose = "representative:candidate" })
+      purpose = "representative:candidate", provenance = { hashes = { source =
+        kh.store.hash("syn" .. i) }, host = "test-host", seeds = { math.random(1, 1000) } } })
     verdicts[#verdicts + 1] = { candidate = c, rejected_for = "incorrect" }
   end
   verdicts[#verdicts + 1] = { reason = "model call failed: quota" }

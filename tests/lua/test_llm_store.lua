@@ -232,7 +232,8 @@ T.test("a recorded HTTP stream is parsed again on replay", function()
     -- the record as the recorder writes it for a compat call, its text deliberately absent:
     -- the answer must come from the stream
     assert(db:put { type = "llm_call", model = "m", run = run, ok = true, replay = false,
-      status = "ok", provider = "compat", dialect = "chat", response_blob = blob })
+      status = "ok", provider = "compat", dialect = "chat", response_blob = blob,
+      prompt_hash = "synthetic-" .. i })
   end
   assert(kh.llm.record_to(db))
   for i = 1, 2 do
@@ -249,7 +250,7 @@ T.test("a recorded HTTP stream is parsed again on replay", function()
   local run2 = assert(db:put { type = "run", policy = "broken" })
   local cut = chat_stream("cut short", 3)
   assert(db:put { type = "llm_call", model = "m", run = run2, ok = true, status = "ok",
-    dialect = "chat", response_blob = assert(db:put_blob(cut:sub(1, #cut // 2))) })
+    prompt_hash = "synthetic-cut", dialect = "chat", response_blob = assert(db:put_blob(cut:sub(1, #cut // 2))) })
   local r, msg, code = kh.llm.chat { provider = "replay", replay = { store = true, run = run2 },
     messages = { { role = "user", content = "x" } } }
   T.eq(r, nil)

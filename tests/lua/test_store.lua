@@ -18,6 +18,12 @@ local function fresh()
   return dir .. "/store", dir
 end
 
+-- the provenance the store requires of an evaluation (solution hash, host, seeds)
+local function prov(h)
+  return { hashes = { source = h or kh.store.hash(rand_bytes(8)) }, host = "test-host",
+    seeds = { math.random(1, 1 << 30) } }
+end
+
 local function base(db)
   local src = "__global__ void k(float *x) { x[threadIdx.x] *= " .. math.random() .. "f; }"
   local h = assert(db:put_blob(src))
@@ -77,7 +83,8 @@ T.test("records: put, get, query newest first, replace", function()
     local ok = math.random() < 0.5
     if ok then passed = passed + 1 end
     ids[i] = assert(db:put { type = "evaluation", task = task, candidate = cand,
-      status = ok and "PASSED" or "INCORRECT_NUMERICAL", latency_ms = math.random() })
+      status = ok and "PASSED" or "INCORRECT_NUMERICAL", latency_ms = math.random(),
+      provenance = prov() })
   end
   local r = db:get(ids[7])
   T.eq(r.id, ids[7])
@@ -91,12 +98,12 @@ T.test("records: put, get, query newest first, replace", function()
   T.eq(#db:query { candidate = cand, status = "PASSED" }, passed)
   T.eq(#db:query { since = r.created_at, type = "evaluation" }, 24)
   local v, msg, code = db:put { id = ids[1], type = "evaluation", task = task, candidate = cand,
-    status = "TIMEOUT" }
+    status = "TIMEOUT", provenance = prov() }
   T.eq(v, nil)
   T.eq(code, "ESTATE")
   T.match(msg, "already exists")
   T.eq(db:put({ id = ids[1], type = "evaluation", task = task, candidate = cand,
-    status = "TIMEOUT" }, { replace = true }), ids[1])
+    status = "TIMEOUT", provenance = prov() }, { replace = true }), ids[1])
   T.eq(#db:query { type = "evaluation", status = "TIMEOUT" }, 1)
   T.eq(db:get(ids[1]).created_at, db:query { type = "evaluation", status = "TIMEOUT" }[1].created_at)
   local none, m2, c2 = db:get("evaluation-nothing")
@@ -171,7 +178,8 @@ T.test("a transaction far larger than the map comes through whole", function()
     for i = 1, 12 do
       blobs[i] = rand_bytes(300000 + math.random(1, 1000))
       local h = assert(tx:put_blob(blobs[i]))
-      out[i] = assert(tx:put { type = "llm_call", model = "m", response_blob = h })
+      out[i] = assert(tx:put { type = "llm_call", model = "m", response_blob = h,
+        prompt_hash = kh.store.hash("prompt " .. i) })
     end
     return out
   end)
@@ -189,10 +197,10 @@ T.test("an API key is never archived", function()
   T.write(script, string.format([[
 local kh = require "kh"
 local db = assert(kh.store.open(%q))
-local v, msg, code = db:put { type = "llm_call", model = "m", request = "Bearer %s" }
+local v, msg, code = db:put { type = "llm_call", model = "m", request = "Bearer %s", prompt_hash = "p1" }
 print(v, code, msg)
 print(db:put_blob("x-api-key: %s"))
-print(db:put { type = "llm_call", model = "m" } ~= nil)
+print(db:put { type = "llm_call", model = "m", prompt_hash = "p2" } ~= nil)
 db:close()
 ]], path, key, key))
   local p = assert(io.popen("ANTHROPIC_API_KEY=" .. T.quote(key) .. " " ..
@@ -213,7 +221,7 @@ T.test("khlua store: ls, show, cat, stats, verify, export, import, gc, backup", 
     task, cand, h, src = base(db)
     for i = 1, 3 do
       assert(db:put { type = "evaluation", task = task, candidate = cand, status = "PASSED",
-        definition = task:sub(6), solution = "sol_" .. i,
+        definition = task:sub(6), solution = "sol_" .. i, provenance = prov(h),
         workload = { uuid = kh.store.hash(tostring(i)), axes = { batch_size = i } },
         evaluation = { status = "PASSED", log = "", environment = { hardware = "H200", libs = {} },
           performance = { latency_ms = i / 10, reference_latency_ms = i, speedup_factor = 10.0 } } })
@@ -306,6 +314,64 @@ T.test("a tx kept past its scope cannot be used, and a store in another process 
   db:view(function(tx) leaked = tx end)
   T.raises(function() leaked:put { type = "run", policy = "x" } end, "outside")
   T.raises(function() leaked:query {} end, "outside")
+end)
+
+T.test("provenance: a record without what its type must carry is refused, naming it", function()
+  local db <close> = assert(kh.store.open((fresh())))
+  local task, cand, h = base(db)
+  local v, msg, code = db:put { type = "evaluation", task = task, candidate = cand,
+    status = "PASSED", provenance = { hashes = { source = h }, host = "h" } }
+  T.eq({ v, code }, { nil, "EINVAL" })
+  T.match(msg, "the seeds")
+  T.match(msg, "provenance%.seeds")
+  v, msg, code = db:put { type = "compile", status = "ok", source_blob = h,
+    provenance = { compiler = "nvrtc" } }
+  T.eq({ v, code }, { nil, "EINVAL" })
+  T.match(msg, "compiler options %('provenance%.options'%)")
+  v, msg = db:put { type = "llm_call", model = "m" }
+  T.eq(v, nil)
+  T.match(msg, "prompt hash")
+  -- with it, each is taken
+  T.match(assert(db:put { type = "evaluation", task = task, candidate = cand, status = "PASSED",
+    provenance = prov(h) }), "^evaluation%-")
+  T.match(assert(db:put { type = "compile", status = "ok", source_blob = h,
+    provenance = { compiler = "nvrtc", options = { "-O" .. math.random(0, 3) } } }), "^compile%-")
+  T.match(assert(db:put { type = "llm_call", model = "m", prompt_blob = h }), "^llm_call%-")
+end)
+
+T.test("put_many and bulk: many records per call, one sync per bulk", function()
+  local db <close> = assert(kh.store.open((fresh())))
+  local task, cand, h = base(db)
+  local n = math.random(2, 200)
+  local recs = {}
+  for i = 1, n do
+    recs[i] = { type = "evaluation", task = task, candidate = cand, status = "PASSED",
+      index = i, provenance = prov(h) }
+  end
+  local out = db:bulk(function(d)
+    T.eq(d, db)
+    T.raises(function() db:bulk(function() end) end, "inside another db:bulk")
+    local ids = assert(d:put_many(recs))
+    local more = d:update(function(tx)
+      return assert(tx:put_many { { type = "run", policy = "p" } })
+    end)
+    return ids, more
+  end)
+  T.eq(#out, n)
+  for i = 2, n do T.ok(out[i] > out[i - 1], "ids in order") end
+  T.eq(db:get(out[n]).index, n)
+  -- all or none, and the message says which record
+  recs[#recs + 1] = { type = "evaluation", task = task, candidate = cand, status = "PASSED" }
+  local v, msg, code = db:put_many(recs)
+  T.eq({ v, code }, { nil, "EINVAL" })
+  T.match(msg, "record " .. (n + 1) .. " of " .. (n + 1))
+  T.eq(#db:query { type = "evaluation" }, n)
+  T.raises(function() db:put_many { 1, 2 } end, "record 1 is a number")
+  T.raises(function() db:put_many "x" end, "table expected")
+  -- an error in fn ends the bulk (synced) and is re-raised
+  T.raises(function() db:bulk(function() assert(db:put { type = "run", policy = "q" }); error("boom") end) end, "boom")
+  T.eq(#db:query { type = "run" }, 2)
+  T.eq(#db:verify().problems, 0)
 end)
 
 T.test("clean up the temporary stores", function()

@@ -69,8 +69,11 @@ function F.evaluate(task_path, sol, opts)
   for _, w in ipairs(workloads(task_path)) do
     if not want or want[w.uuid] then
       local base = 0.002 + 0.0001 * w.axes.batch_size
+      -- the provenance kh.eval gives every verdict (the store requires it)
       local e = { status = b.correct and "PASSED" or "INCORRECT_NUMERICAL", khlua = {
-        failed_check = (not b.correct) and "poison" or nil, protocol = opts.protocol or "official" } }
+        failed_check = (not b.correct) and "poison" or nil, protocol = opts.protocol or "official",
+        hashes = { source = kh.store.hash(src) }, seeds = { opts.seed or 0 },
+        host = "fake-evaluator" } }
       if b.correct then
         e.correctness = { max_absolute_error = 0.001, max_relative_error = 0.001 }
         if opts.timing ~= false then
