@@ -305,6 +305,9 @@ typedef struct ev_run {
     kh_launch_list lists[MAX_SETS], sample_lists[MAX_SAMPLES];
     int nlists, nsample_lists;
     uint64_t set_seed[MAX_SETS];
+    /* the bits of each one-element input per set, for {"scalar": name}
+     * arguments passed by value (read back from the device after a fill) */
+    uint64_t scal[MAX_SETS][MAX_TENSORS];
     /* timing state */
     int timed, trial, poison;
     long call, timed_call;
@@ -351,6 +354,25 @@ static void free_set(ev_run *r, kh_launch_buf *bufs)
             kh_gpu_buf_free(r->ev->g, &bufs[i].buf);
 }
 
+static int is_scalar_input(const ev_tensor *t)
+{
+    return t->role == ROLE_IN && t->numel == 1 && t->bytes && t->bytes <= 8;
+}
+
+/* Hand set's scalar values to every launch list that reads that set. */
+static void apply_scalars(ev_run *r, int set)
+{
+    for (size_t i = 0; i < r->nt; i++) {
+        if (!is_scalar_input(&r->ts[i]))
+            continue;
+        if (set < r->nlists)
+            kh_launch_set_scalar(&r->lists[set], r->ts[i].name, r->scal[set][i]);
+        for (int j = 0; j < r->nsample_lists; j++)
+            if (r->sample_set[j] == set)
+                kh_launch_set_scalar(&r->sample_lists[j], r->ts[i].name, r->scal[set][i]);
+    }
+}
+
 static kh_status fill_inputs(ev_run *r, int set, uint64_t seed, kh_err *err)
 {
     r->set_seed[set] = seed;
@@ -361,7 +383,24 @@ static kh_status fill_inputs(ev_run *r, int set, uint64_t seed, kh_err *err)
         if (st)
             return kh_err_prefix(err, "generating input '%s'", r->ts[i].name);
     }
-    return kh_gpu_sync(r->ev->g, err);
+    kh_status st = kh_gpu_sync(r->ev->g, err);
+    /* A random scalar passed by value: its bits are whatever the generator
+     * wrote, read back rather than recomputed, so they cannot differ. */
+    for (size_t i = 0; i < r->nt && !st; i++) {
+        if (!is_scalar_input(&r->ts[i]))
+            continue;
+        unsigned char b[8] = {0};
+        st = kh_gpu_check(r->ev->g, kh_gpu_api(r->ev->g)->cuMemcpyDtoH(b, r->in[set][i].buf.ptr,
+                                                                        r->ts[i].bytes),
+                          "cuMemcpyDtoH (scalar input)", err);
+        uint64_t code = 0;
+        for (int k = 7; k >= 0; k--)
+            code = code << 8 | b[k];
+        r->scal[set][i] = code;
+    }
+    if (!st)
+        apply_scalars(r, set);
+    return st;
 }
 
 static kh_status zero_workspace(ev_run *r, kh_err *err)
@@ -399,6 +438,17 @@ static kh_status bind_lists(ev_run *r, kh_err *err)
             return st;
         r->nsample_lists++;
     }
+    /* {"scalar": name} must name a one-element input */
+    for (size_t l = 0; r->nlists && l < r->lists[0].nlaunches; l++) {
+        const kh_launch_one *o = &r->lists[0].launches[l];
+        for (int i = 0; i < o->nargs; i++)
+            if (o->scalar_of[i] && !is_scalar_input(&r->ts[o->scalar_of[i] - 1]))
+                return kh_err_set(err, KH_EINVAL, "launches[%zu].args[%d]: '%s' is not a "
+                                  "one-element input; only those pass by value", l, i,
+                                  r->ts[o->scalar_of[i] - 1].name);
+    }
+    for (int k = 0; k < r->nsets; k++)
+        apply_scalars(r, k);
     return KH_OK;
 }
 
