@@ -92,6 +92,39 @@ static const char *opt_workloads(lua_State *L, int t)
     return lua_tostring(L, -1);
 }
 
+/* opts.sanitize: "memcheck,racecheck" or {"memcheck", "racecheck"}; the
+ * string stays on the stack (anchored) until the call returns. */
+static const char *opt_sanitize(lua_State *L, int t)
+{
+    int ty = lua_getfield(L, t, "sanitize"); /* [.., s] */
+    if (ty == LUA_TNIL) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    if (ty == LUA_TSTRING)
+        return lua_tostring(L, -1);
+    if (ty != LUA_TTABLE)
+        luaL_error(L, "opts.sanitize must be a string (\"memcheck,racecheck\") or an array of "
+                   "tool names");
+    int s = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b); /* [.., s, buf...] */
+    lua_Integer n = (lua_Integer)lua_rawlen(L, s);
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, s, i) != LUA_TSTRING)
+            luaL_error(L, "opts.sanitize[%d] must be a tool name", (int)i);
+        if (i > 1) {
+            lua_pop(L, 1);
+            luaL_addchar(&b, ',');
+            lua_rawgeti(L, s, i);
+        }
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    lua_remove(L, -2);
+    return lua_tostring(L, -1);
+}
+
 static int l_run(lua_State *L)
 {
     const char *task = luaL_checkstring(L, 1);
@@ -140,6 +173,8 @@ static int l_run(lua_State *L)
         if (lua_getfield(L, t, "store") != LUA_TNIL) /* anchored by the table */
             o.store = kh_lua_check_store_idle(L, -1);
         lua_pop(L, 1);
+        o.sanitize_deadline_s = opt_num(L, t, "sanitize_deadline_s", 0);
+        o.sanitize = opt_sanitize(L, t);   /* stays on the stack */
         o.workloads = opt_workloads(L, t); /* stays on the stack */
     }
     kh_eval *ev = get_eval(L);

@@ -14,6 +14,7 @@
 #include "hostcc.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "sanitizer.h"
 #include "store.h"
 #include "supervisor.h"
 #include "task.h"
@@ -384,6 +385,7 @@ static kh_status read_whole(const char *path, unsigned char **d, size_t *n, kh_e
     }
     int bad = ferror(f);
     fclose(f);
+    /* the loop ends with len < cap: callers may terminate the text at b[len] */
     if (!b || bad) {
         free(b);
         return kh_err_set(err, b ? KH_EIO : KH_ENOMEM, "cannot read %s", path);
@@ -1186,6 +1188,131 @@ static const char *fault_kind(const char *msg)
     return "crash";
 }
 
+/* ---- compute-sanitizer (promotion time) ---------------------------------- */
+/* Run sol once under each tool of o->sanitize, in a gpu worker of its own
+ * started through the launch template with compute-sanitizer in front, and
+ * judge the tool's report.  Only records naming the candidate's kernels
+ * count (the worker's own generator and checksum kernels run under the tool
+ * too).  Buffers get no guard bands here ("guard_bytes": 0): memcheck must
+ * see the allocation's true end.  Outputs are poisoned (so initcheck does
+ * not blame the worker's copy of an unwritten output), workspaces zeroed
+ * only when the manifest says so (a kernel reading workspace it never wrote
+ * is what initcheck is for).  The tools' own failures (no report) are
+ * recorded as "incomplete", not blamed on the candidate. */
+static kh_status sanitize(wctx *c, const kh_task_solution *sol, const art *a, verdict *v,
+                          json_t *kl, kh_err *err)
+{
+    char cs[4096];
+    kh_status st = kh_san_find(c->ev->e, cs, sizeof cs, err);
+    if (st)
+        return kh_err_prefix(err, "sanitize");
+    const kh_task_manifest *m = sol->manifest;
+    const char *kernels[64];
+    size_t nk = 0;
+    for (size_t l = 0; l < m->nlaunches && nk < 64; l++)
+        kernels[nk++] = m->launches[l].kernel;
+    json_t *all = json_object();
+    json_object_set_new(kl, "sanitizer", all);
+    double dl = c->o->sanitize_deadline_s > 0 ? c->o->sanitize_deadline_s : 4 * c->o->deadline_s;
+    for (const char *q = c->o->sanitize; *q && !st && !v->failed;) {
+        size_t l = strcspn(q, ",");
+        char tool[32];
+        snprintf(tool, sizeof tool, "%.*s", (int)(l < 31 ? l : 31), q);
+        q += l + (q[l] == ',');
+        const char *check = kh_san_check_name(tool);
+        if (!check)
+            continue; /* validated in kh_eval_run; empty items are skipped */
+        const char *tmp = getenv("TMPDIR");
+        char dir[4096], log[4200], tmpl[8192];
+        snprintf(dir, sizeof dir, "%s/khlua-san-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir))
+            return kh_err_set(err, KH_EIO, "sanitize: mkdtemp: %s", strerror(errno));
+        snprintf(log, sizeof log, "%s/%s.log", dir, tool);
+        if ((st = kh_san_template(cs, tool, log, getenv("KHLUA_SANITIZER_FLAGS"), c->ev->launch,
+                                  tmpl, sizeof tmpl, err))) {
+            rmdir(dir);
+            return st;
+        }
+        double t0 = kh_now();
+        kh_wproc_opts wo = {.role = "gpu", .launch = tmpl, .exe = c->ev->exe,
+                            .hello_timeout_s = 180};
+        kh_err werr;
+        kh_wproc *w = kh_wproc_start(&wo, &werr);
+        unsigned char *text = NULL;
+        size_t tn = 0;
+        if (!w) {
+            kh_err rerr;
+            if (read_whole(log, &text, &tn, &rerr) == KH_OK)
+                text[tn] = 0; /* read_whole leaves room after the bytes */
+            st = kh_err_set(err, KH_ENODEV, "sanitize: no gpu worker under compute-sanitizer "
+                            "%s: %s%s%.400s", tool, werr.msg, text ? "; its log: " : "",
+                            text ? (char *)text : "");
+            free(text);
+            unlink(log);
+            rmdir(dir);
+            return st;
+        }
+        /* one correctness trial, the first seed */
+        size_t saved = c->ntrials;
+        c->ntrials = 1;
+        free(c->pl);
+        c->pl = NULL;
+        c->pl_len = 0;
+        size_t off = 0;
+        json_t *p = NULL;
+        st = pl_add(c, a->bytes, a->len, &off, err);
+        if (!st)
+            st = make_request(c, sol, a, 1, &p, err);
+        c->ntrials = saved;
+        const char *worker = "ok";
+        char wmsg[600];
+        if (!st) {
+            json_object_set_new(p, "checks", json_pack("{s:b}", "poison", 1));
+            json_object_set_new(p, "guard_bytes", json_integer(0));
+            json_object_set_new(p, "deadline_s", json_real(dl));
+            kh_msg reply;
+            memset(&reply, 0, sizeof reply);
+            kh_status ws = kh_wproc_call(w, "evaluate", p, c->pl, c->pl_len, dl + 5, &reply,
+                                         &werr);
+            if (ws) {
+                snprintf(wmsg, sizeof wmsg, "%s", werr.msg);
+                worker = wmsg;
+            }
+            kh_msg_free(&reply);
+        }
+        json_decref(p);
+        /* the report is complete once the tool has exited */
+        kh_wproc_stop(w, 60);
+        if (st) {
+            unlink(log);
+            rmdir(dir);
+            return st;
+        }
+        kh_err rerr;
+        if (read_whole(log, &text, &tn, &rerr) == KH_OK)
+            text[tn] = 0; /* read_whole leaves room after the bytes */
+        unlink(log);
+        rmdir(dir);
+        kh_san_report sr;
+        kh_san_parse(text ? (char *)text : "", tool, kernels, nk, &sr);
+        free(text);
+        const char *state = sr.errors ? "errors" : sr.summary ? "clean" : "incomplete";
+        json_object_set_new(all, tool,
+                            json_pack("{s:s, s:i, s:i, s:i, s:I, s:s, s:s, s:f}", "status", state,
+                                      "errors", sr.errors, "warnings", sr.warnings, "ignored",
+                                      sr.ignored, "summary_count", (json_int_t)sr.summary_count,
+                                      "report", sr.first, "worker", worker, "seconds",
+                                      kh_now() - t0));
+        json_object_set_new(v->checks, check,
+                            json_string(sr.errors ? "failed" : sr.summary ? "ok" : "incomplete"));
+        if (sr.errors)
+            fail(v, "RUNTIME_ERROR", check, "compute-sanitizer %s: %d error%s in the candidate's "
+                 "kernels; the first: %.480s", tool, sr.errors, sr.errors == 1 ? "" : "s",
+                 sr.first);
+    }
+    return KH_OK;
+}
+
 /* ---- one workload --------------------------------------------------------- */
 static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_task_solution *ref,
                                const char *sol_hash, json_t **trace, kh_err *err)
@@ -1487,6 +1614,22 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         }
     }
 
+    if (o->sanitize && *o->sanitize && !strcmp(v.status, "PASSED")) {
+        if (is_host(sol)) {
+            for (const char *q = o->sanitize; *q;) {
+                size_t l = strcspn(q, ",");
+                char tool[32];
+                snprintf(tool, sizeof tool, "%.*s", (int)(l < 31 ? l : 31), q);
+                q += l + (q[l] == ',');
+                if (kh_san_check_name(tool))
+                    json_object_set_new(v.checks, kh_san_check_name(tool),
+                                        json_string("n/a (host)"));
+            }
+        } else if ((st = sanitize(c, sol, a, &v, kl, err))) {
+            goto out;
+        }
+    }
+
 verdict:
     json_object_set_new(ev, "status", json_string(v.status));
     if (!strcmp(v.status, "PASSED") || !strcmp(v.status, "INCORRECT_NUMERICAL")) {
@@ -1598,6 +1741,15 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     if (!o->protocol || !kh_protocol_parse(o->protocol, &proto))
         return kh_err_set(err, KH_EINVAL, "eval: unknown protocol '%s' (official, screen, precise)",
                           o->protocol ? o->protocol : "(null)");
+    for (const char *q = o->sanitize ? o->sanitize : ""; *q;) {
+        size_t l = strcspn(q, ",");
+        char tool[32];
+        snprintf(tool, sizeof tool, "%.*s", (int)(l < 31 ? l : 31), q);
+        if (l && !kh_san_check_name(tool))
+            return kh_err_set(err, KH_EINVAL, "eval: unknown sanitizer tool '%.*s' (memcheck, "
+                              "racecheck, initcheck, synccheck)", (int)l, q);
+        q += l + (q[l] == ',');
+    }
     if (o->trials < 1 || o->trials > 64)
         return kh_err_set(err, KH_EINVAL, "eval: trials must be 1 to 64, got %d", o->trials);
     kh_task_set *P = NULL, *S = NULL;

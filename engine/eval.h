@@ -71,6 +71,14 @@ typedef struct kh_eval_opts {
                                   NULL: the evaluator's (cfg.store, else the engine's) */
     uint64_t host_memory_bytes; /* host worker memory limit; 0: the evaluator's (8 GiB);
                                    a change restarts the host worker */
+    /* compute-sanitizer tools run on a cuda candidate that PASSED, one
+     * correctness call each in a gpu worker started under the tool
+     * ("memcheck,racecheck,initcheck"; synccheck too); NULL or "": none.
+     * Errors in the candidate's kernels make the verdict RUNTIME_ERROR with
+     * failed_check "sanitizer:<tool>"; khlua.sanitizer keeps each tool's
+     * findings.  No compute-sanitizer installed: kh_eval_run fails. */
+    const char *sanitize;
+    double sanitize_deadline_s; /* per tool; 0: 4 x deadline_s (the tools slow kernels down) */
 } kh_eval_opts;
 
 void kh_eval_opts_default(kh_eval_opts *o);

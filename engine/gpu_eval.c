@@ -316,6 +316,7 @@ typedef struct ev_run {
     uint64_t sample_seed[MAX_SAMPLES];
     int sample_done[MAX_SAMPLES];
     uint64_t timing_seed;
+    size_t guard;    /* guard band bytes per side (GUARD; 0 under compute-sanitizer) */
     /* what the launch lists were bound against */
     kh_launch_buf views[MAX_SETS + MAX_SAMPLES][MAX_TENSORS];
 } ev_run;
@@ -340,7 +341,7 @@ static kh_status alloc_set(ev_run *r, kh_launch_buf *bufs, int roles_mask, kh_er
         if (!(roles_mask & (1 << r->ts[i].role)))
             continue;
         snprintf(bufs[i].name, sizeof bufs[i].name, "%s", r->ts[i].name);
-        kh_status st = kh_gpu_buf_alloc(r->ev->g, r->ts[i].bytes, GUARD, &bufs[i].buf, err);
+        kh_status st = kh_gpu_buf_alloc(r->ev->g, r->ts[i].bytes, r->guard, &bufs[i].buf, err);
         if (st)
             return kh_err_prefix(err, "tensor '%s' (%zu bytes)", r->ts[i].name, r->ts[i].bytes);
     }
@@ -642,6 +643,14 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
         return kh_err_set(err, KH_ENOMEM, "out of memory");
     r->ev = ev;
     r->payload = payload;
+    /* "guard_bytes": 0 gives every buffer an allocation of its own exact
+     * size, so that compute-sanitizer's memcheck sees a write just past it
+     * (a guard band would be inside the allocation, invisible to it) */
+    json_t *gb = json_object_get(params, "guard_bytes");
+    r->guard = json_is_integer(gb) && json_integer_value(gb) >= 0 &&
+                       json_integer_value(gb) <= (1 << 20)
+                   ? (size_t)json_integer_value(gb)
+                   : GUARD;
     obuf o = {0};
     json_t *res = NULL, *failures = json_array(), *trials_out = json_array();
     kh_status st = ensure_utils(ev, err);
