@@ -1069,6 +1069,7 @@ static const struct {
     {"llm_call", {"model"}},
     {"promotion", {"candidate"}},
     {"device", {"gpu_uuid"}}, /* id device-<GPU UUID>: measured peaks, replaced */
+    {"refout", {"definition"}}, /* id refout-<key>: a Python reference's outputs (eval.c) */
 };
 
 int kh_store_known_type(const char *name)
