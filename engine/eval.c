@@ -565,7 +565,48 @@ typedef struct wctx {
     const char *pyref_source; /* "memory", "store", "python" (the last one used) */
     double pyref_seconds;
     int pyref_runs, pyref_cached;
+    /* the inputs of (in_w, in_seed) regenerated here, for evaluators that
+     * need them (DSA top-k: reachability and scores); freed by in_free */
+    kh_tensor *ins[64];
+    const kh_task_workload *in_w;
+    uint64_t in_seed;
+    int in_ok;
 } wctx;
+
+static void in_free(wctx *c)
+{
+    for (size_t i = 0; i < 64; i++) {
+        kh_tensor_free(c->ins[i]);
+        c->ins[i] = NULL;
+    }
+    c->in_ok = 0;
+}
+
+/* The inputs of this workload for seed, the workers' bits (pyref.h). */
+static kh_status host_inputs(wctx *c, uint64_t seed, kh_err *err)
+{
+    if (c->in_ok && c->in_w == c->w && c->in_seed == seed)
+        return KH_OK;
+    in_free(c);
+    if (c->d->ninputs > 64)
+        return kh_err_set(err, KH_EUNSUPPORTED, "more than 64 inputs");
+    kh_status st = kh_pyref_inputs(c->ev->e, c->d, c->w, c->base, seed,
+                                   c->evaluator == KH_EVAL_DSA_TOPK, c->ins, err);
+    if (st)
+        return st;
+    c->in_ok = 1;
+    c->in_w = c->w;
+    c->in_seed = seed;
+    return KH_OK;
+}
+
+static const kh_tensor *input_named(wctx *c, const char *name)
+{
+    for (size_t i = 0; i < c->d->ninputs && i < 64; i++)
+        if (!strcmp(c->d->inputs[i].name, name))
+            return c->ins[i];
+    return NULL;
+}
 
 static kh_status pl_add(wctx *c, const void *d, size_t n, size_t *off, kh_err *err)
 {
@@ -1330,7 +1371,27 @@ static kh_status compare_set(wctx *c, const kh_msg *m, const json_t *outs, const
             return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks output '%s'", ot->name);
         kh_tensor *tx = NULL, *ty = NULL;
         kh_check_result r;
-        if ((st = kh_tensor_borrow(&tx, dt, nd, shape, (void *)b, want, err)) ||
+        if (c->evaluator == KH_EVAL_DSA_TOPK && !strcmp(ot->name, "topk_indices")) {
+            /* FlashInfer-Bench's DSA top-k rule: reachable, distinct indices
+             * whose scores (recomputed from this seed's inputs) match */
+            if ((st = host_inputs(c, ro->seed, err)))
+                return st;
+            kh_check_topk_inputs in = {input_named(c, "q_index_fp8"),
+                                       input_named(c, "k_index_cache_fp8"),
+                                       input_named(c, "weights"), input_named(c, "seq_lens"),
+                                       input_named(c, "block_table")};
+            if (!in.q || !in.k_cache || !in.weights || !in.seq_lens || !in.block_table)
+                return kh_err_set(err, KH_EINVAL, "dsa_topk_indexer evaluator: '%s' lacks one of "
+                                  "q_index_fp8, k_index_cache_fp8, weights, seq_lens, "
+                                  "block_table (tensor inputs)", c->d->name);
+            if ((st = kh_tensor_borrow(&tx, dt, nd, shape, (void *)b, want, err)) ||
+                (st = kh_tensor_borrow(&ty, dt, nd, shape, ro->bytes[k], want, err)) ||
+                (st = kh_check_dsa_topk(tx, ty, &in, &c->copts, &r, err))) {
+                kh_tensor_free(tx);
+                kh_tensor_free(ty);
+                return st;
+            }
+        } else if ((st = kh_tensor_borrow(&tx, dt, nd, shape, (void *)b, want, err)) ||
             (st = kh_tensor_borrow(&ty, dt, nd, shape, ro->bytes[k], want, err)) ||
             (st = kh_check_compare(tx, ty, &c->copts, &r, err))) {
             kh_tensor_free(tx);
@@ -2119,7 +2180,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         c.copts.rtol = o->rtol;
     if (o->required_matched_ratio >= 0)
         c.copts.required_ratio = o->required_matched_ratio;
-    if (c.evaluator == KH_EVAL_SAMPLING || c.evaluator == KH_EVAL_DSA_TOPK) {
+    if (c.evaluator == KH_EVAL_SAMPLING) {
         free(ws);
         st = kh_err_set(err, KH_EUNSUPPORTED,
                         "definition '%s' uses FlashInfer-Bench's %s evaluator, which kh_eval does "
@@ -2143,6 +2204,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             json_array_append_new(arr, tr);
     }
     free(c.pl);
+    in_free(&c);
     free(ws);
     if (st)
         json_decref(arr);

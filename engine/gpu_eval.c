@@ -21,7 +21,7 @@
 #define GUARD 4096
 
 enum { ROLE_IN, ROLE_OUT, ROLE_WS };
-enum { GEN_NONE, GEN_RANDOM, GEN_SCALAR, GEN_BYTES };
+enum { GEN_NONE, GEN_RANDOM, GEN_SCALAR, GEN_BYTES, GEN_DSA_KCACHE };
 
 typedef struct ev_tensor {
     char name[64];
@@ -35,6 +35,7 @@ typedef struct ev_tensor {
     double scalar;
     size_t pay_off, pay_len;
     int zero;
+    uint64_t dims[4]; /* GEN_DSA_KCACHE: [num_pages, page_size, 1, head_dim + 4] */
 } ev_tensor;
 
 struct kh_gpu_eval {
@@ -42,7 +43,7 @@ struct kh_gpu_eval {
     kh_gpu *g;
     kh_cupti *c;
     CUmodule rng_mod, util_mod;
-    CUfunction rng_fill, checksum;
+    CUfunction rng_fill, rng_kcache, checksum;
     CUdeviceptr sum_buf;
 };
 
@@ -113,6 +114,10 @@ static kh_status ensure_utils(kh_gpu_eval *ev, kh_err *err)
         st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->rng_fill, ev->rng_mod,
                                                          KH_RNG_KERNEL),
                           "cuModuleGetFunction", err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->rng_kcache, ev->rng_mod,
+                                                         KH_RNG_KCACHE_KERNEL),
+                          "cuModuleGetFunction", err);
     if (st)
         return st;
     kh_compiler *cc_ = kh_compile_new(ev->e, err);
@@ -173,6 +178,16 @@ static kh_status generate(kh_gpu_eval *ev, const ev_tensor *t, CUdeviceptr p, ui
         return kh_gpu_check(ev->g, cu->cuLaunchKernel(ev->rng_fill, 528, 1, 1, 256, 1, 1, 0,
                                                       kh_gpu_stream(ev->g), args, NULL),
                             "cuLaunchKernel (input generator)", err);
+    }
+    case GEN_DSA_KCACHE: {
+        /* FlashInfer-Bench's DSA top-k k cache (rng.h), as the host makes it */
+        unsigned long long tokens = t->dims[0] * t->dims[1], s = seed;
+        unsigned int stream = t->stream, ps = (unsigned int)t->dims[1],
+                     hd = (unsigned int)(t->dims[3] - 4);
+        void *args[] = {&p, &tokens, &s, &stream, &ps, &hd};
+        return kh_gpu_check(ev->g, cu->cuLaunchKernel(ev->rng_kcache, 528, 1, 1, 256, 1, 1, 0,
+                                                      kh_gpu_stream(ev->g), args, NULL),
+                            "cuLaunchKernel (k cache generator)", err);
     }
     case GEN_SCALAR: {
         unsigned char buf[8] = {0};
@@ -264,6 +279,17 @@ static kh_status parse_tensors(const json_t *arr, size_t payload_len, ev_tensor 
             if (!strcmp(kind, "random")) {
                 t->gen = GEN_RANDOM;
                 t->stream = (uint32_t)json_integer_value(json_object_get(gen, "stream"));
+            } else if (!strcmp(kind, "dsa_kcache")) {
+                t->gen = GEN_DSA_KCACHE;
+                t->stream = (uint32_t)json_integer_value(json_object_get(gen, "stream"));
+                if (json_array_size(shape) != 4 || t->dtype != KH_DTYPE_I8)
+                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): a dsa_kcache is int8 "
+                                      "[num_pages, page_size, 1, head_dim + 4]", i, name);
+                for (size_t q = 0; q < 4; q++)
+                    t->dims[q] = (uint64_t)json_integer_value(json_array_get(shape, q));
+                if (t->dims[2] != 1 || t->dims[3] <= 4)
+                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): a dsa_kcache is int8 "
+                                      "[num_pages, page_size, 1, head_dim + 4]", i, name);
             } else if (!strcmp(kind, "scalar")) {
                 t->gen = GEN_SCALAR;
                 t->scalar = json_number_value(json_object_get(gen, "value"));
@@ -279,8 +305,8 @@ static kh_status parse_tensors(const json_t *arr, size_t payload_len, ev_tensor 
                     return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): %zu payload bytes "
                                       "for a %zu-byte tensor", i, name, t->pay_len, t->bytes);
             } else {
-                return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).gen.kind: random, scalar "
-                                  "or bytes", i, name);
+                return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).gen.kind: random, "
+                                  "dsa_kcache, scalar or bytes", i, name);
             }
         }
     }
