@@ -1499,7 +1499,20 @@ static kh_status sanitize(wctx *c, const kh_task_solution *sol, const art *a, ve
         }
         double t0 = kh_now();
         kh_wproc_opts wo = {.role = "gpu", .launch = tmpl, .exe = c->ev->exe,
-                            .hello_timeout_s = 180};
+                            .hello_timeout_s = 180, .exit_grace_s = 60};
+        /* no CUPTI: it and the sanitizer both instrument the process, and
+         * nothing is timed here */
+        const char *envs[3] = {"KHLUA_NO_CUPTI=1", NULL, NULL};
+#ifdef KH_ASAN
+        /* compute-sanitizer injects its library with LD_PRELOAD, ahead of
+         * AddressSanitizer's runtime, which then refuses to start */
+        char asan[1200];
+        const char *cur = getenv("ASAN_OPTIONS");
+        snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0", cur ? cur : "",
+                 cur && *cur ? ":" : "");
+        envs[1] = asan;
+#endif
+        wo.env = envs;
         kh_err werr;
         kh_wproc *w = kh_wproc_start(&wo, &werr);
         unsigned char *text = NULL;
