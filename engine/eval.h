@@ -8,7 +8,9 @@
  * artifact (cc for the host backend, NVRTC for cuda), obtains the reference
  * outputs (cached per (definition, workload uuid, seed); else computed by the
  * definition's trusted reference through the same `evaluate` request with
- * timing null), sends the candidate's `evaluate` request to a worker pool
+ * timing null, or, for a definition with no trusted reference, by its Python
+ * `run` through python3 + torch (pyref.h), cached in the store too), sends
+ * the candidate's `evaluate` request to a worker pool
  * ("host" or "gpu"), compares every returned output with engine/check, and
  * applies the hardened checks and the speed-of-light bound.
  *

@@ -169,6 +169,38 @@ static const char *tail_of(const kh_child_result *r, size_t n)
     return r->out_len > n ? r->out + r->out_len - n : r->out;
 }
 
+/* The runner: $KHLUA_PYREF_SCRIPT, else scripts/khlua_pyref.py under
+ * $KH_SOURCE_DIR, above the executable's folder (build/khlua, a carried
+ * build-portable/khlua), or in the tree this was built from. */
+static int find_runner(char *out, size_t n)
+{
+    const char *env = getenv("KHLUA_PYREF_SCRIPT");
+    if (env && *env) {
+        snprintf(out, n, "%s", env);
+        return access(out, R_OK) == 0;
+    }
+    const char *src = getenv("KH_SOURCE_DIR");
+    if (src && *src) {
+        snprintf(out, n, "%s/scripts/khlua_pyref.py", src);
+        if (!access(out, R_OK))
+            return 1;
+    }
+    char exe[4096];
+    ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (l > 0) {
+        exe[l] = 0;
+        char *sl = strrchr(exe, '/');
+        if (sl) {
+            *sl = 0;
+            snprintf(out, n, "%s/../scripts/khlua_pyref.py", exe);
+            if (!access(out, R_OK))
+                return 1;
+        }
+    }
+    snprintf(out, n, "%s/scripts/khlua_pyref.py", KH_SOURCE_DIR);
+    return access(out, R_OK) == 0;
+}
+
 kh_status kh_pyref_run(kh_engine *e, const kh_task_def *d, const kh_task_workload *w,
                        const char *base, const uint64_t *seeds, size_t n, int dsa_kcache,
                        double timeout_s, kh_pyref_result *res, kh_err *err)
@@ -189,12 +221,11 @@ kh_status kh_pyref_run(kh_engine *e, const kh_task_def *d, const kh_task_workloa
                           "interpreter that has torch)", d->name, py);
     snprintf(res->python, sizeof res->python, "%s", pypath);
     char script[4096];
-    const char *sc = getenv("KHLUA_PYREF_SCRIPT");
-    snprintf(script, sizeof script, "%s", sc && *sc ? sc : KH_SOURCE_DIR "/scripts/khlua_pyref.py");
-    if (access(script, R_OK)) {
+    if (!find_runner(script, sizeof script)) {
         free(pypath);
-        return kh_err_set(err, KH_ENOTFOUND, "the Python reference runner %s is missing (set "
-                          "KHLUA_PYREF_SCRIPT)", script);
+        return kh_err_set(err, KH_ENOTFOUND, "the Python reference runner scripts/khlua_pyref.py "
+                          "is missing (looked in $KHLUA_PYREF_SCRIPT, $KH_SOURCE_DIR, next to "
+                          "the executable and in %s; set KHLUA_PYREF_SCRIPT)", KH_SOURCE_DIR);
     }
     const char *tmp = getenv("TMPDIR");
     char dir[4096];

@@ -7,8 +7,9 @@
  * generator; safetensors inputs as stored), writes them to a safetensors
  * file per seed, and runs
  *     $KHLUA_PYTHON scripts/khlua_pyref.py JOB.json
- * (python3 by default; the runner is $KHLUA_PYREF_SCRIPT, else the tree's
- * scripts/khlua_pyref.py) in a child process with a deadline.  The runner
+ * (python3 by default; the runner is $KHLUA_PYREF_SCRIPT, else
+ * scripts/khlua_pyref.py under $KH_SOURCE_DIR, above the executable's folder,
+ * or in the tree khlua was built from) in a child process with a deadline.  The runner
  * needs torch; it exec's the definition's reference, calls run(*inputs) for
  * each seed (on CUDA when torch has it, $KHLUA_PYREF_DEVICE to choose) and
  * writes the outputs to safetensors, which are read back and checked
