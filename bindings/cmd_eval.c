@@ -23,6 +23,9 @@ static void usage(FILE *f)
             "reference with FlashInfer-Bench's rules plus khlua's hardened checks\n"
             "(poisoned outputs, unchanged inputs, guard bands, determinism, verified\n"
             "timed calls, the speed-of-light bound), then timing.  docs/evaluation.md.\n"
+            "A definition with no trusted reference is checked against its own Python\n"
+            "run (FlashInfer-Bench's `reference`), computed once per seed with python3\n"
+            "and torch ($KHLUA_PYTHON) and cached in the store.\n"
             "\n"
             "  --workloads all|N|UUID,...  which workloads (default all; N: the first N)\n"
             "  --protocol P      official (default), screen or precise\n"
@@ -37,6 +40,10 @@ static void usage(FILE *f)
             "  --deadline S      seconds per workload and worker request (default 300)\n"
             "  --host-memory MB  memory limit of the host worker (default 8192)\n"
             "  --atol X, --rtol X, --ratio X   tolerance overrides (required matched ratio)\n"
+            "  --sanitize LIST   cuda: after a PASS, run once under each compute-sanitizer\n"
+            "                    tool in LIST (memcheck,racecheck,initcheck,synccheck);\n"
+            "                    errors in the candidate's kernels fail the workload\n"
+            "  --sanitize-deadline S  seconds per tool (default 4 x --deadline)\n"
             "  --no-store        do not record the verdicts in the store\n"
             "  --json            FlashInfer-Bench Trace JSONL, one line per workload\n"
             "\n"
@@ -110,6 +117,8 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             o.workloads = v;
         else if (!strcmp(a, "--protocol"))
             o.protocol = v;
+        else if (!strcmp(a, "--sanitize"))
+            o.sanitize = v;
         else if (!num_arg(v, &x)) {
             fprintf(stderr, "khlua eval: %s: expected a number, got '%s'\n", a, v);
             return 2;
@@ -137,6 +146,8 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             o.rtol = x;
         else if (!strcmp(a, "--ratio"))
             o.required_matched_ratio = x;
+        else if (!strcmp(a, "--sanitize-deadline"))
+            o.sanitize_deadline_s = x;
         else {
             fprintf(stderr, "khlua eval: unknown option %s\n", a);
             usage(stderr);

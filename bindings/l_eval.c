@@ -98,7 +98,8 @@ static const char *const eval_keys[] = {
     "protocol", "timing", "parity", "trials", "seed", "warmup", "iters", "timing_trials",
     "max_iters", "timing_timeout_s", "rotate_inputs", "verify_timed_fraction", "cold",
     "deterministic", "deadline_s", "atol", "rtol", "required_matched_ratio",
-    "time_reference", "host_memory_bytes", "record", "store", "workloads", NULL};
+    "time_reference", "host_memory_bytes", "record", "store", "workloads", "sanitize",
+    "sanitize_deadline_s", NULL};
 
 static void check_keys(lua_State *L, int t)
 {
@@ -112,6 +113,39 @@ static void check_keys(lua_State *L, int t)
         if (!known)
             luaL_error(L, "kh.eval: unknown option '%s'", luaL_tolstring(L, -1, NULL));
     }
+}
+
+/* opts.sanitize: "memcheck,racecheck" or {"memcheck", "racecheck"}; the
+ * string stays on the stack (anchored) until the call returns. */
+static const char *opt_sanitize(lua_State *L, int t)
+{
+    int ty = lua_getfield(L, t, "sanitize"); /* [.., s] */
+    if (ty == LUA_TNIL) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    if (ty == LUA_TSTRING)
+        return lua_tostring(L, -1);
+    if (ty != LUA_TTABLE)
+        luaL_error(L, "opts.sanitize must be a string (\"memcheck,racecheck\") or an array of "
+                   "tool names");
+    int s = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b); /* [.., s, buf...] */
+    lua_Integer n = (lua_Integer)lua_rawlen(L, s);
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, s, i) != LUA_TSTRING)
+            luaL_error(L, "opts.sanitize[%d] must be a tool name", (int)i);
+        if (i > 1) {
+            lua_pop(L, 1);
+            luaL_addchar(&b, ',');
+            lua_rawgeti(L, s, i);
+        }
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    lua_remove(L, -2);
+    return lua_tostring(L, -1);
 }
 
 static int l_run(lua_State *L)
@@ -163,6 +197,8 @@ static int l_run(lua_State *L)
         if (lua_getfield(L, t, "store") != LUA_TNIL) /* anchored by the table */
             o.store = kh_lua_check_store_idle(L, -1);
         lua_pop(L, 1);
+        o.sanitize_deadline_s = opt_num(L, t, "sanitize_deadline_s", 0);
+        o.sanitize = opt_sanitize(L, t);   /* stays on the stack */
         o.workloads = opt_workloads(L, t); /* stays on the stack */
     }
     kh_eval *ev = get_eval(L);

@@ -12,8 +12,10 @@
 #include "check.h"
 #include "compile.h"
 #include "hostcc.h"
+#include "pyref.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "sanitizer.h"
 #include "store.h"
 #include "supervisor.h"
 #include "task.h"
@@ -392,6 +394,7 @@ static kh_status read_whole(const char *path, unsigned char **d, size_t *n, kh_e
     }
     int bad = ferror(f);
     fclose(f);
+    /* the loop ends with len < cap: callers may terminate the text at b[len] */
     if (!b || bad) {
         free(b);
         return kh_err_set(err, b ? KH_EIO : KH_ENOMEM, "cannot read %s", path);
@@ -585,7 +588,53 @@ typedef struct wctx {
     /* payload under construction: artifact first, then safetensors bytes */
     unsigned char *pl;
     size_t pl_len;
+    /* reference outputs from the definition's Python run (no trusted
+     * reference): where this workload's came from, and the Python time */
+    const char *pyref_source; /* "memory", "store", "python" (the last one used) */
+    double pyref_seconds;
+    int pyref_runs, pyref_cached;
+    /* the inputs of (in_w, in_seed) regenerated here, for evaluators that
+     * need them (DSA top-k: reachability and scores); freed by in_free */
+    kh_tensor *ins[64];
+    const kh_task_workload *in_w;
+    uint64_t in_seed;
+    int in_ok;
 } wctx;
+
+static void in_free(wctx *c)
+{
+    for (size_t i = 0; i < 64; i++) {
+        kh_tensor_free(c->ins[i]);
+        c->ins[i] = NULL;
+    }
+    c->in_ok = 0;
+}
+
+/* The inputs of this workload for seed, the workers' bits (pyref.h). */
+static kh_status host_inputs(wctx *c, uint64_t seed, kh_err *err)
+{
+    if (c->in_ok && c->in_w == c->w && c->in_seed == seed)
+        return KH_OK;
+    in_free(c);
+    if (c->d->ninputs > 64)
+        return kh_err_set(err, KH_EUNSUPPORTED, "more than 64 inputs");
+    kh_status st = kh_pyref_inputs(c->ev->e, c->d, c->w, c->base, seed,
+                                   c->evaluator == KH_EVAL_DSA_TOPK, c->ins, err);
+    if (st)
+        return st;
+    c->in_ok = 1;
+    c->in_w = c->w;
+    c->in_seed = seed;
+    return KH_OK;
+}
+
+static const kh_tensor *input_named(wctx *c, const char *name)
+{
+    for (size_t i = 0; i < c->d->ninputs && i < 64; i++)
+        if (!strcmp(c->d->inputs[i].name, name))
+            return c->ins[i];
+    return NULL;
+}
 
 static kh_status pl_add(wctx *c, const void *d, size_t n, size_t *off, kh_err *err)
 {
@@ -924,6 +973,8 @@ static kh_status ref_outputs_for(wctx *c, const kh_task_solution *ref, const uin
     return st;
 }
 
+static kh_status py_ref_outputs(wctx *c, refout **outs, kh_err *err);
+
 static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs, char hash[33],
                              kh_err *err)
 {
@@ -931,7 +982,13 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
     for (size_t t = 0; t < c->ntrials; t++)
         if (!(outs[t] = ref_find(c->ev, c->d->name, c->w->uuid, c->seeds[t])))
             missing++;
-    if (missing) {
+    if (missing < c->ntrials && !ref)
+        c->pyref_source = "memory";
+    if (missing && !ref) {
+        kh_status st = py_ref_outputs(c, outs, err);
+        if (st)
+            return st;
+    } else if (missing) {
         art *a = NULL;
         kh_status st = build(c->ev, ref, 1, &a, err);
         if (st)
@@ -1016,8 +1073,197 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
     return KH_OK;
 }
 
+/* ---- reference outputs from the definition's Python run ----------------------
+ * Memory first (ev->refs), then the store (a `refout` record per (definition,
+ * workload, seed), kh_pyref_key), then one run of the interpreter for every
+ * seed still missing, whose outputs go to both.  The store is used only when
+ * verdicts are recorded (record = true): the same store, so `--no-store`
+ * leaves no trace. */
+static refout *refout_add(kh_eval *ev, const char *def, const char *uuid, uint64_t seed, size_t n)
+{
+    refout *ro = calloc(1, sizeof *ro);
+    if (!ro)
+        return NULL;
+    ro->def = dupstr(def);
+    ro->uuid = dupstr(uuid);
+    ro->seed = seed;
+    ro->n = n;
+    ro->names = calloc(n ? n : 1, sizeof *ro->names);
+    ro->bytes = calloc(n ? n : 1, sizeof *ro->bytes);
+    ro->lens = calloc(n ? n : 1, sizeof *ro->lens);
+    /* linked in at once, so kh_eval_free frees it whatever happens next */
+    ro->next = ev->refs;
+    ev->refs = ro;
+    if (!ro->def || !ro->uuid || !ro->names || !ro->bytes || !ro->lens) {
+        ro->n = 0; /* nothing to free per output */
+        return NULL;
+    }
+    return ro;
+}
+
+static kh_store *cache_store(wctx *c)
+{
+    if (!c->o->record)
+        return NULL;
+    if (c->o->store)
+        return c->o->store;
+    if (!c->ev->store) {
+        kh_err e2;
+        if (kh_store_open(kh_engine_store_path(c->ev->e), NULL, &c->ev->store, &e2) != KH_OK)
+            return NULL; /* record() will say why when it tries */
+        c->ev->own_store = 1;
+    }
+    return c->ev->store;
+}
+
+/* The cached outputs of one seed from the store, or NULL. */
+static refout *refout_from_store(wctx *c, kh_store *s, uint64_t seed)
+{
+    char key[33], id[KH_STORE_ID_MAX];
+    kh_pyref_key(c->d, c->w, seed, c->evaluator == KH_EVAL_DSA_TOPK, key);
+    snprintf(id, sizeof id, "refout-%s", key);
+    json_t *rec = NULL;
+    kh_err e2;
+    if (kh_store_get(s, id, &rec, &e2) != KH_OK)
+        return NULL;
+    json_t *outs = json_object_get(rec, "outputs");
+    void *data[64] = {0};
+    size_t lens[64] = {0};
+    int ok = c->d->noutputs <= 64;
+    for (size_t k = 0; ok && k < c->d->noutputs; k++) {
+        const kh_task_tensor *ot = &c->d->outputs[k];
+        json_t *o = json_object_get(outs, ot->name);
+        kh_hash h;
+        ok = o && kh_hash_parse(json_string_value(json_object_get(o, "data_blob")) ?
+                                    json_string_value(json_object_get(o, "data_blob")) : "",
+                                &h, &e2) == KH_OK &&
+             kh_store_get_blob(s, &h, &data[k], &lens[k], &e2) == KH_OK &&
+             lens[k] == out_bytes(c->d, ot, c->w->axes);
+    }
+    json_decref(rec);
+    refout *ro = ok ? refout_add(c->ev, c->d->name, c->w->uuid, seed, c->d->noutputs) : NULL;
+    for (size_t k = 0; k < c->d->noutputs && k < 64; k++) {
+        if (ro) {
+            ro->names[k] = dupstr(c->d->outputs[k].name);
+            ro->bytes[k] = data[k];
+            ro->lens[k] = lens[k];
+        } else {
+            free(data[k]);
+        }
+    }
+    return ro;
+}
+
+typedef struct pyput {
+    wctx *c;
+    const kh_pyref_result *res;
+    const uint64_t *seeds;
+    size_t n;
+    const char *python;
+} pyput;
+
+static kh_status pyput_fn(kh_store_txn *tx, void *arg, kh_err *err)
+{
+    pyput *p = arg;
+    wctx *c = p->c;
+    for (size_t s = 0; s < p->n; s++) {
+        char key[33], id[KH_STORE_ID_MAX];
+        kh_pyref_key(c->d, c->w, p->seeds[s], c->evaluator == KH_EVAL_DSA_TOPK, key);
+        snprintf(id, sizeof id, "refout-%s", key);
+        json_t *outs = json_object();
+        for (size_t k = 0; k < c->d->noutputs; k++) {
+            const kh_tensor *t = p->res->out[s * p->res->noutputs + k];
+            kh_hash h;
+            kh_status st = kh_store_txn_put_blob(tx, t->data, t->nbytes, &h, err);
+            if (st) {
+                json_decref(outs);
+                return st;
+            }
+            char hx[33];
+            kh_hash_hex(&h, hx);
+            json_t *shape = json_array();
+            for (int i = 0; i < t->ndim; i++)
+                json_array_append_new(shape, json_integer(t->shape[i]));
+            json_object_set_new(outs, c->d->outputs[k].name,
+                                json_pack("{s:s, s:o, s:s}", "dtype", c->d->outputs[k].dtype,
+                                          "shape", shape, "data_blob", hx));
+        }
+        json_t *rec = json_pack("{s:s, s:s, s:s, s:s, s:I, s:o, s:{s:s, s:s, s:f}}", "type",
+                                "refout", "id", id, "definition", c->d->name, "workload",
+                                c->w->uuid, "seed", (json_int_t)p->seeds[s], "outputs", outs,
+                                "provenance", "source", "python", "python", p->python,
+                                "seconds", p->res->seconds);
+        char out[KH_STORE_ID_MAX];
+        kh_status st = kh_store_txn_put(tx, rec, KH_STORE_REPLACE, out, err);
+        json_decref(rec);
+        if (st)
+            return st;
+    }
+    return KH_OK;
+}
+
+static kh_status py_ref_outputs(wctx *c, refout **outs, kh_err *err)
+{
+    kh_store *s = cache_store(c);
+    uint64_t need[64];
+    size_t idx[64], nn = 0;
+    int dsa = c->evaluator == KH_EVAL_DSA_TOPK;
+    for (size_t t = 0; t < c->ntrials; t++) {
+        if (outs[t])
+            continue;
+        if (s && (outs[t] = refout_from_store(c, s, c->seeds[t]))) {
+            c->pyref_source = "store";
+            c->pyref_cached++;
+            continue;
+        }
+        need[nn] = c->seeds[t];
+        idx[nn++] = t;
+    }
+    if (!nn)
+        return KH_OK;
+    kh_pyref_result res;
+    double budget = c->o->deadline_s * (double)nn + 120;
+    kh_status st = kh_pyref_run(c->ev->e, c->d, c->w, c->base, need, nn, dsa, budget, &res, err);
+    if (st)
+        return st;
+    c->pyref_source = "python";
+    c->pyref_runs++;
+    c->pyref_seconds += res.seconds;
+    for (size_t j = 0; j < nn && !st; j++) {
+        refout *ro = refout_add(c->ev, c->d->name, c->w->uuid, need[j], c->d->noutputs);
+        if (!ro) {
+            st = kh_err_set(err, KH_ENOMEM, "out of memory");
+            break;
+        }
+        for (size_t k = 0; k < c->d->noutputs; k++) {
+            const kh_tensor *t = res.out[j * res.noutputs + k];
+            ro->names[k] = dupstr(c->d->outputs[k].name);
+            ro->bytes[k] = malloc(t->nbytes ? t->nbytes : 1);
+            if (!ro->names[k] || !ro->bytes[k]) {
+                st = kh_err_set(err, KH_ENOMEM, "out of memory");
+                break;
+            }
+            memcpy(ro->bytes[k], t->data, t->nbytes);
+            ro->lens[k] = t->nbytes;
+        }
+        outs[idx[j]] = ro;
+    }
+    if (!st && s) {
+        /* a cache: a store that refuses the write costs a rerun, not the verdict */
+        kh_err e2;
+        pyput p = {.c = c, .res = &res, .seeds = need, .n = nn, .python = res.python};
+        (void)kh_store_update(s, pyput_fn, &p, &e2);
+    }
+    kh_pyref_result_free(&res);
+    return st;
+}
+
 static kh_status ref_latency(wctx *c, const kh_task_solution *ref, double *ns, kh_err *err)
 {
+    if (!ref) { /* a Python reference: nothing of it runs in a worker to time */
+        *ns = NAN;
+        return KH_OK;
+    }
     for (refperf *p = c->ev->perfs; p; p = p->next)
         if (!strcmp(p->def, c->d->name) && !strcmp(p->uuid, c->w->uuid) &&
             !strcmp(p->protocol, c->o->protocol)) {
@@ -1155,7 +1401,27 @@ static kh_status compare_set(wctx *c, const kh_msg *m, const json_t *outs, const
             return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks output '%s'", ot->name);
         kh_tensor *tx = NULL, *ty = NULL;
         kh_check_result r;
-        if ((st = kh_tensor_borrow(&tx, dt, nd, shape, (void *)b, want, err)) ||
+        if (c->evaluator == KH_EVAL_DSA_TOPK && !strcmp(ot->name, "topk_indices")) {
+            /* FlashInfer-Bench's DSA top-k rule: reachable, distinct indices
+             * whose scores (recomputed from this seed's inputs) match */
+            if ((st = host_inputs(c, ro->seed, err)))
+                return st;
+            kh_check_topk_inputs in = {input_named(c, "q_index_fp8"),
+                                       input_named(c, "k_index_cache_fp8"),
+                                       input_named(c, "weights"), input_named(c, "seq_lens"),
+                                       input_named(c, "block_table")};
+            if (!in.q || !in.k_cache || !in.weights || !in.seq_lens || !in.block_table)
+                return kh_err_set(err, KH_EINVAL, "dsa_topk_indexer evaluator: '%s' lacks one of "
+                                  "q_index_fp8, k_index_cache_fp8, weights, seq_lens, "
+                                  "block_table (tensor inputs)", c->d->name);
+            if ((st = kh_tensor_borrow(&tx, dt, nd, shape, (void *)b, want, err)) ||
+                (st = kh_tensor_borrow(&ty, dt, nd, shape, ro->bytes[k], want, err)) ||
+                (st = kh_check_dsa_topk(tx, ty, &in, &c->copts, &r, err))) {
+                kh_tensor_free(tx);
+                kh_tensor_free(ty);
+                return st;
+            }
+        } else if ((st = kh_tensor_borrow(&tx, dt, nd, shape, (void *)b, want, err)) ||
             (st = kh_tensor_borrow(&ty, dt, nd, shape, ro->bytes[k], want, err)) ||
             (st = kh_check_compare(tx, ty, &c->copts, &r, err))) {
             kh_tensor_free(tx);
@@ -1216,6 +1482,144 @@ static const char *fault_kind(const char *msg)
     return "crash";
 }
 
+/* ---- compute-sanitizer (promotion time) ---------------------------------- */
+/* Run sol once under each tool of o->sanitize, in a gpu worker of its own
+ * started through the launch template with compute-sanitizer in front, and
+ * judge the tool's report.  Only records naming the candidate's kernels
+ * count (the worker's own generator and checksum kernels run under the tool
+ * too).  Buffers get no guard bands here ("guard_bytes": 0): memcheck must
+ * see the allocation's true end.  Outputs are poisoned (so initcheck does
+ * not blame the worker's copy of an unwritten output), workspaces zeroed
+ * only when the manifest says so (a kernel reading workspace it never wrote
+ * is what initcheck is for).  The tools' own failures (no report) are
+ * recorded as "incomplete", not blamed on the candidate. */
+static kh_status sanitize(wctx *c, const kh_task_solution *sol, const art *a, verdict *v,
+                          json_t *kl, kh_err *err)
+{
+    char cs[4096];
+    kh_status st = kh_san_find(c->ev->e, cs, sizeof cs, err);
+    if (st)
+        return kh_err_prefix(err, "sanitize");
+    const kh_task_manifest *m = sol->manifest;
+    const char *kernels[64];
+    size_t nk = 0;
+    for (size_t l = 0; l < m->nlaunches && nk < 64; l++)
+        kernels[nk++] = m->launches[l].kernel;
+    json_t *all = json_object();
+    json_object_set_new(kl, "sanitizer", all);
+    double dl = c->o->sanitize_deadline_s > 0 ? c->o->sanitize_deadline_s : 4 * c->o->deadline_s;
+    for (const char *q = c->o->sanitize; *q && !st && !v->failed;) {
+        size_t l = strcspn(q, ",");
+        char tool[32];
+        snprintf(tool, sizeof tool, "%.*s", (int)(l < 31 ? l : 31), q);
+        q += l + (q[l] == ',');
+        const char *check = kh_san_check_name(tool);
+        if (!check)
+            continue; /* validated in kh_eval_run; empty items are skipped */
+        const char *tmp = getenv("TMPDIR");
+        char dir[4096], log[4200], tmpl[8192];
+        snprintf(dir, sizeof dir, "%s/khlua-san-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir))
+            return kh_err_set(err, KH_EIO, "sanitize: mkdtemp: %s", strerror(errno));
+        snprintf(log, sizeof log, "%s/%s.log", dir, tool);
+        if ((st = kh_san_template(cs, tool, log, getenv("KHLUA_SANITIZER_FLAGS"), c->ev->launch,
+                                  tmpl, sizeof tmpl, err))) {
+            rmdir(dir);
+            return st;
+        }
+        double t0 = kh_now();
+        kh_wproc_opts wo = {.role = "gpu", .launch = tmpl, .exe = c->ev->exe,
+                            .hello_timeout_s = 180, .exit_grace_s = 60};
+        /* no CUPTI: it and the sanitizer both instrument the process, and
+         * nothing is timed here */
+        const char *envs[3] = {"KHLUA_NO_CUPTI=1", NULL, NULL};
+#ifdef KH_ASAN
+        /* compute-sanitizer injects its library with LD_PRELOAD, ahead of
+         * AddressSanitizer's runtime, which then refuses to start */
+        char asan[1200];
+        const char *cur = getenv("ASAN_OPTIONS");
+        snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0", cur ? cur : "",
+                 cur && *cur ? ":" : "");
+        envs[1] = asan;
+#endif
+        wo.env = envs;
+        kh_err werr;
+        kh_wproc *w = kh_wproc_start(&wo, &werr);
+        unsigned char *text = NULL;
+        size_t tn = 0;
+        if (!w) {
+            kh_err rerr;
+            if (read_whole(log, &text, &tn, &rerr) == KH_OK)
+                text[tn] = 0; /* read_whole leaves room after the bytes */
+            st = kh_err_set(err, KH_ENODEV, "sanitize: no gpu worker under compute-sanitizer "
+                            "%s: %s%s%.400s", tool, werr.msg, text ? "; its log: " : "",
+                            text ? (char *)text : "");
+            free(text);
+            unlink(log);
+            rmdir(dir);
+            return st;
+        }
+        /* one correctness trial, the first seed */
+        size_t saved = c->ntrials;
+        c->ntrials = 1;
+        free(c->pl);
+        c->pl = NULL;
+        c->pl_len = 0;
+        size_t off = 0;
+        json_t *p = NULL;
+        st = pl_add(c, a->bytes, a->len, &off, err);
+        if (!st)
+            st = make_request(c, sol, a, 1, &p, err);
+        c->ntrials = saved;
+        const char *worker = "ok";
+        char wmsg[600];
+        if (!st) {
+            json_object_set_new(p, "checks", json_pack("{s:b}", "poison", 1));
+            json_object_set_new(p, "guard_bytes", json_integer(0));
+            json_object_set_new(p, "deadline_s", json_real(dl));
+            kh_msg reply;
+            memset(&reply, 0, sizeof reply);
+            kh_status ws = kh_wproc_call(w, "evaluate", p, c->pl, c->pl_len, dl + 5, &reply,
+                                         &werr);
+            if (ws) {
+                snprintf(wmsg, sizeof wmsg, "%s", werr.msg);
+                worker = wmsg;
+            }
+            kh_msg_free(&reply);
+        }
+        json_decref(p);
+        /* the report is complete once the tool has exited */
+        kh_wproc_stop(w, 60);
+        if (st) {
+            unlink(log);
+            rmdir(dir);
+            return st;
+        }
+        kh_err rerr;
+        if (read_whole(log, &text, &tn, &rerr) == KH_OK)
+            text[tn] = 0; /* read_whole leaves room after the bytes */
+        unlink(log);
+        rmdir(dir);
+        kh_san_report sr;
+        kh_san_parse(text ? (char *)text : "", tool, kernels, nk, &sr);
+        free(text);
+        const char *state = sr.errors ? "errors" : sr.summary ? "clean" : "incomplete";
+        json_object_set_new(all, tool,
+                            json_pack("{s:s, s:i, s:i, s:i, s:I, s:s, s:s, s:f}", "status", state,
+                                      "errors", sr.errors, "warnings", sr.warnings, "ignored",
+                                      sr.ignored, "summary_count", (json_int_t)sr.summary_count,
+                                      "report", sr.first, "worker", worker, "seconds",
+                                      kh_now() - t0));
+        json_object_set_new(v->checks, check,
+                            json_string(sr.errors ? "failed" : sr.summary ? "ok" : "incomplete"));
+        if (sr.errors)
+            fail(v, "RUNTIME_ERROR", check, "compute-sanitizer %s: %d error%s in the candidate's "
+                 "kernels; the first: %.480s", tool, sr.errors, sr.errors == 1 ? "" : "s",
+                 sr.first);
+    }
+    return KH_OK;
+}
+
 /* ---- one workload --------------------------------------------------------- */
 static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_task_solution *ref,
                                const char *sol_hash, json_t **trace, kh_err *err)
@@ -1253,6 +1657,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         json_object_set_new(kl, "host", json_string(host));
     }
 
+    c->pyref_source = NULL;
+    c->pyref_seconds = 0;
+    c->pyref_runs = c->pyref_cached = 0;
     if ((st = build(c->ev, sol, 0, &a, err)))
         goto out;
     if (!a->ok) {
@@ -1540,7 +1947,33 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         }
     }
 
+    if (o->sanitize && *o->sanitize && !strcmp(v.status, "PASSED")) {
+        if (is_host(sol)) {
+            for (const char *q = o->sanitize; *q;) {
+                size_t l = strcspn(q, ",");
+                char tool[32];
+                snprintf(tool, sizeof tool, "%.*s", (int)(l < 31 ? l : 31), q);
+                q += l + (q[l] == ',');
+                if (kh_san_check_name(tool))
+                    json_object_set_new(v.checks, kh_san_check_name(tool),
+                                        json_string("n/a (host)"));
+            }
+        } else if ((st = sanitize(c, sol, a, &v, kl, err))) {
+            goto out;
+        }
+    }
+
 verdict:
+    /* where the reference outputs came from (timed outputs' seeds included) */
+    if (!ref)
+        json_object_set_new(kl, "reference",
+                            json_pack("{s:s, s:s?, s:i, s:i, s:f}", "kind", "python", "source",
+                                      c->pyref_source, "python_runs", c->pyref_runs,
+                                      "store_hits", c->pyref_cached, "python_seconds",
+                                      c->pyref_seconds));
+    else
+        json_object_set_new(kl, "reference", json_pack("{s:s, s:s}", "kind", "trusted", "name",
+                                                       ref->name));
     json_object_set_new(ev, "status", json_string(v.status));
     if (!strcmp(v.status, "PASSED") || !strcmp(v.status, "INCORRECT_NUMERICAL")) {
         json_t *cj = json_pack("{s:o, s:o}", "max_relative_error", num(v.acc.max_rel_error),
@@ -1651,6 +2084,15 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     if (!o->protocol || !kh_protocol_parse(o->protocol, &proto))
         return kh_err_set(err, KH_EINVAL, "eval: unknown protocol '%s' (official, screen, precise)",
                           o->protocol ? o->protocol : "(null)");
+    for (const char *q = o->sanitize ? o->sanitize : ""; *q;) {
+        size_t l = strcspn(q, ",");
+        char tool[32];
+        snprintf(tool, sizeof tool, "%.*s", (int)(l < 31 ? l : 31), q);
+        if (l && !kh_san_check_name(tool))
+            return kh_err_set(err, KH_EINVAL, "eval: unknown sanitizer tool '%.*s' (memcheck, "
+                              "racecheck, initcheck, synccheck)", (int)l, q);
+        q += l + (q[l] == ',');
+    }
     if (o->trials < 1 || o->trials > 64)
         return kh_err_set(err, KH_EINVAL, "eval: trials must be 1 to 64, got %d", o->trials);
     kh_task_set *P = NULL, *S = NULL;
@@ -1700,14 +2142,16 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
                         sol->name ? sol->name : "?");
         goto out;
     }
-    if (!d->reference) {
+    /* The trusted khlua reference when the definition names one, else the
+     * definition's own Python run (pyref.h), computed once per seed. */
+    if (!d->reference && !kh_pyref_available(d)) {
         st = kh_err_set(err, KH_ENOTFOUND,
-                        "definition '%s' names no trusted reference (khlua.reference): khlua "
-                        "does not run the Python reference", d->name);
+                        "definition '%s' names no trusted reference (khlua.reference) and has "
+                        "no Python reference (\"reference\" defining run)", d->name);
         goto out;
     }
-    const kh_task_solution *ref = kh_task_find_solution(P, d->reference);
-    if (!ref || !ref->manifest) {
+    const kh_task_solution *ref = d->reference ? kh_task_find_solution(P, d->reference) : NULL;
+    if (d->reference && (!ref || !ref->manifest)) {
         st = kh_err_set(err, KH_ENOTFOUND, "the trusted reference '%s' of '%s' is %s", d->reference,
                         d->name, ref ? "not a khlua solution (no manifest)" : "not in the task");
         goto out;
@@ -1812,7 +2256,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         c.copts.rtol = o->rtol;
     if (o->required_matched_ratio >= 0)
         c.copts.required_ratio = o->required_matched_ratio;
-    if (c.evaluator == KH_EVAL_SAMPLING || c.evaluator == KH_EVAL_DSA_TOPK) {
+    if (c.evaluator == KH_EVAL_SAMPLING) {
         free(ws);
         st = kh_err_set(err, KH_EUNSUPPORTED,
                         "definition '%s' uses FlashInfer-Bench's %s evaluator, which kh_eval does "
@@ -1836,6 +2280,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             json_array_append_new(arr, tr);
     }
     free(c.pl);
+    in_free(&c);
     free(ws);
     if (st)
         json_decref(arr);

@@ -8,7 +8,9 @@
  * artifact (cc for the host backend, NVRTC for cuda), obtains the reference
  * outputs (cached per (definition, workload uuid, seed); else computed by the
  * definition's trusted reference through the same `evaluate` request with
- * timing null), sends the candidate's `evaluate` request to a worker pool
+ * timing null, or, for a definition with no trusted reference, by its Python
+ * `run` through python3 + torch (pyref.h), cached in the store too), sends
+ * the candidate's `evaluate` request to a worker pool
  * ("host" or "gpu"), compares every returned output with engine/check, and
  * applies the hardened checks and the speed-of-light bound.
  *
@@ -71,6 +73,14 @@ typedef struct kh_eval_opts {
                                   NULL: the evaluator's (cfg.store, else the engine's) */
     uint64_t host_memory_bytes; /* host worker memory limit; 0: the evaluator's (8 GiB);
                                    a change restarts the host worker */
+    /* compute-sanitizer tools run on a cuda candidate that PASSED, one
+     * correctness call each in a gpu worker started under the tool
+     * ("memcheck,racecheck,initcheck"; synccheck too); NULL or "": none.
+     * Errors in the candidate's kernels make the verdict RUNTIME_ERROR with
+     * failed_check "sanitizer:<tool>"; khlua.sanitizer keeps each tool's
+     * findings.  No compute-sanitizer installed: kh_eval_run fails. */
+    const char *sanitize;
+    double sanitize_deadline_s; /* per tool; 0: 4 x deadline_s (the tools slow kernels down) */
 } kh_eval_opts;
 
 void kh_eval_opts_default(kh_eval_opts *o);

@@ -27,7 +27,7 @@
 #define GUARD 4096
 
 enum { ROLE_IN, ROLE_OUT, ROLE_WS };
-enum { GEN_NONE, GEN_RANDOM, GEN_SCALAR, GEN_BYTES };
+enum { GEN_NONE, GEN_RANDOM, GEN_SCALAR, GEN_BYTES, GEN_DSA_KCACHE };
 
 typedef struct ev_tensor {
     char name[64];
@@ -41,6 +41,7 @@ typedef struct ev_tensor {
     double scalar;
     size_t pay_off, pay_len;
     int zero;
+    uint64_t dims[4]; /* GEN_DSA_KCACHE: [num_pages, page_size, 1, head_dim + 4] */
 } ev_tensor;
 
 struct kh_gpu_eval {
@@ -48,7 +49,7 @@ struct kh_gpu_eval {
     kh_gpu *g;
     kh_cupti *c;
     CUmodule rng_mod, util_mod;
-    CUfunction rng_fill, checksum;
+    CUfunction rng_fill, rng_kcache, checksum;
     CUdeviceptr sum_buf;
 };
 
@@ -119,6 +120,10 @@ static kh_status ensure_utils(kh_gpu_eval *ev, kh_err *err)
         st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->rng_fill, ev->rng_mod,
                                                          KH_RNG_KERNEL),
                           "cuModuleGetFunction", err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->rng_kcache, ev->rng_mod,
+                                                         KH_RNG_KCACHE_KERNEL),
+                          "cuModuleGetFunction", err);
     if (st)
         return st;
     kh_compiler *cc_ = kh_compile_new(ev->e, err);
@@ -179,6 +184,16 @@ static kh_status generate(kh_gpu_eval *ev, const ev_tensor *t, CUdeviceptr p, ui
         return kh_gpu_check(ev->g, cu->cuLaunchKernel(ev->rng_fill, 528, 1, 1, 256, 1, 1, 0,
                                                       kh_gpu_stream(ev->g), args, NULL),
                             "cuLaunchKernel (input generator)", err);
+    }
+    case GEN_DSA_KCACHE: {
+        /* FlashInfer-Bench's DSA top-k k cache (rng.h), as the host makes it */
+        unsigned long long tokens = t->dims[0] * t->dims[1], s = seed;
+        unsigned int stream = t->stream, ps = (unsigned int)t->dims[1],
+                     hd = (unsigned int)(t->dims[3] - 4);
+        void *args[] = {&p, &tokens, &s, &stream, &ps, &hd};
+        return kh_gpu_check(ev->g, cu->cuLaunchKernel(ev->rng_kcache, 528, 1, 1, 256, 1, 1, 0,
+                                                      kh_gpu_stream(ev->g), args, NULL),
+                            "cuLaunchKernel (k cache generator)", err);
     }
     case GEN_SCALAR: {
         unsigned char buf[8] = {0};
@@ -270,6 +285,17 @@ static kh_status parse_tensors(const json_t *arr, size_t payload_len, ev_tensor 
             if (!strcmp(kind, "random")) {
                 t->gen = GEN_RANDOM;
                 t->stream = (uint32_t)json_integer_value(json_object_get(gen, "stream"));
+            } else if (!strcmp(kind, "dsa_kcache")) {
+                t->gen = GEN_DSA_KCACHE;
+                t->stream = (uint32_t)json_integer_value(json_object_get(gen, "stream"));
+                if (json_array_size(shape) != 4 || t->dtype != KH_DTYPE_I8)
+                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): a dsa_kcache is int8 "
+                                      "[num_pages, page_size, 1, head_dim + 4]", i, name);
+                for (size_t q = 0; q < 4; q++)
+                    t->dims[q] = (uint64_t)json_integer_value(json_array_get(shape, q));
+                if (t->dims[2] != 1 || t->dims[3] <= 4)
+                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): a dsa_kcache is int8 "
+                                      "[num_pages, page_size, 1, head_dim + 4]", i, name);
             } else if (!strcmp(kind, "scalar")) {
                 t->gen = GEN_SCALAR;
                 t->scalar = json_number_value(json_object_get(gen, "value"));
@@ -285,8 +311,8 @@ static kh_status parse_tensors(const json_t *arr, size_t payload_len, ev_tensor 
                     return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): %zu payload bytes "
                                       "for a %zu-byte tensor", i, name, t->pay_len, t->bytes);
             } else {
-                return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).gen.kind: random, scalar "
-                                  "or bytes", i, name);
+                return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).gen.kind: random, "
+                                  "dsa_kcache, scalar or bytes", i, name);
             }
         }
     }
@@ -311,6 +337,9 @@ typedef struct ev_run {
     kh_launch_list lists[MAX_SETS], sample_lists[MAX_SAMPLES];
     int nlists, nsample_lists;
     uint64_t set_seed[MAX_SETS];
+    /* the bits of each one-element input per set, for {"scalar": name}
+     * arguments passed by value (read back from the device after a fill) */
+    uint64_t scal[MAX_SETS][MAX_TENSORS];
     /* timing state */
     int timed, trial, poison;
     long call, timed_call;
@@ -319,6 +348,7 @@ typedef struct ev_run {
     uint64_t sample_seed[MAX_SAMPLES];
     int sample_done[MAX_SAMPLES];
     uint64_t timing_seed;
+    size_t guard;    /* guard band bytes per side (GUARD; 0 under compute-sanitizer) */
     /* what the launch lists were bound against */
     kh_launch_buf views[MAX_SETS + MAX_SAMPLES][MAX_TENSORS];
     /* cuda_so: the loaded object and its entry instead of launch lists */
@@ -345,7 +375,7 @@ static kh_status alloc_set(ev_run *r, kh_launch_buf *bufs, int roles_mask, kh_er
         if (!(roles_mask & (1 << r->ts[i].role)))
             continue;
         snprintf(bufs[i].name, sizeof bufs[i].name, "%s", r->ts[i].name);
-        kh_status st = kh_gpu_buf_alloc(r->ev->g, r->ts[i].bytes, GUARD, &bufs[i].buf, err);
+        kh_status st = kh_gpu_buf_alloc(r->ev->g, r->ts[i].bytes, r->guard, &bufs[i].buf, err);
         if (st)
             return kh_err_prefix(err, "tensor '%s' (%zu bytes)", r->ts[i].name, r->ts[i].bytes);
     }
@@ -359,6 +389,25 @@ static void free_set(ev_run *r, kh_launch_buf *bufs)
             kh_gpu_buf_free(r->ev->g, &bufs[i].buf);
 }
 
+static int is_scalar_input(const ev_tensor *t)
+{
+    return t->role == ROLE_IN && t->numel == 1 && t->bytes && t->bytes <= 8;
+}
+
+/* Hand set's scalar values to every launch list that reads that set. */
+static void apply_scalars(ev_run *r, int set)
+{
+    for (size_t i = 0; i < r->nt; i++) {
+        if (!is_scalar_input(&r->ts[i]))
+            continue;
+        if (set < r->nlists)
+            kh_launch_set_scalar(&r->lists[set], r->ts[i].name, r->scal[set][i]);
+        for (int j = 0; j < r->nsample_lists; j++)
+            if (r->sample_set[j] == set)
+                kh_launch_set_scalar(&r->sample_lists[j], r->ts[i].name, r->scal[set][i]);
+    }
+}
+
 static kh_status fill_inputs(ev_run *r, int set, uint64_t seed, kh_err *err)
 {
     r->set_seed[set] = seed;
@@ -369,7 +418,24 @@ static kh_status fill_inputs(ev_run *r, int set, uint64_t seed, kh_err *err)
         if (st)
             return kh_err_prefix(err, "generating input '%s'", r->ts[i].name);
     }
-    return kh_gpu_sync(r->ev->g, err);
+    kh_status st = kh_gpu_sync(r->ev->g, err);
+    /* A random scalar passed by value: its bits are whatever the generator
+     * wrote, read back rather than recomputed, so they cannot differ. */
+    for (size_t i = 0; i < r->nt && !st; i++) {
+        if (!is_scalar_input(&r->ts[i]))
+            continue;
+        unsigned char b[8] = {0};
+        st = kh_gpu_check(r->ev->g, kh_gpu_api(r->ev->g)->cuMemcpyDtoH(b, r->in[set][i].buf.ptr,
+                                                                        r->ts[i].bytes),
+                          "cuMemcpyDtoH (scalar input)", err);
+        uint64_t code = 0;
+        for (int k = 7; k >= 0; k--)
+            code = code << 8 | b[k];
+        r->scal[set][i] = code;
+    }
+    if (!st)
+        apply_scalars(r, set);
+    return st;
 }
 
 static kh_status zero_workspace(ev_run *r, kh_err *err)
@@ -611,6 +677,17 @@ static kh_status bind_lists(ev_run *r, kh_err *err)
             return st;
         r->nsample_lists++;
     }
+    /* {"scalar": name} must name a one-element input */
+    for (size_t l = 0; r->nlists && l < r->lists[0].nlaunches; l++) {
+        const kh_launch_one *o = &r->lists[0].launches[l];
+        for (int i = 0; i < o->nargs; i++)
+            if (o->scalar_of[i] && !is_scalar_input(&r->ts[o->scalar_of[i] - 1]))
+                return kh_err_set(err, KH_EINVAL, "launches[%zu].args[%d]: '%s' is not a "
+                                  "one-element input; only those pass by value", l, i,
+                                  r->ts[o->scalar_of[i] - 1].name);
+    }
+    for (int k = 0; k < r->nsets; k++)
+        apply_scalars(r, k);
     return KH_OK;
 }
 
@@ -804,6 +881,14 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
         return kh_err_set(err, KH_ENOMEM, "out of memory");
     r->ev = ev;
     r->payload = payload;
+    /* "guard_bytes": 0 gives every buffer an allocation of its own exact
+     * size, so that compute-sanitizer's memcheck sees a write just past it
+     * (a guard band would be inside the allocation, invisible to it) */
+    json_t *gb = json_object_get(params, "guard_bytes");
+    r->guard = json_is_integer(gb) && json_integer_value(gb) >= 0 &&
+                       json_integer_value(gb) <= (1 << 20)
+                   ? (size_t)json_integer_value(gb)
+                   : GUARD;
     obuf o = {0};
     json_t *res = NULL, *failures = json_array(), *trials_out = json_array();
     kh_status st = ensure_utils(ev, err);

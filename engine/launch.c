@@ -53,12 +53,92 @@ static int dims(const json_t *j, unsigned out[3])
     return 1;
 }
 
-static kh_launch_buf *find_buf(kh_launch_list *l, const char *name)
+static kh_launch_buf *find_buf(const kh_launch_list *l, const char *name)
 {
     for (size_t i = 0; i < l->nbufs; i++)
         if (!strcmp(l->bufs[i].name, name))
             return &l->bufs[i];
     return NULL;
+}
+
+kh_status kh_launch_parse_args(const kh_launch_list *l, size_t k, const json_t *args,
+                               kh_launch_one *o, kh_err *err)
+{
+    if (args && !json_is_array(args))
+        return kh_err_set(err, KH_EINVAL, "launches[%zu].args: an array is required", k);
+    if (json_array_size(args) > KH_LAUNCH_MAX_ARGS)
+        return kh_err_set(err, KH_EINVAL, "launches[%zu].args: more than %d arguments", k,
+                          KH_LAUNCH_MAX_ARGS);
+    size_t i;
+    json_t *a;
+    json_array_foreach(args, i, a) {
+        kh_arg_val *v = &o->vals[i];
+        v->u64 = 0;
+        o->scalar_of[i] = 0;
+        const char *key;
+        json_t *val;
+        int ok = json_object_size(a) == 1;
+        json_object_foreach(a, key, val) {
+            if (!strcmp(key, "buf") || !strcmp(key, "tensor")) {
+                const kh_launch_buf *b = find_buf(l, json_string_value(val) ? json_string_value(val)
+                                                                      : "");
+                if (!b)
+                    return kh_err_set(err, KH_EINVAL, "launches[%zu].args[%zu]: no buffer "
+                                      "named '%s'", k, i,
+                                      json_string_value(val) ? json_string_value(val) : "?");
+                v->ptr = b->buf.ptr;
+            } else if (!strcmp(key, "i32") && json_is_integer(val)) {
+                v->i32 = (int32_t)json_integer_value(val);
+            } else if (!strcmp(key, "i64") && json_is_integer(val)) {
+                v->i64 = (int64_t)json_integer_value(val);
+            } else if (!strcmp(key, "u32") && json_is_integer(val)) {
+                v->u32 = (uint32_t)json_integer_value(val);
+            } else if (!strcmp(key, "u64") && json_is_integer(val)) {
+                v->u64 = (uint64_t)json_integer_value(val);
+            } else if (!strcmp(key, "f32") && json_is_number(val)) {
+                v->f32 = (float)json_number_value(val);
+            } else if (!strcmp(key, "f64") && json_is_number(val)) {
+                v->f64 = json_number_value(val);
+            } else if (!strcmp(key, "scalar")) {
+                /* by value: the bits arrive with kh_launch_set_scalar once
+                 * the buffer has been filled */
+                const kh_launch_buf *b = find_buf(l, json_string_value(val) ? json_string_value(val)
+                                                                      : "");
+                if (!b)
+                    return kh_err_set(err, KH_EINVAL, "launches[%zu].args[%zu]: no scalar input "
+                                      "named '%s'", k, i,
+                                      json_string_value(val) ? json_string_value(val) : "?");
+                if (b->buf.bytes > 8)
+                    return kh_err_set(err, KH_EINVAL, "launches[%zu].args[%zu]: '%s' holds %zu "
+                                      "bytes; only a one-element input of at most 8 bytes can "
+                                      "be passed by value", k, i, b->name, b->buf.bytes);
+                o->scalar_of[i] = (unsigned short)(b - l->bufs + 1);
+            } else {
+                ok = 0;
+            }
+        }
+        if (!ok)
+            return kh_err_set(err, KH_EINVAL, "launches[%zu].args[%zu]: expected one of "
+                              "{buf|tensor|scalar|i32|i64|u32|u64|f32|f64: value}", k, i);
+        o->params[i] = v;
+        o->nargs = (int)i + 1;
+    }
+    return KH_OK;
+}
+
+int kh_launch_set_scalar(kh_launch_list *l, const char *name, uint64_t code)
+{
+    int n = 0;
+    for (size_t k = 0; k < l->nlaunches; k++) {
+        kh_launch_one *o = &l->launches[k];
+        for (int i = 0; i < o->nargs; i++)
+            if (o->scalar_of[i] && o->scalar_of[i] <= l->nbufs &&
+                !strcmp(l->bufs[o->scalar_of[i] - 1].name, name)) {
+                o->vals[i].u64 = code;
+                n++;
+            }
+    }
+    return n;
 }
 
 static kh_status prepare_launch(kh_launch_list *l, CUmodule module, size_t k, const json_t *j,
@@ -116,57 +196,7 @@ static kh_status prepare_launch(kh_launch_list *l, CUmodule module, size_t k, co
                      "cuFuncSetAttribute", err))
         return err->code;
 
-    json_t *args = json_object_get(j, "args");
-    if (args && !json_is_array(args))
-        return kh_err_set(err, KH_EINVAL, "launches[%zu].args: an array is required", k);
-    if (json_array_size(args) > KH_LAUNCH_MAX_ARGS)
-        return kh_err_set(err, KH_EINVAL, "launches[%zu].args: more than %d arguments", k,
-                          KH_LAUNCH_MAX_ARGS);
-    size_t i;
-    json_t *a;
-    json_array_foreach(args, i, a) {
-        kh_arg_val *v = &o->vals[i];
-        const char *key;
-        json_t *val;
-        int ok = json_object_size(a) == 1;
-        json_object_foreach(a, key, val) {
-            if (!strcmp(key, "buf") || !strcmp(key, "tensor")) {
-                kh_launch_buf *b = find_buf(l, json_string_value(val) ? json_string_value(val)
-                                                                      : "");
-                if (!b)
-                    return kh_err_set(err, KH_EINVAL, "launches[%zu].args[%zu]: no buffer "
-                                      "named '%s'", k, i,
-                                      json_string_value(val) ? json_string_value(val) : "?");
-                v->ptr = b->buf.ptr;
-            } else if (!strcmp(key, "i32") && json_is_integer(val)) {
-                v->i32 = (int32_t)json_integer_value(val);
-            } else if (!strcmp(key, "i64") && json_is_integer(val)) {
-                v->i64 = (int64_t)json_integer_value(val);
-            } else if (!strcmp(key, "u32") && json_is_integer(val)) {
-                v->u32 = (uint32_t)json_integer_value(val);
-            } else if (!strcmp(key, "u64") && json_is_integer(val)) {
-                v->u64 = (uint64_t)json_integer_value(val);
-            } else if (!strcmp(key, "f32") && json_is_number(val)) {
-                v->f32 = (float)json_number_value(val);
-            } else if (!strcmp(key, "f64") && json_is_number(val)) {
-                v->f64 = json_number_value(val);
-            } else if (!strcmp(key, "scalar")) {
-                return kh_err_set(err, KH_EUNSUPPORTED,
-                                  "launches[%zu].args[%zu]: a random scalar input ('%s') passed "
-                                  "by value is not supported by the gpu worker yet; give the "
-                                  "workload a scalar value", k, i,
-                                  json_string_value(val) ? json_string_value(val) : "?");
-            } else {
-                ok = 0;
-            }
-        }
-        if (!ok)
-            return kh_err_set(err, KH_EINVAL, "launches[%zu].args[%zu]: expected one of "
-                              "{buf|i32|i64|u32|u64|f32|f64: value}", k, i);
-        o->params[i] = v;
-        o->nargs = (int)i + 1;
-    }
-    return KH_OK;
+    return kh_launch_parse_args(l, k, json_object_get(j, "args"), o, err);
 }
 
 kh_status kh_launch_prepare(kh_gpu *g, CUmodule module, const json_t *spec, size_t guard,

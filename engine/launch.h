@@ -9,7 +9,12 @@
  *                    {"u32": 5}, {"u64": 5}, {"f32": 1.5}, {"f64": 1.5} ] } ] }
  *
  * "random" fills a buffer with uniformly random 32-bit words from the seed
- * (finite float32 values in [-1, 1) when read as float). */
+ * (finite float32 values in [-1, 1) when read as float).
+ *
+ * An argument {"scalar": name} passes the value held by the one-element
+ * buffer `name` by value (a random scalar input: its value is drawn per
+ * trial, so the coordinator cannot resolve it); the caller supplies the
+ * value's bits after each fill with kh_launch_set_scalar. */
 #ifndef KH_LAUNCH_H
 #define KH_LAUNCH_H
 
@@ -38,6 +43,10 @@ typedef struct kh_launch_one {
     unsigned grid[3], block[3], smem;
     int nargs;
     kh_arg_val vals[KH_LAUNCH_MAX_ARGS];
+    /* {"scalar": name} arguments: 1 + the index of the named buffer in the
+     * list's bufs, 0 for any other argument.  Their value comes from
+     * kh_launch_set_scalar (zero until then). */
+    unsigned short scalar_of[KH_LAUNCH_MAX_ARGS];
     void *params[KH_LAUNCH_MAX_ARGS];
 } kh_launch_one;
 
@@ -60,6 +69,15 @@ kh_status kh_launch_prepare(kh_gpu *g, CUmodule module, const json_t *spec, size
  * Arguments may name a buffer as {"buf": name} or {"tensor": name}. */
 kh_status kh_launch_bind(kh_gpu *g, CUmodule module, const json_t *launches,
                          kh_launch_buf *bufs, size_t nbufs, kh_launch_list *l, kh_err *err);
+
+/* Parse launches[k].args into o against l->bufs (no CUDA call: the part of
+ * binding that tests can run without a GPU).  Errors name the argument. */
+kh_status kh_launch_parse_args(const kh_launch_list *l, size_t k, const json_t *args,
+                               kh_launch_one *o, kh_err *err);
+/* Give every {"scalar": name} argument of every launch in l the value whose
+ * little-endian bits are `code` (zero-extended: a 1-, 2-, 4- or 8-byte
+ * parameter reads its own width).  Returns how many arguments took it. */
+int kh_launch_set_scalar(kh_launch_list *l, const char *name, uint64_t code);
 
 /* Enqueue every launch on the GPU's stream (a kh_bench_target call). */
 kh_status kh_launch_enqueue(kh_launch_list *l, kh_err *err);

@@ -1113,9 +1113,10 @@ static const struct {
     {"llm_call", {"model"}},
     {"promotion", {"candidate"}},
     {"device", {"gpu_uuid"}}, /* id device-<GPU UUID>: measured peaks, replaced */
+    {"refout", {"definition"}}, /* id refout-<key>: a Python reference's outputs (eval.c) */
 };
 /* a type added to TYPES goes into kh_store_known_type's switch too */
-_Static_assert(KH_ARRAY_LEN(TYPES) == 10, "kh_store_known_type lists every type");
+_Static_assert(KH_ARRAY_LEN(TYPES) == 11, "kh_store_known_type lists every type");
 
 /* Provenance a record of these types must carry (docs/store.md, "Records"):
  * per need, the fields that satisfy it ("a|b": either one), dotted paths
@@ -1205,13 +1206,13 @@ int kh_store_known_type(const char *name)
 {
     /* every top-level key of every record written comes here (is it a
      * reference?): the first letter narrows TYPES to at most two names */
-    int a = 0, b = 0; /* 1-based indices into TYPES */
+    int a = 0, b = 0, c = 0; /* 1-based indices into TYPES */
     switch (name[0]) {
     case 't': a = 1; break;
     case 'c': a = 2, b = 3; break;
     case 'e': a = 4; break;
     case 'p': a = 5, b = 9; break;
-    case 'r': a = 6, b = 7; break;
+    case 'r': a = 6, b = 7, c = 11; break;
     case 'l': a = 8; break;
     case 'd': a = 10; break;
     default: return 0;
@@ -1220,6 +1221,8 @@ int kh_store_known_type(const char *name)
         return a;
     if (b && !strcmp(TYPES[b - 1].name, name))
         return b;
+    if (c && !strcmp(TYPES[c - 1].name, name))
+        return c;
     return 0;
 }
 

@@ -31,7 +31,15 @@ struct kh_wproc {
     size_t err_len, err_pos;
     char err_tail[ERR_TAIL + 1];
     int status;
+    double exit_grace; /* kh_wproc_opts.exit_grace_s */
 };
+
+/* How long a worker that is leaving (a sticky error, a crash) gets before
+ * its process group is killed: dflt, or longer when the launch asked. */
+static double grace(const kh_wproc *w, double dflt)
+{
+    return w->exit_grace > dflt ? w->exit_grace : dflt;
+}
 
 static void set_nonblock(int fd)
 {
@@ -220,6 +228,7 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
         goto fail_pipes;
     }
     snprintf(w->role, sizeof w->role, "%s", o->role);
+    w->exit_grace = o->exit_grace_s;
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
@@ -364,7 +373,7 @@ static void complete_dead(kh_wproc *w, kh_wdone *d, int timed_out, const char *w
     d->seconds = kh_now() - w->submitted;
     if (timed_out)
         kill(-w->pid, SIGKILL), kill(w->pid, SIGKILL);
-    kill_and_reap(w, timed_out ? 0 : 2.0);
+    kill_and_reap(w, timed_out ? 0 : grace(w, 2.0));
     char how[64], line[400];
     describe_status(w->status, how, sizeof how);
     last_line(w, line, sizeof line);
@@ -425,7 +434,7 @@ size_t kh_wproc_wait(kh_wproc *const *ws, size_t n, double wait_s, kh_wdone *don
                 w->busy = 0;
                 if (json_is_true(json_object_get(m.head, "exiting"))) {
                     /* It leaves by itself (a sticky error): reap it now. */
-                    kill_and_reap(w, 5.0);
+                    kill_and_reap(w, grace(w, 5.0));
                     d->worker_died = 1;
                 }
                 if (json_is_true(json_object_get(m.head, "ok"))) {

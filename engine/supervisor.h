@@ -25,6 +25,10 @@ typedef struct kh_wproc_opts {
     double hello_timeout_s;  /* 0: 30 s */
     const char *const *env;  /* extra "NAME=value" entries, NULL-terminated, or NULL */
     int index;
+    /* Seconds a worker that leaves by itself (a sticky error) or dies gets
+     * before its process group is killed; 0: 5 s and 2 s.  A launch prefix
+     * that reports after the worker exits (compute-sanitizer) needs more. */
+    double exit_grace_s;
 } kh_wproc_opts;
 
 typedef struct kh_wproc kh_wproc;

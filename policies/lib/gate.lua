@@ -19,8 +19,12 @@
 --    S_d = c_d * mean_w(b_w / l_w), c_d the pass rate, b the reference
 --    (baseline) latency and l the candidate's.
 -- 3. finalist(): correctness replayed with many seeds (>= 100 trials in
---    batches, no timing), and the sanitizer where the backend has one (compute-sanitizer
---    on CUDA; recorded as unavailable on the host backend).
+--    batches, no timing), and the sanitizer where the backend has one: on
+--    CUDA, kh.eval's `sanitize` (compute-sanitizer memcheck, racecheck,
+--    initcheck on `sanitize_workloads` workloads; an error in the
+--    candidate's kernels rejects it, a machine without compute-sanitizer
+--    records that and does not); recorded as unavailable on the host
+--    backend.  `sanitize = false` skips it.
 --
 -- `measure(solution, opts, purpose)` is the caller's: it runs the evaluation
 -- (lib.evaluate), stores the verdicts and returns {summary, ids} or nil, msg.
@@ -29,7 +33,8 @@ local stats = require "lib.stats"
 local M = {}
 
 M.defaults = { margin = 0.02, reps = 5, sample = 2, alpha = 0.05, resamples = 2000,
-  finalist_trials = 100, finalist_batch = 25, seed = 1 }
+  finalist_trials = 100, finalist_batch = 25, seed = 1,
+  sanitize = { "memcheck", "racecheck", "initcheck" }, sanitize_workloads = 1 }
 
 local function opt(o, k) if o and o[k] ~= nil then return o[k] end return M.defaults[k] end
 
@@ -142,8 +147,7 @@ end
 function M.finalist(measure, cand, backend, o)
   local trials, batch = opt(o, "finalist_trials"), opt(o, "finalist_batch")
   local g = { step = "finalist", trials = trials, evidence = {},
-    sanitizer = backend == "cuda" and "not run: compute-sanitizer is not wired yet"
-      or "unavailable on the host backend" }
+    sanitizer = backend == "cuda" and "not run" or "unavailable on the host backend" }
   local done, call = 0, 0
   while done < trials do
     call = call + 1
@@ -158,6 +162,26 @@ function M.finalist(measure, cand, backend, o)
       return g
     end
     done = done + n
+  end
+  local tools = opt(o, "sanitize")
+  if backend == "cuda" and tools and #tools > 0 then
+    local m, msg, code = measure(cand, { workloads = opt(o, "sanitize_workloads"), trials = 1,
+      timing = false, seed = opt(o, "seed") * 7919, sanitize = tools }, "sanitizer")
+    if not m and code == "ENOTFOUND" and tostring(msg):find("compute%-sanitizer") then
+      g.sanitizer = "not run: " .. tostring(msg)
+    elseif not m then
+      return nil, msg, code
+    else
+      for _, id in ipairs(m.ids) do g.evidence[#g.evidence + 1] = id end
+      if not m.summary.ok then
+        g.pass, g.rejected_for = false, "sanitizer"
+        g.reason = fail_reason("candidate", m.summary)
+        g.sanitizer = g.reason
+        return g
+      end
+      g.sanitizer = string.format("%s: clean on %d workload(s)", table.concat(tools, ", "),
+        m.summary.total)
+    end
   end
   g.pass = true
   g.reason = string.format("correct over %d seeds on every workload", trials)

@@ -280,6 +280,57 @@ T.test("the paired gate: bootstrap bounds and decisions on random latencies", fu
   end
 end)
 
+T.test("the finalist step runs compute-sanitizer on cuda candidates", function()
+  local calls
+  local function measurer(sanitizer_result)
+    calls = {}
+    return function(sol, opts, purpose)
+      calls[#calls + 1] = { purpose = purpose, opts = opts }
+      if purpose == "sanitizer" then return sanitizer_result(opts) end
+      return { summary = { ok = true, passed = 1, total = 1 }, ids = { "e" .. #calls } }
+    end
+  end
+  local o = { finalist_trials = 4, finalist_batch = 2 }
+  -- clean: the tools and the workload count reach kh.eval, the step records them
+  local g = assert(gate.finalist(measurer(function(opts)
+    T.eq(table.concat(opts.sanitize, ","), "memcheck,racecheck,initcheck")
+    T.eq(opts.workloads, 1)
+    T.eq(opts.timing, false)
+    return { summary = { ok = true, passed = 1, total = 1 }, ids = { "s1" } }
+  end), "cand", "cuda", o))
+  T.eq(g.pass, true)
+  T.eq(#calls, 3) -- two seed batches, then the sanitizer
+  T.eq(g.sanitizer, "memcheck, racecheck, initcheck: clean on 1 workload(s)")
+  T.eq(g.evidence[#g.evidence], "s1")
+  -- an error in the candidate's kernels rejects it
+  g = assert(gate.finalist(measurer(function()
+    return { summary = { ok = false, passed = 0, total = 1, failed = { status = "RUNTIME_ERROR",
+      check = "sanitizer:racecheck", workload = "w1" } }, ids = { "s2" } }
+  end), "cand", "cuda", o))
+  T.eq(g.pass, false)
+  T.eq(g.rejected_for, "sanitizer")
+  T.match(g.reason, "check sanitizer:racecheck")
+  -- no compute-sanitizer on this machine: recorded, not a rejection
+  g = assert(gate.finalist(measurer(function()
+    return nil, "sanitize: compute-sanitizer not found (looked in ...)", "ENOTFOUND"
+  end), "cand", "cuda", o))
+  T.eq(g.pass, true)
+  T.match(g.sanitizer, "^not run: sanitize: compute%-sanitizer not found")
+  -- another failure to run is the caller's error
+  local r, msg = gate.finalist(measurer(function() return nil, "no gpu worker", "ENODEV" end),
+    "cand", "cuda", o)
+  T.eq(r, nil)
+  T.eq(msg, "no gpu worker")
+  -- host candidates, or sanitize = false: no sanitizer call
+  g = assert(gate.finalist(measurer(function() error("not called") end), "cand", "host", o))
+  T.eq(#calls, 2)
+  T.eq(g.sanitizer, "unavailable on the host backend")
+  g = assert(gate.finalist(measurer(function() error("not called") end), "cand", "cuda",
+    { finalist_trials = 2, finalist_batch = 2, sanitize = false }))
+  T.eq(#calls, 1)
+  T.eq(g.pass, true)
+end)
+
 T.test("model specs: parsing, keys, replay fallback and the ladder", function()
   T.eq(select(2, models.parse("gpt-5")):match("expected") ~= nil, true)
   T.match(select(2, models.parse("nope:x")), "unknown provider")

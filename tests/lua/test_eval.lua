@@ -143,6 +143,28 @@ T.test("could not run: nil, msg, code; misuse raises", function()
   T.eq(kh.eval.run, kh.eval.run) -- kh.eval.run is the same call
 end)
 
+T.test("sanitize: tools checked by name; host candidates n/a; a string or an array", function()
+  local r, msg, code = kh.eval(FIX, "rmsnorm_h512_ref_c", quick { sanitize = "memcheck,helgrind" })
+  T.eq(r, nil)
+  T.eq(code, "EINVAL")
+  T.match(msg, "unknown sanitizer tool 'helgrind'")
+  T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", { sanitize = 3 }) end, "sanitize")
+  T.raises(function() kh.eval(FIX, "rmsnorm_h512_ref_c", { sanitize = { 3 } }) end, "sanitize")
+  for _, s in ipairs { "memcheck,initcheck", { "memcheck", "initcheck" } } do
+    local tr = assert(kh.eval(FIX, "rmsnorm_h512_ref_c", quick { workloads = 1, timing = false,
+                                                                  sanitize = s }))
+    local ck = tr[1].evaluation.khlua.checks
+    T.eq(tr[1].evaluation.status, "PASSED")
+    T.eq(ck["sanitizer:memcheck"], "n/a (host)")
+    T.eq(ck["sanitizer:initcheck"], "n/a (host)")
+    T.eq(ck["sanitizer:racecheck"], nil)
+  end
+  local out, code = T.khlua("eval", "--task", FIX, "--solution", "rmsnorm_h512_ref_c", "--workloads",
+                            "1", "--no-timing", "--no-store", "--sanitize", "racecheck,nope")
+  T.eq(code, 1)
+  T.match(out, "unknown sanitizer tool 'nope'")
+end)
+
 T.test("khlua eval: table, --json Trace JSONL, stored verdicts and samples, exit codes", function()
   local dir = T.tmpdir()
   local store = dir .. "/store"
