@@ -178,12 +178,12 @@ static void expand(const kh_wproc_opts *o, const char *exe, const char *s, size_
  * (CUDA_VISIBLE_DEVICES={gpu} on an unplaced slot) are left out.  A
  * malloc'ed NULL-terminated array of malloc'ed strings; NULL when out of
  * memory. */
-static char **build_env(const kh_wproc_opts *o, const char *exe)
+static char **build_env(const kh_wproc_opts *o, const char *exe, int remote)
 {
     size_t n = 0;
     while (o->env && o->env[n])
         n++;
-    char **env = calloc(n + 1, sizeof *env);
+    char **env = calloc(n + 2, sizeof *env);
     size_t k = 0;
     for (size_t i = 0; env && i < n; i++) {
         char buf[2048];
@@ -197,6 +197,14 @@ static char **build_env(const kh_wproc_opts *o, const char *exe)
             free(env);
             return NULL;
         }
+    }
+    /* srun's slurmstepd forwards output at newlines: the worker adds one
+     * after each frame (wire.h) */
+    if (env && remote && !(env[k++] = kh_strdup("KHLUA_WIRE_NEWLINE=1"))) {
+        for (size_t j = 0; j < k; j++)
+            free(env[j]);
+        free(env);
+        return NULL;
     }
     return env;
 }
@@ -283,7 +291,13 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
         }
         exe[n] = '\0';
     }
-    char **env = build_env(o, exe);
+    /* A template that does not start with {exe} runs a launcher (srun,
+     * ssh) in front of the worker. */
+    const char *tpl = o->launch && o->launch[0] ? o->launch : KH_LAUNCH_LOCAL;
+    while (*tpl == ' ' || *tpl == '\t')
+        tpl++;
+    int remote = strncmp(tpl, "{exe}", 5) != 0;
+    char **env = build_env(o, exe, remote);
     char **argv = env ? build_argv(o, exe, env) : NULL;
     if (!argv || !argv[0]) {
         kh_err_set(err, argv ? KH_EINVAL : KH_ENOMEM,
@@ -337,14 +351,9 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
     w->err_fd = er[0];
     w->alive = 1;
     w->next_id = 1;
-    {
-        /* a launcher in front of the worker: it gets a chance to pass a
-         * termination on (srun cancels its step on SIGTERM) */
-        const char *b = strrchr(argv[0], '/');
-        b = b ? b + 1 : argv[0];
-        const char *eb = strrchr(exe, '/');
-        w->remote = strcmp(b, eb ? eb + 1 : exe) != 0;
-    }
+    /* a launcher in front of the worker gets a chance to pass a termination
+     * on (srun cancels its step on SIGTERM) */
+    w->remote = remote;
     set_nonblock(w->to_fd);
     set_nonblock(w->from_fd);
     set_nonblock(w->err_fd);

@@ -80,6 +80,9 @@ int kh_worker_main(kh_engine *e, const kh_worker_role *role, int in_fd, int out_
         dup2(STDERR_FILENO, STDOUT_FILENO);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGINT, SIG_IGN); /* the coordinator decides when a worker stops */
+    /* behind srun: slurmstepd passes output on at newlines (kh_wire_set_newline) */
+    if (getenv("KHLUA_WIRE_NEWLINE"))
+        kh_wire_set_newline(1);
 
     kh_worker w = {.engine = e, .role = role, .exit_after = -1, .started = kh_now()};
     kh_err err;
