@@ -372,6 +372,8 @@ static void free_pools(kh_eval *ev)
     ev->host = ev->gpu = NULL;
 }
 
+static kh_status resolve_gpus(kh_eval *ev, kh_err *err);
+
 /* Take the placement the options ask for; the pools are rebuilt when it
  * changed.  GPUs are resolved later, when a gpu worker is first needed. */
 static kh_status place(kh_eval *ev, const kh_eval_opts *o, kh_err *err)
@@ -421,6 +423,11 @@ static kh_status place(kh_eval *ev, const kh_eval_opts *o, kh_err *err)
     snprintf(ev->tpl_gpu, sizeof ev->tpl_gpu, "%s", tg == launch ? ev->launch_buf : tg);
     ev->gpus_resolved = 0;
     ev->ngpus = 0;
+    /* what needs no probe is checked now, before any work starts */
+    if (strcmp(kind, "local") && strcmp(kind, "template") && (st = resolve_gpus(ev, err))) {
+        ev->place_key[0] = '\0';
+        return st;
+    }
     snprintf(ev->place_key, sizeof ev->place_key, "%s", key);
     return KH_OK;
 }
@@ -1209,13 +1216,15 @@ static void call_worker(wctx *c, int host, const json_t *params, const art *a, w
 /* Where a finished request ran, for the verdict. */
 static json_t *placement_json(kh_eval *ev, kh_pool *p, size_t slot, const kh_wproc *w)
 {
-    const char *gpu = kh_pool_slot_gpu(p, slot);
+    const char *gpu = kh_pool_slot_gpu(p, slot), *target = kh_pool_slot_host(p, slot);
     const char *sj = w ? kh_wproc_slurm_job(w) : "";
-    return json_pack("{s:I, s:s?, s:s, s:i, s:i, s:s, s:s?}", "slot", (json_int_t)slot, "gpu",
-                     gpu[0] ? gpu : NULL, "host", w ? kh_wproc_worker_host(w) : "", "pid",
-                     w ? kh_wproc_worker_pid(w) : 0, "launcher_pid", w ? kh_wproc_pid(w) : 0,
-                     "launch", kh_launch_kind(ev->place_launch), "slurm_job",
-                     sj[0] ? sj : NULL);
+    /* gpu: the slot's device as given to CUDA_VISIBLE_DEVICES; target: the
+     * {host} it was launched on; host: what the worker itself reported */
+    return json_pack("{s:I, s:s?, s:s?, s:s, s:i, s:i, s:s, s:s?}", "slot", (json_int_t)slot,
+                     "gpu", gpu[0] ? gpu : NULL, "target", target[0] ? target : NULL, "host",
+                     w ? kh_wproc_worker_host(w) : "", "pid", w ? kh_wproc_worker_pid(w) : 0,
+                     "launcher_pid", w ? kh_wproc_pid(w) : 0, "launch",
+                     kh_launch_kind(ev->place_launch), "slurm_job", sj[0] ? sj : NULL);
 }
 
 /* Start queued jobs on idle workers: a workload's GPU jobs only in its GPU

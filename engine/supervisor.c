@@ -441,6 +441,19 @@ kh_status kh_wproc_submit(kh_wproc *w, const char *method, const json_t *params,
         return kh_err_set(err, KH_ESTATE, "worker '%s' is not running", w->role);
     if (w->busy)
         return kh_err_set(err, KH_ESTATE, "worker '%s' is busy with '%s'", w->role, w->method);
+    if (w->remote && !w->reaped) {
+        /* a launcher that has left took the connection with it */
+        int wst = 0;
+        if (waitpid(w->pid, &wst, WNOHANG) == w->pid) {
+            w->reaped = 1;
+            w->status = wst;
+            kill_and_reap(w, 0);
+            char how[64];
+            describe_status(w->status, how, sizeof how);
+            return kh_err_set(err, KH_ECHILD, "worker '%s' lost before '%s': its launcher %s (the "
+                              "connection to the worker was lost)", w->role, method, how);
+        }
+    }
     long id = w->next_id++;
     json_t *head = json_pack("{s:I, s:s, s:O}", "id", (json_int_t)id, "method", method,
                              "params", params ? (json_t *)params : json_object());
@@ -474,6 +487,8 @@ static void complete_dead(kh_wproc *w, kh_wdone *d, int timed_out, const char *w
     describe_status(w->status, how, sizeof how);
     last_line(w, line, sizeof line);
     d->worker_died = 1;
+    if (!why && w->remote)
+        why = "the connection to the worker was lost";
     if (timed_out)
         d->status = kh_err_set(&d->err, KH_ETIMEOUT,
                                "worker '%s' did not finish '%s' within %.1f s and was killed",

@@ -7,6 +7,8 @@ KH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 KH_PACKAGES="cmake make gcc pkg-config python3 liblua5.4-dev libjansson-dev libcurl4-openssl-dev
   liblmdb-dev lmdb-utils libzstd-dev libxxhash-dev libcmocka-dev"
+# tests/lua/test_slurm.lua starts a private single-node Slurm cluster
+KH_PACKAGES="$KH_PACKAGES slurm-wlm munge"
 
 kh_log() { printf '[khlua] %s\n' "$*" >&2; }
 
