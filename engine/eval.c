@@ -840,6 +840,7 @@ typedef struct wctx {
     size_t wl;
     int pending;
     const struct job *last;  /* the job behind the last reply handed out */
+    const struct job *ref_timing; /* the job that timed the reference (this workload) */
 } wctx;
 
 static kh_status pl_add(wctx *c, const void *d, size_t n, size_t *off, kh_err *err)
@@ -1501,6 +1502,7 @@ static kh_status ref_latency(wctx *c, const kh_task_solution *ref, double *ns, k
         return kh_err_set(err, r.st, "timing the reference failed: %s", r.err.msg);
     json_t *tm = json_object_get(json_object_get(r.reply.head, "result"), "timing");
     *ns = json_number_value(json_object_get(tm, "latency_ns"));
+    c->ref_timing = c->last;
     refperf *rp = calloc(1, sizeof *rp);
     if (rp) {
         rp->def = dupstr(c->d->name);
@@ -1987,6 +1989,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                 if (o->time_reference && (st = ref_latency(c, ref, &ref_ns, err)))
                     goto out;
                 perf = json_pack("{s:f}", "latency_ms", lat / 1e6);
+                /* where the speedup's other side was measured (same GPU) */
+                if (c->ref_timing && c->ref_timing->placement)
+                    json_object_set(kl, "reference_placement", c->ref_timing->placement);
                 if (isfinite(ref_ns) && ref_ns > 0) {
                     json_object_set_new(perf, "reference_latency_ms", json_real(ref_ns / 1e6));
                     json_object_set_new(perf, "speedup_factor", json_real(ref_ns / lat));
@@ -2296,7 +2301,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             c.w = ws[i];
             c.wl = i;
             c.pending = 0;
-            c.last = NULL;
+            c.last = c.ref_timing = NULL;
             uint64_t wh = fnv(ws[i]->uuid);
             for (size_t t = 0; t < c.ntrials; t++)
                 c.seeds[t] = kh_rng_derive_seed(o->seed, wh, t) & INT64_MAX; /* JSON, Lua: signed */
