@@ -1229,9 +1229,13 @@ static json_t *placement_json(kh_eval *ev, kh_pool *p, size_t slot, const kh_wpr
 }
 
 /* Start queued jobs on idle workers: a workload's GPU jobs only in its GPU
- * group (wl_group[wl], chosen when its first GPU job starts); live idle
- * workers before empty slots, so the pool does not start more processes
- * than the work needs. */
+ * group; live idle workers before empty slots, so the pool does not start
+ * more processes than the work needs.  wl_group[wl] holds the workload's
+ * position in its task package until its first GPU job starts, then its
+ * group: position mod the number of groups.  So the GPU of a workload does
+ * not depend on what else is evaluated: the candidate and the incumbent,
+ * evaluated in two calls (the promotion gate's paired comparison), meet on
+ * one GPU for every workload. */
 static void dispatch(kh_eval *ev, const kh_eval_opts *o, int *wl_group)
 {
     for (job *j = ev->jobs; j; j = j->next) {
@@ -1248,7 +1252,12 @@ static void dispatch(kh_eval *ev, const kh_eval_opts *o, int *wl_group)
             continue;
         }
         size_t n = kh_pool_size(p), k = group_size(ev, j->host), pick = n;
-        int want = j->host ? -1 : wl_group[j->wl];
+        int want = -1;
+        if (!j->host) {
+            if (wl_group[j->wl] < 0) /* the position, encoded */
+                wl_group[j->wl] = (int)((size_t)(-wl_group[j->wl] - 1) % (n / k));
+            want = wl_group[j->wl];
+        }
         for (int live = 1; live >= 0 && pick == n; live--)
             for (size_t sl = 0; sl < n && pick == n; sl++)
                 if ((want < 0 || sl / k == (size_t)want) && !kh_pool_slot_busy(p, sl) &&
@@ -1274,8 +1283,6 @@ static void dispatch(kh_eval *ev, const kh_eval_opts *o, int *wl_group)
         }
         j->state = JOB_RUNNING;
         j->slot = pick;
-        if (!j->host && want < 0)
-            wl_group[j->wl] = (int)(pick / k);
     }
 }
 
@@ -2279,15 +2286,28 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
      * request (the scheduler above), run those requests in parallel, again. */
     json_t **outs = calloc(n, sizeof *outs);
     int *groups = malloc(n * sizeof *groups);
-    if (!outs || !groups) {
+    size_t *ws_pos = calloc(n, sizeof *ws_pos);
+    for (size_t i = 0; ws_pos && i < n; i++) {
+        /* the workload's position among its definition's in the package */
+        for (size_t k = 0, pos = 0; k < nw; k++) {
+            const kh_task_workload *w = kh_task_workload_at(P, k);
+            if (w == ws[i]) {
+                ws_pos[i] = pos;
+                break;
+            }
+            pos += w->definition && !strcmp(w->definition, d->name) && w->axes_ok && w->uuid;
+        }
+    }
+    if (!outs || !groups || !ws_pos) {
         free(outs);
         free(groups);
+        free(ws_pos);
         free(ws);
         st = kh_err_set(err, KH_ENOMEM, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++)
-        groups[i] = -1;
+        groups[i] = -1 - (int)ws_pos[i]; /* dispatch turns it into the GPU group */
     drop_jobs(ev, SIZE_MAX);
     for (int round = 0; !st; round++) {
         size_t left = 0;
@@ -2335,6 +2355,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     }
     free(outs);
     free(groups);
+    free(ws_pos);
     free(c.pl);
     free(ws);
     *traces = arr;

@@ -5,8 +5,9 @@
 -- trace naming the GPU (UUID) and clocks it ran on; the verdicts match one
 -- worker's (same seeds, same reference bits).  With the GPU listed twice
 -- ("0,0": two GPU groups of two workers) every workload's candidate and
--- reference timing ran in one group, as a speedup must be measured on one
--- device; and a GPU that is not there is refused with the visible ones named.
+-- reference timing ran in one group, the one its position in the package
+-- gives, as a speedup (and a paired gate over two calls) must be measured on
+-- one device; and a GPU that is not there is refused with the visible ones named.
 local T = require "testlib"
 local kh = require "kh"
 
@@ -60,12 +61,14 @@ T.test("timed: a workload's candidate and reference timing share one GPU group, 
     protocol = "screen", record = false, gpus = "0,0", workers_per_gpu = 2 }))
   T.eq(#tr, 4)
   local groups = {}
-  for _, t in ipairs(tr) do
+  for i, t in ipairs(tr) do
     local e = t.evaluation
     T.eq(e.status, "PASSED", tostring(e.khlua.detail))
     local pl, rp = e.khlua.placement, e.khlua.reference_placement
     T.ok(rp, "the reference timing's placement is recorded")
     T.eq(pl.slot // 2, rp.slot // 2)
+    -- the GPU of a workload is its position mod the GPU groups, in every call
+    T.eq(pl.slot // 2, (i - 1) % 2)
     groups[pl.slot // 2] = true
     T.ok(e.khlua.timing.clocks_before or e.khlua.timing.clocks_after, "clocks recorded")
     T.ok(e.performance.speedup_factor > 0)
