@@ -60,10 +60,11 @@ static int opt_bool(lua_State *L, int t, const char *k, int def)
     return v;
 }
 
-/* opts[key]: a string, a count, or an array of strings (or integers) joined
- * with ","; NULL when absent.  The string stays on the stack (anchored)
- * until the call returns. */
-static const char *opt_list(lua_State *L, int t, const char *key, const char *what)
+/* opts[key]: a string, a count, or an array of strings (and integers when
+ * ints) joined with ","; NULL when absent.  elem names what an entry must be.
+ * The string stays on the stack (anchored) until the call returns. */
+static const char *opt_list(lua_State *L, int t, const char *key, const char *what, int ints,
+                            const char *elem)
 {
     int ty = lua_getfield(L, t, key); /* [.., v] */
     if (ty == LUA_TNIL) {
@@ -85,8 +86,8 @@ static const char *opt_list(lua_State *L, int t, const char *key, const char *wh
     lua_Integer n = (lua_Integer)lua_rawlen(L, w);
     for (lua_Integer i = 1; i <= n; i++) {
         int et = lua_rawgeti(L, w, i);
-        if (et != LUA_TSTRING && !lua_isinteger(L, -1))
-            luaL_error(L, "opts.%s[%d] must be a string", key, (int)i);
+        if (et != LUA_TSTRING && !(ints && lua_isinteger(L, -1)))
+            luaL_error(L, "opts.%s[%d] must be %s", key, (int)i, elem);
         if (i > 1) {
             lua_pop(L, 1);
             luaL_addchar(&b, ',');
@@ -158,10 +159,11 @@ static int l_run(lua_State *L)
         o.launch = lua_tostring(L, -1);
         lua_pop(L, 1);
         /* these stay on the stack */
-        o.gpus = opt_list(L, t, "gpus", "\"all\", a count or a list of GPU indices or UUIDs");
-        o.hosts = opt_list(L, t, "hosts", "a list of host names");
-        o.workloads = opt_list(L, t, "workloads",
-                               "\"all\", a count, a uuid or an array of uuids");
+        o.gpus = opt_list(L, t, "gpus", "\"all\", a count or a list of GPU indices or UUIDs", 1,
+                          "a GPU index or UUID");
+        o.hosts = opt_list(L, t, "hosts", "a list of host names", 0, "a host name");
+        o.workloads = opt_list(L, t, "workloads", "\"all\", a count, a uuid or an array of uuids",
+                               0, "a uuid string");
     }
     kh_eval *ev = get_eval(L);
     json_t *traces = NULL;

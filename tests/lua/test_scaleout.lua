@@ -72,3 +72,17 @@ T.test("a crashing candidate on 2 workers: every workload RUNTIME_ERROR, then th
   tr = assert(kh.eval(RT, "rt_honest_double", o))
   for _, t in ipairs(tr) do T.eq(t.evaluation.status, "PASSED") end
 end)
+
+T.test("a policy's --gpus, --workers-per-gpu, --host-workers, --launch, --hosts reach kh.eval", function()
+  package.path = SRC .. "/policies/?.lua;" .. package.path
+  local cli = require "lib.cli"
+  local o = assert(cli.parse { "--task", HOST, "--gpus", "0,1", "--workers-per-gpu", "2",
+    "--host-workers", "3", "--launch", "ssh", "--hosts", "a,b" })
+  local cfg = cli.config(o)
+  T.eq(cfg.placement, { gpus = "0,1", workers_per_gpu = 2, host_workers = 3, launch = "ssh",
+    hosts = "a,b" })
+  T.eq(cli.config(assert(cli.parse { "--task", HOST })).placement, nil)
+  local bad, msg = cli.parse { "--task", HOST, "--workers-per-gpu", "two" }
+  T.eq(bad, nil)
+  T.match(msg, "workers%-per%-gpu")
+end)
