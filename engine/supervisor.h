@@ -7,7 +7,9 @@
  *
  * kh_wproc is one worker process; kh_pool keeps N of one role alive,
  * respawning with backoff and giving up (KH_ENODEV) on a role that keeps
- * dying. */
+ * dying.  A worker may be started through a launcher (srun, ssh: a template
+ * that does not start with {exe}); a launcher that exits is a lost worker,
+ * reported like a crash (docs/scale-out.md). */
 #ifndef KH_SUPERVISOR_H
 #define KH_SUPERVISOR_H
 
