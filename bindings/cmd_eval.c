@@ -45,6 +45,15 @@ static void usage(FILE *f)
             "                    errors in the candidate's kernels fail the workload\n"
             "  --sanitize-deadline S  seconds per tool (default 4 x --deadline)\n"
             "  --no-store        do not record the verdicts in the store\n"
+            "\n"
+            "Scale-out (docs/scale-out.md): workloads run in parallel on the workers.\n"
+            "  --gpus all|N|LIST one gpu worker per GPU (indices or UUIDs, e.g. 0,2);\n"
+            "                    default: one worker on the default GPU\n"
+            "  --workers-per-gpu K  workers sharing each GPU (default 1)\n"
+            "  --host-workers N  host workers (per host; default 1)\n"
+            "  --launch L        local (default), srun, ssh, or a template such as\n"
+            "                    \"srun -N1 --gres=gpu:1 {exe} worker --role {role}\"\n"
+            "  --hosts A,B       hosts for the ssh launch ({host})\n"
             "  --json            FlashInfer-Bench Trace JSONL, one line per workload\n"
             "\n"
             "Exit 0 when every workload PASSED, 1 otherwise, 2 on usage errors.\n");
@@ -119,6 +128,12 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             o.protocol = v;
         else if (!strcmp(a, "--sanitize"))
             o.sanitize = v;
+        else if (!strcmp(a, "--gpus"))
+            o.gpus = v;
+        else if (!strcmp(a, "--launch"))
+            o.launch = v;
+        else if (!strcmp(a, "--hosts"))
+            o.hosts = v;
         else if (!num_arg(v, &x)) {
             fprintf(stderr, "khlua eval: %s: expected a number, got '%s'\n", a, v);
             return 2;
@@ -148,6 +163,14 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             o.required_matched_ratio = x;
         else if (!strcmp(a, "--sanitize-deadline"))
             o.sanitize_deadline_s = x;
+        else if (!strcmp(a, "--workers-per-gpu") || !strcmp(a, "--host-workers")) {
+            if (x < 1 || x > 256 || x != (int)x) {
+                fprintf(stderr, "khlua eval: %s: expected a count from 1 to 256, got '%s'\n", a,
+                        v);
+                return 2;
+            }
+            *(!strcmp(a, "--host-workers") ? &o.host_workers : &o.workers_per_gpu) = (int)x;
+        }
         else {
             fprintf(stderr, "khlua eval: unknown option %s\n", a);
             usage(stderr);

@@ -6,7 +6,10 @@
  * evaluation.khlua.{checks, failed_check, seeds, hashes, ...}); nil, msg,
  * code when it could not run.  Verdicts are recorded in opts.store (an open
  * kh.Store) when given, else in the engine's store; record = false skips
- * that.  The evaluator (its worker pools, built
+ * that.  Scale-out: opts.gpus ("all", a count, a list), opts.workers_per_gpu,
+ * opts.host_workers, opts.launch ("local", "srun", "ssh", a template) and
+ * opts.hosts (a list) place the workers; workloads then run in parallel
+ * (docs/scale-out.md).  The evaluator (its worker pools, built
  * artifacts and reference outputs) is one per Lua state, kept in the
  * registry and freed by its __gc at lua_close, like kh.compile's compiler. */
 #include "kh_lua.h"
@@ -57,13 +60,17 @@ static int opt_bool(lua_State *L, int t, const char *k, int def)
     return v;
 }
 
-/* opts.workloads: "all", a count, a uuid string or an array of uuids; the
- * string stays on the stack (anchored) until the call returns. */
-static const char *opt_workloads(lua_State *L, int t)
+/* opts[key]: a string, a count, or an array of strings (and integers when
+ * ints) joined with ","; NULL when absent.  elem names what an entry must be.
+ * The string stays on the stack (anchored) until the call returns. */
+static const char *opt_list(lua_State *L, int t, const char *key, const char *what, int ints,
+                            const char *elem)
 {
-    int ty = lua_getfield(L, t, "workloads"); /* [.., w] */
-    if (ty == LUA_TNIL)
+    int ty = lua_getfield(L, t, key); /* [.., v] */
+    if (ty == LUA_TNIL) {
+        lua_pop(L, 1);
         return NULL;
+    }
     if (lua_isinteger(L, -1)) {
         lua_pushfstring(L, "%d", (int)lua_tointeger(L, -1));
         lua_remove(L, -2);
@@ -72,14 +79,15 @@ static const char *opt_workloads(lua_State *L, int t)
     if (ty == LUA_TSTRING)
         return lua_tostring(L, -1);
     if (ty != LUA_TTABLE)
-        luaL_error(L, "opts.workloads must be \"all\", a count, a uuid or an array of uuids");
+        luaL_error(L, "opts.%s must be %s", key, what);
     int w = lua_gettop(L);
     luaL_Buffer b;
     luaL_buffinit(L, &b); /* [.., w, buf...] */
     lua_Integer n = (lua_Integer)lua_rawlen(L, w);
     for (lua_Integer i = 1; i <= n; i++) {
-        if (lua_rawgeti(L, w, i) != LUA_TSTRING)
-            luaL_error(L, "opts.workloads[%d] must be a uuid string", (int)i);
+        int et = lua_rawgeti(L, w, i);
+        if (et != LUA_TSTRING && !(ints && lua_isinteger(L, -1)))
+            luaL_error(L, "opts.%s[%d] must be %s", key, (int)i, elem);
         if (i > 1) {
             lua_pop(L, 1);
             luaL_addchar(&b, ',');
@@ -99,7 +107,7 @@ static const char *const eval_keys[] = {
     "max_iters", "timing_timeout_s", "rotate_inputs", "verify_timed_fraction", "cold",
     "deterministic", "deadline_s", "atol", "rtol", "required_matched_ratio",
     "time_reference", "host_memory_bytes", "record", "store", "workloads", "sanitize",
-    "sanitize_deadline_s", NULL};
+    "sanitize_deadline_s", "gpus", "workers_per_gpu", "host_workers", "launch", "hosts", NULL};
 
 static void check_keys(lua_State *L, int t)
 {
@@ -199,7 +207,21 @@ static int l_run(lua_State *L)
         lua_pop(L, 1);
         o.sanitize_deadline_s = opt_num(L, t, "sanitize_deadline_s", 0);
         o.sanitize = opt_sanitize(L, t);   /* stays on the stack */
-        o.workloads = opt_workloads(L, t); /* stays on the stack */
+        o.workers_per_gpu = opt_int(L, t, "workers_per_gpu", 0);
+        o.host_workers = opt_int(L, t, "host_workers", 0);
+        if (o.workers_per_gpu < 0 || o.host_workers < 0)
+            luaL_error(L, "opts.workers_per_gpu and opts.host_workers must be >= 1");
+        ty = lua_getfield(L, t, "launch"); /* anchored by the table */
+        if (ty != LUA_TNIL && ty != LUA_TSTRING)
+            luaL_error(L, "opts.launch must be a string: local, srun, ssh or a template");
+        o.launch = lua_tostring(L, -1);
+        lua_pop(L, 1);
+        /* these stay on the stack */
+        o.gpus = opt_list(L, t, "gpus", "\"all\", a count or a list of GPU indices or UUIDs", 1,
+                          "a GPU index or UUID");
+        o.hosts = opt_list(L, t, "hosts", "a list of host names", 0, "a host name");
+        o.workloads = opt_list(L, t, "workloads", "\"all\", a count, a uuid or an array of uuids",
+                               0, "a uuid string");
     }
     kh_eval *ev = get_eval(L);
     json_t *traces = NULL;

@@ -5,12 +5,15 @@
  * outputs (engine/check, FlashInfer-Bench's aggregation), the hardened
  * checks' verdicts, the speed-of-light bound, and the verdict JSON.
  * Running anything a candidate wrote is left to the workers (role_host.c,
- * role_gpu.c) behind the supervisor's pools. */
+ * role_gpu.c) behind the supervisor's pools.  Scale-out (docs/scale-out.md):
+ * the workers' placement (GPUs, workers per GPU, hosts, launch template) and
+ * the scheduler that runs the requests of several workloads in parallel. */
 #include "eval.h"
 
 #include "bench.h"
 #include "check.h"
 #include "compile.h"
+#include "doctor.h"
 #include "hostcc.h"
 #include "pyref.h"
 #include "rng.h"
@@ -68,6 +71,18 @@ typedef struct refperf {
     double latency_ns;
 } refperf;
 
+/* The copy bandwidth of one GPU, by UUID (GPUs differ, even of one model). */
+typedef struct peak {
+    struct peak *next;
+    char uuid[96];
+    double bw;          /* bytes/s with the margin; < 0: the worker could not say */
+} peak;
+
+struct job;
+
+#define MAX_GPUS 64
+#define MAX_HOSTS 64
+
 struct kh_eval {
     kh_engine *e;
     char *exe, *launch;
@@ -79,9 +94,24 @@ struct kh_eval {
     refperf *perfs;
     char as_env[64], asan_env[1024];
     const char *env[3];
-    double gpu_bw;     /* gpu "peaks" copy bandwidth x margin, bytes/s; 0: not asked yet */
     kh_store *store;   /* borrowed (cfg) or opened here on first record */
     int own_store;
+    /* placement (kh_eval_opts.gpus ...); place_key says what the pools were
+     * built for */
+    char place_key[2048];
+    char gpus_spec[512];
+    const char *place_launch;           /* the opts' or cfg's launch spec (borrowed: key) */
+    char launch_buf[1024];
+    int per_gpu, host_workers;
+    char gpu_ids[MAX_GPUS][128];
+    size_t ngpus;                       /* 0: the default device, not pinned */
+    int gpus_resolved;
+    char hosts[MAX_HOSTS][256];
+    size_t nhosts;
+    char tpl_host[1024], tpl_gpu[1024];
+    const char *genv[3];
+    peak *peaks;
+    struct job *jobs;                   /* this run's worker requests (the scheduler) */
 };
 
 static char *dupstr(const char *s)
@@ -129,6 +159,10 @@ void kh_eval_free(kh_eval *ev)
         return;
     kh_pool_free(ev->host);
     kh_pool_free(ev->gpu);
+    for (peak *p = ev->peaks, *nx; p; p = nx) {
+        nx = p->next;
+        free(p);
+    }
     if (ev->own_store)
         kh_store_close(ev->store);
     if (ev->cc)
@@ -319,7 +353,222 @@ static kh_status record(kh_eval *ev, kh_store *use, const kh_task_def *d,
     return st;
 }
 
-/* ---- pools ---------------------------------------------------------------- */
+/* ---- placement and pools --------------------------------------------------- */
+
+/* Split "a,b,c" into out[][w]; KH_EINVAL on an empty or over-long entry. */
+static kh_status split_list(const char *what, const char *s, char *out, size_t w, size_t max,
+                            size_t *n, kh_err *err)
+{
+    *n = 0;
+    for (const char *q = s; *q;) {
+        size_t l = strcspn(q, ",");
+        if (l == 0 || l >= w)
+            return kh_err_set(err, KH_EINVAL, "%s: bad entry '%.*s' in '%s'", what, (int)l, q, s);
+        if (*n == max)
+            return kh_err_set(err, KH_EINVAL, "%s: more than %zu entries", what, max);
+        memcpy(out + *n * w, q, l);
+        out[*n * w + l] = '\0';
+        (*n)++;
+        q += l + (q[l] == ',');
+    }
+    return KH_OK;
+}
+
+static void free_pools(kh_eval *ev)
+{
+    kh_pool_free(ev->host);
+    kh_pool_free(ev->gpu);
+    ev->host = ev->gpu = NULL;
+}
+
+static kh_status resolve_gpus(kh_eval *ev, kh_err *err);
+
+/* Take the placement the options ask for; the pools are rebuilt when it
+ * changed.  GPUs are resolved later, when a gpu worker is first needed. */
+static kh_status place(kh_eval *ev, const kh_eval_opts *o, kh_err *err)
+{
+    const char *launch = o->launch && *o->launch ? o->launch : ev->launch;
+    int k = o->workers_per_gpu > 0 ? o->workers_per_gpu : 1;
+    int h = o->host_workers > 0 ? o->host_workers : 1;
+    char key[sizeof ev->place_key];
+    snprintf(key, sizeof key, "%s|%s|%d|%d|%s", o->gpus ? o->gpus : "", launch ? launch : "", k,
+             h, o->hosts ? o->hosts : "");
+    if (!strcmp(key, ev->place_key))
+        return KH_OK;
+    if (o->workers_per_gpu < 0 || k > 64)
+        return kh_err_set(err, KH_EINVAL, "workers per GPU must be 1 to 64, got %d",
+                          o->workers_per_gpu);
+    if (o->host_workers < 0 || h > 256)
+        return kh_err_set(err, KH_EINVAL, "host workers must be 1 to 256, got %d",
+                          o->host_workers);
+    if (o->gpus && strlen(o->gpus) >= sizeof ev->gpus_spec)
+        return kh_err_set(err, KH_EINVAL, "--gpus: list too long");
+    if (launch && strlen(launch) >= sizeof ev->launch_buf)
+        return kh_err_set(err, KH_EINVAL, "launch template too long");
+    const char *th, *tg;
+    kh_status st;
+    if ((st = kh_launch_template(launch, "host", &th, err)) ||
+        (st = kh_launch_template(launch, "gpu", &tg, err)))
+        return st;
+    const char *kind = kh_launch_kind(launch);
+    size_t nh = 0;
+    if (o->hosts && *o->hosts &&
+        (st = split_list("hosts", o->hosts, &ev->hosts[0][0], sizeof ev->hosts[0], MAX_HOSTS, &nh,
+                         err)))
+        return st;
+    if (!strcmp(kind, "ssh") && nh == 0)
+        return kh_err_set(err, KH_EINVAL, "launch 'ssh' needs hosts (--hosts a,b)");
+    if (!strcmp(kind, "srun") && k > 1)
+        return kh_err_set(err, KH_EINVAL, "launch 'srun' gives every worker a GPU of its own: "
+                          "several workers per GPU need the local or ssh launch");
+    free_pools(ev);
+    ev->nhosts = nh;
+    ev->per_gpu = k;
+    ev->host_workers = h;
+    snprintf(ev->gpus_spec, sizeof ev->gpus_spec, "%s", o->gpus ? o->gpus : "");
+    snprintf(ev->launch_buf, sizeof ev->launch_buf, "%s", launch ? launch : "");
+    ev->place_launch = launch ? ev->launch_buf : NULL;
+    snprintf(ev->tpl_host, sizeof ev->tpl_host, "%s", th == launch ? ev->launch_buf : th);
+    snprintf(ev->tpl_gpu, sizeof ev->tpl_gpu, "%s", tg == launch ? ev->launch_buf : tg);
+    ev->gpus_resolved = 0;
+    ev->ngpus = 0;
+    /* what needs no probe is checked now, before any work starts */
+    if (strcmp(kind, "local") && strcmp(kind, "template") && (st = resolve_gpus(ev, err))) {
+        ev->place_key[0] = '\0';
+        return st;
+    }
+    snprintf(ev->place_key, sizeof ev->place_key, "%s", key);
+    return KH_OK;
+}
+
+/* How many GPUs Slurm gave this allocation on this node; 0 when it does not
+ * say. */
+static size_t slurm_gpus(void)
+{
+    const char *v = getenv("SLURM_GPUS_ON_NODE");
+    if (v && atoi(v) > 0)
+        return (size_t)atoi(v);
+    v = getenv("SLURM_JOB_GPUS");
+    if (v && *v) {
+        size_t n = 1;
+        for (; *v; v++)
+            n += *v == ',';
+        return n;
+    }
+    return 0;
+}
+
+/* ev->gpu_ids from the gpus spec: probed in a child process for local
+ * launches (the coordinator never initialises CUDA), counted from the
+ * allocation for srun, taken as given for remote shells. */
+static kh_status resolve_gpus(kh_eval *ev, kh_err *err)
+{
+    if (ev->gpus_resolved)
+        return KH_OK;
+    const char *spec = ev->gpus_spec;
+    const char *kind = kh_launch_kind(ev->place_launch);
+    ev->ngpus = 0;
+    if (!*spec) {
+        ev->gpus_resolved = 1;
+        return KH_OK;
+    }
+    char *end;
+    long count = strtol(spec, &end, 10);
+    int is_count = *end == '\0' && end != spec;
+    if (is_count && (count < 1 || count > MAX_GPUS))
+        return kh_err_set(err, KH_EINVAL, "--gpus: a count must be 1 to %d, got %ld", MAX_GPUS,
+                          count);
+    if (!strcmp(kind, "srun")) {
+        /* Slurm picks the devices: one slot per GPU, CUDA_VISIBLE_DEVICES its own */
+        size_t n = is_count ? (size_t)count : 0;
+        if (!strcmp(spec, "all") && !(n = slurm_gpus()))
+            return kh_err_set(err, KH_EINVAL, "--gpus all with srun: no allocation says how "
+                              "many GPUs (SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS); give a count");
+        if (!n) {
+            size_t m;
+            kh_status st = split_list("--gpus", spec, &ev->gpu_ids[0][0], sizeof ev->gpu_ids[0],
+                                      MAX_GPUS, &m, err);
+            if (st)
+                return st;
+            n = m;
+        }
+        for (size_t i = 0; i < n; i++)
+            ev->gpu_ids[i][0] = '\0';
+        ev->ngpus = n > MAX_GPUS ? MAX_GPUS : n;
+        ev->gpus_resolved = 1;
+        return KH_OK;
+    }
+    if (!strcmp(kind, "ssh")) {
+        if (!strcmp(spec, "all"))
+            return kh_err_set(err, KH_EINVAL, "--gpus all cannot be probed on remote hosts: give "
+                              "a count or a list of indices");
+        if (is_count) {
+            for (long i = 0; i < count; i++)
+                snprintf(ev->gpu_ids[i], sizeof ev->gpu_ids[i], "%ld", i);
+            ev->ngpus = (size_t)count;
+        } else {
+            kh_status st = split_list("--gpus", spec, &ev->gpu_ids[0][0], sizeof ev->gpu_ids[0],
+                                      MAX_GPUS, &ev->ngpus, err);
+            if (st)
+                return st;
+        }
+        ev->gpus_resolved = 1;
+        return KH_OK;
+    }
+    json_t *probe = NULL;
+    kh_status st = kh_doctor_probe_gpus(60.0, &probe, err);
+    if (st)
+        return kh_err_prefix(err, "--gpus %s: cannot list the GPUs", spec);
+    json_t *gs = json_object_get(probe, "gpus");
+    size_t nv = json_array_size(gs);
+    if (nv == 0) {
+        json_decref(probe);
+        return kh_err_set(err, KH_ENODEV, "--gpus %s: no GPU is visible", spec);
+    }
+    if (!strcmp(spec, "all") || is_count) {
+        size_t n = is_count ? (size_t)count : nv;
+        if (n > nv) {
+            json_decref(probe);
+            return kh_err_set(err, KH_EINVAL, "--gpus %ld: only %zu GPU%s visible", count, nv,
+                              nv == 1 ? " is" : "s are");
+        }
+        for (size_t i = 0; i < n && i < MAX_GPUS; i++)
+            snprintf(ev->gpu_ids[i], sizeof ev->gpu_ids[i], "%lld",
+                     (long long)json_integer_value(
+                         json_object_get(json_array_get(gs, i), "index")));
+        ev->ngpus = n > MAX_GPUS ? MAX_GPUS : n;
+    } else {
+        if ((st = split_list("--gpus", spec, &ev->gpu_ids[0][0], sizeof ev->gpu_ids[0], MAX_GPUS,
+                             &ev->ngpus, err))) {
+            json_decref(probe);
+            return st;
+        }
+        for (size_t i = 0; i < ev->ngpus; i++) {
+            int found = 0;
+            for (size_t k = 0; k < nv && !found; k++) {
+                json_t *g = json_array_get(gs, k);
+                char idx[32];
+                snprintf(idx, sizeof idx, "%lld",
+                         (long long)json_integer_value(json_object_get(g, "index")));
+                const char *u = json_string_value(json_object_get(g, "uuid"));
+                found = !strcmp(idx, ev->gpu_ids[i]) || (u && !strcmp(u, ev->gpu_ids[i]));
+            }
+            if (!found) {
+                json_decref(probe);
+                return kh_err_set(err, KH_EINVAL, "--gpus: GPU '%s' is not visible (%zu GPU%s: "
+                                  "indices 0 to %zu)", ev->gpu_ids[i], nv, nv == 1 ? "" : "s",
+                                  nv - 1);
+            }
+        }
+    }
+    json_decref(probe);
+    ev->gpus_resolved = 1;
+    return KH_OK;
+}
+
+/* Slots per GPU group: the workers of one GPU are consecutive slots. */
+static size_t group_size(const kh_eval *ev, int host) { return host ? 1 : (size_t)ev->per_gpu; }
+
 static kh_pool *pool_for(kh_eval *ev, int host, uint64_t mem, kh_err *err)
 {
     kh_pool **pp = host ? &ev->host : &ev->gpu;
@@ -330,9 +579,15 @@ static kh_pool *pool_for(kh_eval *ev, int host, uint64_t mem, kh_err *err)
     }
     if (*pp)
         return *pp;
+    if (!ev->place_key[0]) {
+        kh_eval_opts d;
+        kh_eval_opts_default(&d);
+        if (place(ev, &d, err))
+            return NULL;
+    }
     /* the pool keeps pointers to these: they live in ev */
     char *as_env = ev->as_env, *asan_env = ev->asan_env;
-    const char **env = ev->env;
+    const char **env = host ? ev->env : ev->genv;
     size_t ne = 0;
     if (host) {
         snprintf(as_env, sizeof ev->as_env, "KHLUA_HOST_AS_BYTES=%llu",
@@ -349,10 +604,32 @@ static kh_pool *pool_for(kh_eval *ev, int host, uint64_t mem, kh_err *err)
 #else
         (void)asan_env;
 #endif
+    } else {
+        if (resolve_gpus(ev, err))
+            return NULL;
+        if (ev->ngpus && strcmp(kh_launch_kind(ev->place_launch), "srun")) {
+            /* each worker sees only its GPU, as device 0 */
+            env[ne++] = "CUDA_VISIBLE_DEVICES={gpu}";
+            env[ne++] = "KHLUA_GPU=0";
+        }
     }
-    kh_wproc_opts wo = {.role = host ? "host" : "gpu", .launch = ev->launch, .exe = ev->exe,
-                        .env = ne ? env : NULL};
-    *pp = kh_pool_new(&wo, 1, err);
+    env[ne] = NULL;
+    size_t nh = ev->nhosts ? ev->nhosts : 1;
+    size_t ng = ev->ngpus ? ev->ngpus : 1;
+    size_t n = host ? (size_t)ev->host_workers * nh : ng * nh * (size_t)ev->per_gpu;
+    kh_wproc_opts wo = {.role = host ? "host" : "gpu", .launch = host ? ev->tpl_host : ev->tpl_gpu,
+                        .exe = ev->exe, .env = ne ? env : NULL};
+    kh_pool *p = kh_pool_new(&wo, n, err);
+    for (size_t i = 0; p && i < n; i++) {
+        size_t g = i / group_size(ev, host); /* the GPU group (host: the slot) */
+        const char *hn = ev->nhosts ? ev->hosts[host ? i % nh : g / ng] : NULL;
+        const char *gn = host ? NULL : ev->gpu_ids[g % ng];
+        if (kh_pool_place(p, i, gn, hn, err)) {
+            kh_pool_free(p);
+            p = NULL;
+        }
+    }
+    *pp = p;
     return *pp;
 }
 
@@ -599,6 +876,13 @@ typedef struct wctx {
     const kh_task_workload *in_w;
     uint64_t in_seed;
     int in_ok;
+    /* the scheduler: this workload's index, and whether a request it needs
+     * has not been answered yet (eval_workload then stops, to be run again
+     * once the requests of every workload have run in parallel) */
+    size_t wl;
+    int pending;
+    const struct job *last;  /* the job behind the last reply handed out */
+    const struct job *ref_timing; /* the job that timed the reference (this workload) */
 } wctx;
 
 static void in_free(wctx *c)
@@ -886,41 +1170,253 @@ static void add_timing(wctx *c, json_t *p, int verify)
     json_object_set_new(p, "timing", t);
 }
 
-/* ---- calling a worker ----------------------------------------------------- */
+/* ---- calling a worker: the scheduler --------------------------------------
+ * eval_workload is written as straight-line code that calls workers.  To run
+ * many workloads at once without turning it inside out, a request it makes
+ * is not sent at once: call_worker files it as a job (keyed by a hash of the
+ * request) and says "pending"; eval_workload stops there without side
+ * effects.  run_jobs then runs every filed job in parallel on the pools'
+ * workers, and each unfinished workload is evaluated again from the start:
+ * the cached artifacts and reference outputs make the replay cheap, and the
+ * answered job now hands its reply back.  A workload needs at most four
+ * rounds (reference outputs, the candidate, reference outputs for timed
+ * input sets, the reference's timing).  Every request of one workload runs
+ * on one GPU (group), so a speedup compares two timings of one device. */
 typedef struct wres {
     kh_status st;     /* KH_OK: reply; else the failure */
     kh_err err;
-    kh_msg reply;
+    kh_msg reply;     /* owned by the job that ran it: never freed by the caller */
     double seconds;
     int not_run;
 } wres;
 
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+typedef struct job {
+    struct job *next;
+    char key[33];
+    int host;
+    size_t wl;
+    json_t *params;
+    unsigned char *pl;
+    size_t pl_len;
+    int state;
+    size_t slot;
+    wres res;
+    json_t *placement;  /* where it ran: slot, gpu, host, pids, slurm job */
+} job;
+
+static void job_free(job *j)
+{
+    json_decref(j->params);
+    free(j->pl);
+    kh_msg_free(&j->res.reply);
+    json_decref(j->placement);
+    free(j);
+}
+
+/* Drop the jobs of workload wl (all when wl is SIZE_MAX). */
+static void drop_jobs(kh_eval *ev, size_t wl)
+{
+    for (job **pj = &ev->jobs; *pj;) {
+        job *j = *pj;
+        if (wl == SIZE_MAX || j->wl == wl) {
+            *pj = j->next;
+            job_free(j);
+        } else {
+            pj = &j->next;
+        }
+    }
+}
+
+static void request_key(int host, const json_t *params, const void *pl, size_t n, char out[33])
+{
+    XXH3_state_t *hs = XXH3_createState();
+    char *txt = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!hs || !txt) {
+        /* cannot hash: a key no other request has, so nothing is reused */
+        static unsigned long serial;
+        snprintf(out, 33, "nohash-%lu", ++serial);
+    } else {
+        XXH3_128bits_reset(hs);
+        XXH3_128bits_update(hs, host ? "h" : "g", 1);
+        XXH3_128bits_update(hs, txt, strlen(txt) + 1);
+        XXH3_128bits_update(hs, pl, n);
+        XXH128_canonical_t canon;
+        XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(hs));
+        for (int k = 0; k < 16; k++)
+            snprintf(out + 2 * k, 3, "%02x", canon.digest[k]);
+    }
+    free(txt);
+    XXH3_freeState(hs);
+}
+
 static void call_worker(wctx *c, int host, const json_t *params, const art *a, wres *r)
 {
     memset(r, 0, sizeof *r);
-    kh_pool *p = pool_for(c->ev, host, c->o->host_memory_bytes, &r->err);
-    if (!p) {
-        r->st = r->err.code ? r->err.code : KH_ECHILD;
-        return;
-    }
     /* artifact first in the payload */
     if (c->pl_len < a->len || memcmp(c->pl, a->bytes, a->len)) {
         r->st = kh_err_set(&r->err, KH_ESTATE, "request payload out of order");
         return;
     }
-    kh_pool_stats before, after;
-    kh_pool_stats_get(p, &before);
-    double t0 = kh_now();
-    /* the worker's own limits (CPU time) sit above the deadline, so an
-     * overrun is seen here first, as a TIMEOUT */
-    r->st = kh_pool_call(p, "evaluate", params, c->pl, c->pl_len, c->o->deadline_s + 1,
-                         &r->reply, &r->err);
-    r->seconds = kh_now() - t0;
-    kh_pool_stats_get(p, &after);
-    /* No request went out: the pool could not start a worker (no GPU, the
-     * role's init failed, a role that keeps dying).  Not the candidate's
-     * doing, so not a verdict. */
-    r->not_run = after.calls == before.calls;
+    char key[33];
+    request_key(host, params, c->pl, c->pl_len, key);
+    job *j = c->ev->jobs, *tail = NULL;
+    for (; j; tail = j, j = j->next)
+        if (j->wl == c->wl && !strcmp(j->key, key))
+            break;
+    if (j && j->state == JOB_DONE) {
+        *r = j->res; /* the reply stays the job's */
+        c->last = j;
+        return;
+    }
+    c->pending = 1;
+    r->st = kh_err_set(&r->err, KH_ESTATE, "request pending");
+    if (j)
+        return;
+    if (!(j = calloc(1, sizeof *j)) || !(j->pl = malloc(c->pl_len ? c->pl_len : 1))) {
+        free(j);
+        c->pending = 0;
+        r->st = kh_err_set(&r->err, KH_ENOMEM, "out of memory");
+        return;
+    }
+    memcpy(j->key, key, sizeof key);
+    j->host = host;
+    j->wl = c->wl;
+    j->params = json_incref((json_t *)params);
+    memcpy(j->pl, c->pl, c->pl_len);
+    j->pl_len = c->pl_len;
+    /* in filing order: the workloads' requests start in workload order */
+    if (tail)
+        tail->next = j;
+    else
+        c->ev->jobs = j;
+}
+
+/* Where a finished request ran, for the verdict. */
+static json_t *placement_json(kh_eval *ev, kh_pool *p, size_t slot, const kh_wproc *w)
+{
+    const char *gpu = kh_pool_slot_gpu(p, slot), *target = kh_pool_slot_host(p, slot);
+    const char *sj = w ? kh_wproc_slurm_job(w) : "";
+    /* gpu: the slot's device as given to CUDA_VISIBLE_DEVICES; target: the
+     * {host} it was launched on; host: what the worker itself reported */
+    return json_pack("{s:I, s:s?, s:s?, s:s, s:i, s:i, s:s, s:s?}", "slot", (json_int_t)slot,
+                     "gpu", gpu[0] ? gpu : NULL, "target", target[0] ? target : NULL, "host",
+                     w ? kh_wproc_worker_host(w) : "", "pid", w ? kh_wproc_worker_pid(w) : 0,
+                     "launcher_pid", w ? kh_wproc_pid(w) : 0, "launch",
+                     kh_launch_kind(ev->place_launch), "slurm_job", sj[0] ? sj : NULL);
+}
+
+/* Start queued jobs on idle workers: a workload's GPU jobs only in its GPU
+ * group; live idle workers before empty slots, so the pool does not start
+ * more processes than the work needs.  wl_group[wl] holds the workload's
+ * position in its task package until its first GPU job starts, then its
+ * group: position mod the number of groups.  So the GPU of a workload does
+ * not depend on what else is evaluated: the candidate and the incumbent,
+ * evaluated in two calls (the promotion gate's paired comparison), meet on
+ * one GPU for every workload. */
+static void dispatch(kh_eval *ev, const kh_eval_opts *o, int *wl_group)
+{
+    for (job *j = ev->jobs; j; j = j->next) {
+        if (j->state != JOB_QUEUED)
+            continue;
+        kh_err perr;
+        kh_err_clear(&perr);
+        kh_pool *p = pool_for(ev, j->host, o->host_memory_bytes, &perr);
+        if (!p) {
+            j->res.st = perr.code ? perr.code : KH_ECHILD;
+            j->res.err = perr;
+            j->res.not_run = 1;
+            j->state = JOB_DONE;
+            continue;
+        }
+        size_t n = kh_pool_size(p), k = group_size(ev, j->host), pick = n;
+        int want = -1;
+        if (!j->host) {
+            if (wl_group[j->wl] < 0) /* the position, encoded */
+                wl_group[j->wl] = (int)((size_t)(-wl_group[j->wl] - 1) % (n / k));
+            want = wl_group[j->wl];
+        }
+        for (int live = 1; live >= 0 && pick == n; live--)
+            for (size_t sl = 0; sl < n && pick == n; sl++)
+                if ((want < 0 || sl / k == (size_t)want) && !kh_pool_slot_busy(p, sl) &&
+                    (kh_pool_slot_pid(p, sl) != 0) == live)
+                    pick = sl;
+        if (pick == n)
+            continue; /* all busy: next round */
+        kh_pool_stats before, after;
+        kh_pool_stats_get(p, &before);
+        /* the worker's own limits (CPU time) sit above the deadline, so an
+         * overrun is seen here first, as a TIMEOUT */
+        kh_status st = kh_pool_submit_to(p, "evaluate", j->params, j->pl, j->pl_len,
+                                         o->deadline_s + 1, pick, &j->res.err);
+        kh_pool_stats_get(p, &after);
+        if (st) {
+            /* No request went out: the pool could not start a worker (no
+             * GPU, the role's init failed, a role that keeps dying).  Not
+             * the candidate's doing, so not a verdict. */
+            j->res.st = st;
+            j->res.not_run = after.calls == before.calls;
+            j->state = JOB_DONE;
+            continue;
+        }
+        j->state = JOB_RUNNING;
+        j->slot = pick;
+    }
+}
+
+/* Collect finished requests of pool p. */
+static size_t collect(kh_eval *ev, kh_pool *p, int host, double wait_s)
+{
+    kh_pool_done d[64];
+    size_t nd = kh_pool_wait(p, wait_s, d, KH_ARRAY_LEN(d));
+    for (size_t i = 0; i < nd; i++) {
+        job *j = ev->jobs;
+        while (j && !(j->state == JOB_RUNNING && j->host == host && j->slot == d[i].slot))
+            j = j->next;
+        if (!j) {
+            kh_msg_free(&d[i].d.reply);
+            continue;
+        }
+        j->res.st = d[i].d.status;
+        j->res.err = d[i].d.err;
+        j->res.reply = d[i].d.reply;
+        j->res.seconds = d[i].d.seconds;
+        j->placement = placement_json(ev, p, d[i].slot, d[i].d.w);
+        j->state = JOB_DONE;
+        /* a candidate that crashed its host worker broke that process, not
+         * the machine: as in eval_workload, no backoff for the next one */
+        if (host && d[i].d.worker_died && d[i].d.status == KH_ECHILD && !d[i].d.reply.head)
+            kh_pool_reset(p);
+    }
+    return nd;
+}
+
+/* Run every queued job, in parallel across the workers; returns when all are
+ * done (KH_EINTR on Ctrl-C: the workers in flight are stopped). */
+static kh_status run_jobs(kh_eval *ev, const kh_eval_opts *o, int *wl_group, kh_err *err)
+{
+    for (;;) {
+        if (kh_engine_stop_requested(ev->e)) {
+            free_pools(ev);
+            ev->place_key[0] = '\0';
+            return kh_err_set(err, KH_EINTR, "evaluation interrupted");
+        }
+        dispatch(ev, o, wl_group);
+        size_t fh = ev->host ? kh_pool_in_flight(ev->host) : 0;
+        size_t fg = ev->gpu ? kh_pool_in_flight(ev->gpu) : 0;
+        if (!fh && !fg) {
+            for (job *j = ev->jobs; j; j = j->next)
+                if (j->state == JOB_QUEUED)
+                    return kh_err_set(err, KH_ESTATE, "a worker request could not be placed");
+            return KH_OK;
+        }
+        double w = fh && fg ? 0.01 : 0.25;
+        if (fh)
+            collect(ev, ev->host, 1, w);
+        if (fg)
+            collect(ev, ev->gpu, 0, w);
+    }
 }
 
 /* [offset, length] of the reply payload, or NULL when out of range. */
@@ -1007,13 +1503,12 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
         wres r;
         call_worker(c, is_host(ref), p, a, &r);
         json_decref(p);
-        if (r.st) {
-            st = kh_err_set(err, r.not_run && r.st == KH_ECHILD ? KH_ENODEV : r.st,
-                            "the trusted reference '%s' %s on workload %s: %s", ref->name,
-                            r.not_run ? "could not be run" : "failed", c->w->uuid, r.err.msg);
-            kh_msg_free(&r.reply);
-            return st;
-        }
+        if (c->pending)
+            return kh_err_set(err, KH_ESTATE, "pending");
+        if (r.st)
+            return kh_err_set(err, r.not_run && r.st == KH_ECHILD ? KH_ENODEV : r.st,
+                              "the trusted reference '%s' %s on workload %s: %s", ref->name,
+                              r.not_run ? "could not be run" : "failed", c->w->uuid, r.err.msg);
         json_t *res = json_object_get(r.reply.head, "result");
         json_t *trials = json_object_get(res, "trials");
         for (size_t t = 0; t < c->ntrials && !st; t++) {
@@ -1054,7 +1549,6 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
             }
             outs[t] = ro;
         }
-        kh_msg_free(&r.reply);
         if (st)
             return st;
     }
@@ -1285,14 +1779,13 @@ static kh_status ref_latency(wctx *c, const kh_task_solution *ref, double *ns, k
     wres r;
     call_worker(c, is_host(ref), p, a, &r);
     json_decref(p);
-    if (r.st) {
-        st = kh_err_set(err, r.st, "timing the reference failed: %s", r.err.msg);
-        kh_msg_free(&r.reply);
-        return st;
-    }
+    if (c->pending)
+        return kh_err_set(err, KH_ESTATE, "pending");
+    if (r.st)
+        return kh_err_set(err, r.st, "timing the reference failed: %s", r.err.msg);
     json_t *tm = json_object_get(json_object_get(r.reply.head, "result"), "timing");
     *ns = json_number_value(json_object_get(tm, "latency_ns"));
-    kh_msg_free(&r.reply);
+    c->ref_timing = c->last;
     refperf *rp = calloc(1, sizeof *rp);
     if (rp) {
         rp->def = dupstr(c->d->name);
@@ -1306,27 +1799,43 @@ static kh_status ref_latency(wctx *c, const kh_task_solution *ref, double *ns, k
 }
 
 /* The gpu worker measures a device-to-device copy ("peaks"): its median
- * bandwidth, with a 1.5x margin because a tuned kernel may beat that copy and
- * a bound that rejects honest work is worse than none.  Asked once; 0 when
- * the worker cannot say (the check is then "unknown"). */
-static double gpu_bandwidth(wctx *c)
+ * bandwidth (the speed-of-light check allows 1.5x that, for inputs the L2
+ * holds: a bound that rejects honest work is worse than none).  Asked once per GPU
+ * (by UUID), on the worker slot that ran the candidate, so the bound is the
+ * one of the device it ran on; 0 when the worker cannot say (the check is
+ * then "unknown"). */
+static double gpu_bandwidth(wctx *c, const char *uuid, size_t slot)
 {
-    if (c->ev->gpu_bw != 0)
-        return c->ev->gpu_bw > 0 ? c->ev->gpu_bw : 0;
-    c->ev->gpu_bw = -1;
+    peak *pk = c->ev->peaks;
+    while (pk && strcmp(pk->uuid, uuid ? uuid : ""))
+        pk = pk->next;
+    if (pk)
+        return pk->bw > 0 ? pk->bw : 0;
+    if (!(pk = calloc(1, sizeof *pk)))
+        return 0;
+    snprintf(pk->uuid, sizeof pk->uuid, "%s", uuid ? uuid : "");
+    pk->bw = -1;
+    pk->next = c->ev->peaks;
+    c->ev->peaks = pk;
     kh_err err;
     kh_pool *p = pool_for(c->ev, 0, 0, &err);
-    kh_msg m;
     json_t *params = json_object();
-    if (p && kh_pool_call(p, "peaks", params, NULL, 0, 120, &m, &err) == KH_OK) {
-        double bw = json_number_value(json_object_get(json_object_get(m.head, "result"),
-                                                      "copy_bytes_per_s"));
-        if (bw > 0)
-            c->ev->gpu_bw = bw;
-        kh_msg_free(&m);
+    if (p && kh_pool_submit_to(p, "peaks", params, NULL, 0, 120, slot, &err) == KH_OK) {
+        kh_pool_done d;
+        memset(&d, 0, sizeof d);
+        d.d.status = KH_ECHILD;
+        while (kh_pool_wait(p, 1.0, &d, 1) == 0 && kh_pool_in_flight(p)) {
+        }
+        if (d.d.status == KH_OK) {
+            double bw = json_number_value(
+                json_object_get(json_object_get(d.d.reply.head, "result"), "copy_bytes_per_s"));
+            if (bw > 0)
+                pk->bw = bw;
+        }
+        kh_msg_free(&d.d.reply);
     }
     json_decref(params);
-    return c->ev->gpu_bw > 0 ? c->ev->gpu_bw : 0;
+    return pk->bw > 0 ? pk->bw : 0;
 }
 
 /* ---- comparison ----------------------------------------------------------- */
@@ -1681,7 +2190,14 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         add_timing(c, p, !o->parity);
     call_worker(c, is_host(sol), p, a, &r);
     json_decref(p);
+    if (c->pending) {
+        st = KH_ESTATE;
+        goto out;
+    }
     json_object_set_new(kl, "worker_seconds", json_real(r.seconds));
+    const job *cand = c->last;
+    if (cand && cand->placement)
+        json_object_set(kl, "placement", cand->placement);
     if (r.st && r.not_run) {
         st = kh_err_set(err, r.st == KH_ECHILD ? KH_ENODEV : r.st, "no %s worker: %s",
                         is_host(sol) ? "host" : "gpu", r.err.msg);
@@ -1724,6 +2240,8 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         const char *gu = json_string_value(json_object_get(json_object_get(res, "gpu"), "uuid"));
         if (gu && *gu)
             json_object_set_new(kl, "gpu_uuid", json_string(gu));
+        if (json_object_get(res, "gpu"))
+            json_object_set(kl, "gpu", json_object_get(res, "gpu"));
         int hard = !o->parity;
         int poison_ok = 1, inputs_ok = 1, guards_ok = 1, det_ok = 1;
         /* FlashInfer-Bench evaluates trial by trial, output by output. */
@@ -1897,7 +2415,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                  * bandwidth is measured in cache already. */
                 double margin = 1.0;
                 if (bw <= 0 && !is_host(sol)) {
-                    bw = gpu_bandwidth(c);
+                    bw = gpu_bandwidth(c, json_string_value(json_object_get(
+                                              json_object_get(res, "gpu"), "uuid")),
+                                       cand ? cand->slot : 0);
                     margin = 1.5;
                 }
                 double pk = json_number_value(json_object_get(timing, "peak_flops"));
@@ -1936,6 +2456,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                 if (o->time_reference && (st = ref_latency(c, ref, &ref_ns, err)))
                     goto out;
                 perf = json_pack("{s:f}", "latency_ms", lat / 1e6);
+                /* where the speedup's other side was measured (same GPU) */
+                if (c->ref_timing && c->ref_timing->placement)
+                    json_object_set(kl, "reference_placement", c->ref_timing->placement);
                 if (isfinite(ref_ns) && ref_ns > 0) {
                     json_object_set_new(perf, "reference_latency_ms", json_real(ref_ns / 1e6));
                     json_object_set_new(perf, "speedup_factor", json_real(ref_ns / lat));
@@ -2045,7 +2568,6 @@ verdict:
         free(sv);
     }
 out:
-    kh_msg_free(&r.reply);
     json_decref(v.checks);
     json_decref(kl);
     json_decref(ev);
@@ -2095,6 +2617,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     }
     if (o->trials < 1 || o->trials > 64)
         return kh_err_set(err, KH_EINVAL, "eval: trials must be 1 to 64, got %d", o->trials);
+    kh_status pst = place(ev, o, err);
+    if (pst)
+        return pst;
     kh_task_set *P = NULL, *S = NULL;
     kh_task_opts to = {0};
     kh_status st = kh_task_load(task_path, &to, &P, err);
@@ -2264,28 +2789,84 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         goto out;
     }
 
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n && !st; i++) {
-        if (kh_engine_stop_requested(ev->e)) {
-            st = kh_err_set(err, KH_EINTR, "evaluation interrupted");
+    /* Rounds: evaluate every unfinished workload until it needs a worker
+     * request (the scheduler above), run those requests in parallel, again. */
+    json_t **outs = calloc(n, sizeof *outs);
+    int *groups = malloc(n * sizeof *groups);
+    size_t *ws_pos = calloc(n, sizeof *ws_pos);
+    for (size_t i = 0; ws_pos && i < n; i++) {
+        /* the workload's position among its definition's in the package */
+        for (size_t k = 0, pos = 0; k < nw; k++) {
+            const kh_task_workload *w = kh_task_workload_at(P, k);
+            if (w == ws[i]) {
+                ws_pos[i] = pos;
+                break;
+            }
+            pos += w->definition && !strcmp(w->definition, d->name) && w->axes_ok && w->uuid;
+        }
+    }
+    if (!outs || !groups || !ws_pos) {
+        free(outs);
+        free(groups);
+        free(ws_pos);
+        free(ws);
+        st = kh_err_set(err, KH_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        groups[i] = -1 - (int)ws_pos[i]; /* dispatch turns it into the GPU group */
+    drop_jobs(ev, SIZE_MAX);
+    for (int round = 0; !st; round++) {
+        size_t left = 0;
+        for (size_t i = 0; i < n && !st; i++) {
+            if (outs[i])
+                continue;
+            if (kh_engine_stop_requested(ev->e)) {
+                st = kh_err_set(err, KH_EINTR, "evaluation interrupted");
+                break;
+            }
+            c.w = ws[i];
+            c.wl = i;
+            c.pending = 0;
+            c.last = c.ref_timing = NULL;
+            uint64_t wh = fnv(ws[i]->uuid);
+            for (size_t t = 0; t < c.ntrials; t++)
+                c.seeds[t] = kh_rng_derive_seed(o->seed, wh, t) & INT64_MAX; /* JSON, Lua: signed */
+            json_t *tr = NULL;
+            kh_status wst = eval_workload(&c, sol, ref, sol_hash, &tr, err);
+            if (c.pending) {
+                left++;
+            } else if (wst) {
+                st = wst;
+            } else {
+                outs[i] = tr;
+                drop_jobs(ev, i); /* its replies are no longer needed */
+            }
+        }
+        if (st || !left)
+            break;
+        if (round >= 16) {
+            st = kh_err_set(err, KH_ESTATE, "evaluation did not settle after %d rounds of "
+                            "worker requests", round);
             break;
         }
-        c.w = ws[i];
-        uint64_t wh = fnv(ws[i]->uuid);
-        for (size_t t = 0; t < c.ntrials; t++)
-            c.seeds[t] = kh_rng_derive_seed(o->seed, wh, t) & INT64_MAX; /* JSON, Lua: signed */
-        json_t *tr = NULL;
-        st = eval_workload(&c, sol, ref, sol_hash, &tr, err);
-        if (!st)
-            json_array_append_new(arr, tr);
+        st = run_jobs(ev, o, groups, err);
     }
+    drop_jobs(ev, SIZE_MAX);
+    json_t *arr = st ? NULL : json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (arr)
+            json_array_append_new(arr, outs[i]);
+        else
+            json_decref(outs[i]);
+    }
+    free(outs);
+    free(groups);
+    free(ws_pos);
     free(c.pl);
     in_free(&c);
     free(ws);
-    if (st)
-        json_decref(arr);
-    else
-        *traces = arr;
+    *traces = arr;
 out:
     kh_task_set_free(S);
     kh_task_set_free(P);

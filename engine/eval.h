@@ -81,6 +81,18 @@ typedef struct kh_eval_opts {
      * findings.  No compute-sanitizer installed: kh_eval_run fails. */
     const char *sanitize;
     double sanitize_deadline_s; /* per tool; 0: 4 x deadline_s (the tools slow kernels down) */
+    /* Placement (docs/scale-out.md).  Independent requests (workloads) run in
+     * parallel on the pool's workers; all requests of one workload (the
+     * reference's, the candidate's, the reference timing the speedup is
+     * measured against) run on one GPU.  A change restarts the workers. */
+    const char *gpus;          /* NULL: one gpu worker on the default device; "all" (the
+                                  visible GPUs, probed in a child process), "N" (the first
+                                  N), or a list of indices or UUIDs "0,2" */
+    int workers_per_gpu;       /* workers sharing each GPU; 0: 1 */
+    int host_workers;          /* host workers (per host); 0: 1 */
+    const char *launch;        /* NULL: the evaluator's (cfg.launch, else "local"); "local",
+                                  "srun", "ssh", or a template (supervisor.h) */
+    const char *hosts;         /* "a,b": {host} of the workers' slots, round robin ("ssh") */
 } kh_eval_opts;
 
 void kh_eval_opts_default(kh_eval_opts *o);

@@ -32,6 +32,11 @@ struct kh_wproc {
     char err_tail[ERR_TAIL + 1];
     int status;
     double exit_grace; /* kh_wproc_opts.exit_grace_s */
+    int remote;            /* launched through another program (srun, ssh) */
+    int reaped;            /* the launcher was reaped by the wait loop; status holds it */
+    int worker_pid;        /* from the hello */
+    char worker_host[256];
+    char slurm_job[64];
 };
 
 /* How long a worker that is leaving (a sticky error, a crash) gets before
@@ -99,8 +104,18 @@ static void kill_and_reap(kh_wproc *w, double grace_s)
 {
     if (w->pid <= 0)
         return;
+    int st = w->status;
+    if (w->reaped) {
+        kill(-w->pid, SIGKILL); /* what it left in its group */
+        goto reaped;
+    }
+    if (w->remote && grace_s < 1.0) {
+        /* srun forwards SIGTERM to its step and cancels it; ssh closes the
+         * connection.  A SIGKILL would leave the remote worker running. */
+        kill(-w->pid, SIGTERM);
+        grace_s = 1.0;
+    }
     double end = kh_now() + grace_s;
-    int st = 0;
     for (;;) {
         pid_t r = waitpid(w->pid, &st, WNOHANG);
         if (r == w->pid || (r < 0 && errno == ECHILD))
@@ -115,6 +130,7 @@ static void kill_and_reap(kh_wproc *w, double grace_s)
         usleep(2000);
     }
     kill(-w->pid, SIGKILL); /* leftovers in its group */
+reaped:
     w->status = st;
     w->pid = -1;
     w->alive = 0;
@@ -138,16 +154,77 @@ static void describe_status(int st, char *buf, size_t n)
     }
 }
 
+/* s with {exe} {role} {index} {gpu} {host} filled, into tok[n]. */
+static void expand(const kh_wproc_opts *o, const char *exe, const char *s, size_t len, char *tok,
+                   size_t n)
+{
+    char idx[32];
+    snprintf(idx, sizeof idx, "%d", o->index);
+    const char *gpu = o->gpu ? o->gpu : "", *host = o->host ? o->host : "localhost";
+    size_t tl = 0;
+    for (const char *p = s; p < s + len && tl < n - 1;) {
+        const char *rep = NULL;
+        size_t skip = 0;
+        if (!strncmp(p, "{exe}", 5)) { rep = exe; skip = 5; }
+        else if (!strncmp(p, "{role}", 6)) { rep = o->role; skip = 6; }
+        else if (!strncmp(p, "{index}", 7)) { rep = idx; skip = 7; }
+        else if (!strncmp(p, "{gpu}", 5)) { rep = gpu; skip = 5; }
+        else if (!strncmp(p, "{host}", 6)) { rep = host; skip = 6; }
+        if (rep) {
+            tl += (size_t)snprintf(tok + tl, n - tl, "%s", rep);
+            if (tl >= n)
+                tl = n - 1;
+            p += skip;
+        } else {
+            tok[tl++] = *p++;
+        }
+    }
+    tok[tl] = '\0';
+}
+
+/* The env entries with placeholders filled; entries whose value is empty
+ * (CUDA_VISIBLE_DEVICES={gpu} on an unplaced slot) are left out.  A
+ * malloc'ed NULL-terminated array of malloc'ed strings; NULL when out of
+ * memory. */
+static char **build_env(const kh_wproc_opts *o, const char *exe, int remote)
+{
+    size_t n = 0;
+    while (o->env && o->env[n])
+        n++;
+    char **env = calloc(n + 2, sizeof *env);
+    size_t k = 0;
+    for (size_t i = 0; env && i < n; i++) {
+        char buf[2048];
+        expand(o, exe, o->env[i], strlen(o->env[i]), buf, sizeof buf);
+        const char *eq = strchr(buf, '=');
+        if (!eq || !eq[1])
+            continue;
+        if (!(env[k++] = kh_strdup(buf))) {
+            for (size_t j = 0; j < k; j++)
+                free(env[j]);
+            free(env);
+            return NULL;
+        }
+    }
+    /* srun's slurmstepd forwards output at newlines: the worker adds one
+     * after each frame (wire.h) */
+    if (env && remote && !(env[k++] = kh_strdup("KHLUA_WIRE_NEWLINE=1"))) {
+        for (size_t j = 0; j < k; j++)
+            free(env[j]);
+        free(env);
+        return NULL;
+    }
+    return env;
+}
+
 /* Split the template into argv with placeholders filled.  Returns a
  * malloc'ed array of malloc'ed strings (NULL-terminated). */
-static char **build_argv(const kh_wproc_opts *o, const char *exe)
+static char **build_argv(const kh_wproc_opts *o, const char *exe, char *const *env)
 {
     const char *tpl = o->launch && o->launch[0] ? o->launch : KH_LAUNCH_LOCAL;
     size_t cap = 8, n = 0;
     char **argv = calloc(cap, sizeof *argv);
     const char *s = tpl;
-    char idx[32];
-    snprintf(idx, sizeof idx, "%d", o->index);
     while (argv && *s) {
         while (*s == ' ' || *s == '\t')
             s++;
@@ -156,37 +233,45 @@ static char **build_argv(const kh_wproc_opts *o, const char *exe)
         const char *e = s;
         while (*e && *e != ' ' && *e != '\t')
             e++;
-        /* expand placeholders inside the token */
-        char tok[1024] = "";
-        size_t tl = 0;
-        for (const char *p = s; p < e && tl < sizeof tok - 1;) {
-            const char *rep = NULL;
-            size_t skip = 0;
-            if (!strncmp(p, "{exe}", 5)) { rep = exe; skip = 5; }
-            else if (!strncmp(p, "{role}", 6)) { rep = o->role; skip = 6; }
-            else if (!strncmp(p, "{index}", 7)) { rep = idx; skip = 7; }
-            if (rep) {
-                tl += (size_t)snprintf(tok + tl, sizeof tok - tl, "%s", rep);
-                if (tl >= sizeof tok)
-                    tl = sizeof tok - 1;
-                p += skip;
-            } else {
-                tok[tl++] = *p++;
+        if (e - s == 5 && !strncmp(s, "{env}", 5)) {
+            /* one argument per env entry */
+            for (size_t k = 0; env && env[k] && argv; k++) {
+                if (n + 2 > cap) {
+                    cap *= 2;
+                    char **na = realloc(argv, cap * sizeof *na);
+                    if (!na)
+                        goto oom;
+                    argv = na;
+                }
+                argv[n++] = kh_strdup(env[k]);
+                argv[n] = NULL;
             }
+            s = e;
+            continue;
         }
-        tok[tl] = '\0';
+        /* expand placeholders inside the token */
+        char tok[1024];
+        expand(o, exe, s, (size_t)(e - s), tok, sizeof tok);
         if (n + 2 > cap) {
             cap *= 2;
             char **na = realloc(argv, cap * sizeof *na);
             if (!na)
-                break;
+                goto oom;
             argv = na;
         }
         argv[n++] = kh_strdup(tok);
         argv[n] = NULL;
         s = e;
     }
+    for (size_t k = 0; argv && k < n; k++)
+        if (!argv[k])
+            goto oom;
     return argv;
+oom:
+    for (size_t k = 0; argv && k < n; k++)
+        free(argv[k]);
+    free(argv);
+    return NULL;
 }
 
 static void free_argv(char **argv)
@@ -214,10 +299,19 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
         }
         exe[n] = '\0';
     }
-    char **argv = build_argv(o, exe);
+    /* A template that does not start with {exe} runs a launcher (srun,
+     * ssh) in front of the worker. */
+    const char *tpl = o->launch && o->launch[0] ? o->launch : KH_LAUNCH_LOCAL;
+    while (*tpl == ' ' || *tpl == '\t')
+        tpl++;
+    int remote = strncmp(tpl, "{exe}", 5) != 0;
+    char **env = build_env(o, exe, remote);
+    char **argv = env ? build_argv(o, exe, env) : NULL;
     if (!argv || !argv[0]) {
+        kh_err_set(err, argv ? KH_EINVAL : KH_ENOMEM,
+                   argv ? "empty worker launch template" : "out of memory");
         free_argv(argv);
-        kh_err_set(err, KH_EINVAL, "empty worker launch template");
+        free_argv(env);
         return NULL;
     }
     kh_wproc *w = calloc(1, sizeof *w);
@@ -242,8 +336,8 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
         dup2(er[1], 2);
         signal(SIGPIPE, SIG_DFL);
         signal(SIGINT, SIG_IGN);
-        for (size_t i = 0; o->env && o->env[i]; i++)
-            putenv((char *)o->env[i]);
+        for (size_t i = 0; env[i]; i++)
+            putenv(env[i]);
         execvp(argv[0], argv);
         int e = errno;
         if (write(ex[1], &e, sizeof e) < 0) {
@@ -251,6 +345,8 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
         _exit(127);
     }
     setpgid(pid, pid);
+    free_argv(env); /* the child has its copy */
+    env = NULL;
     close(in[0]);
     close(out[1]);
     close(er[1]);
@@ -264,6 +360,9 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
     w->err_fd = er[0];
     w->alive = 1;
     w->next_id = 1;
+    /* a launcher in front of the worker gets a chance to pass a termination
+     * on (srun cancels its step on SIGTERM) */
+    w->remote = remote;
     set_nonblock(w->to_fd);
     set_nonblock(w->from_fd);
     set_nonblock(w->err_fd);
@@ -309,6 +408,11 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
     }
     free_argv(argv);
     json_t *h = json_object_get(hello.head, "hello");
+    w->worker_pid = (int)json_integer_value(json_object_get(h, "pid"));
+    const char *hh = json_string_value(json_object_get(h, "host"));
+    const char *hj = json_string_value(json_object_get(h, "slurm_job"));
+    snprintf(w->worker_host, sizeof w->worker_host, "%s", hh ? hh : "");
+    snprintf(w->slurm_job, sizeof w->slurm_job, "%s", hj ? hj : "");
     json_t *herr = json_object_get(hello.head, "error");
     const char *role = json_string_value(json_object_get(h, "role"));
     if (herr || !role || strcmp(role, o->role)) {
@@ -334,6 +438,7 @@ fail_pipes:
     }
     free(w);
     free_argv(argv);
+    free_argv(env);
     return NULL;
 }
 
@@ -345,6 +450,19 @@ kh_status kh_wproc_submit(kh_wproc *w, const char *method, const json_t *params,
         return kh_err_set(err, KH_ESTATE, "worker '%s' is not running", w->role);
     if (w->busy)
         return kh_err_set(err, KH_ESTATE, "worker '%s' is busy with '%s'", w->role, w->method);
+    if (w->remote && !w->reaped) {
+        /* a launcher that has left took the connection with it */
+        int wst = 0;
+        if (waitpid(w->pid, &wst, WNOHANG) == w->pid) {
+            w->reaped = 1;
+            w->status = wst;
+            kill_and_reap(w, 0);
+            char how[64];
+            describe_status(w->status, how, sizeof how);
+            return kh_err_set(err, KH_ECHILD, "worker '%s' lost before '%s': its launcher %s (the "
+                              "connection to the worker was lost)", w->role, method, how);
+        }
+    }
     long id = w->next_id++;
     json_t *head = json_pack("{s:I, s:s, s:O}", "id", (json_int_t)id, "method", method,
                              "params", params ? (json_t *)params : json_object());
@@ -371,13 +489,15 @@ static void complete_dead(kh_wproc *w, kh_wdone *d, int timed_out, const char *w
     memset(d, 0, sizeof *d);
     d->w = w;
     d->seconds = kh_now() - w->submitted;
-    if (timed_out)
+    if (timed_out && !w->remote)
         kill(-w->pid, SIGKILL), kill(w->pid, SIGKILL);
     kill_and_reap(w, timed_out ? 0 : grace(w, 2.0));
     char how[64], line[400];
     describe_status(w->status, how, sizeof how);
     last_line(w, line, sizeof line);
     d->worker_died = 1;
+    if (!why && w->remote)
+        why = "the connection to the worker was lost";
     if (timed_out)
         d->status = kh_err_set(&d->err, KH_ETIMEOUT,
                                "worker '%s' did not finish '%s' within %.1f s and was killed",
@@ -409,6 +529,18 @@ size_t kh_wproc_wait(kh_wproc *const *ws, size_t n, double wait_s, kh_wdone *don
             kh_wproc *w = ws[i];
             if (!w || !w->busy)
                 continue;
+            /* A launcher (srun, ssh) that exits has lost its worker even
+             * when the worker, still in its group, holds the pipes open.
+             * Checked before reading, so a reply already written wins. */
+            int gone = 0;
+            if (w->remote && !w->reaped) {
+                int wst = 0;
+                if (waitpid(w->pid, &wst, WNOHANG) == w->pid) {
+                    w->reaped = 1;
+                    w->status = wst;
+                    gone = 1;
+                }
+            }
             /* Read whatever is there. */
             for (;;) {
                 kh_msg m = {0};
@@ -454,6 +586,10 @@ size_t kh_wproc_wait(kh_wproc *const *ws, size_t n, double wait_s, kh_wdone *don
             drain_stderr(w);
             if (!w->busy)
                 continue;
+            if (gone) {
+                complete_dead(w, &done[nd++], 0, "its launcher exited: connection lost");
+                continue;
+            }
             if (kh_now() >= w->deadline) {
                 complete_dead(w, &done[nd++], 1, NULL);
                 continue;
@@ -502,6 +638,9 @@ kh_status kh_wproc_call(kh_wproc *w, const char *method, const json_t *params,
 int kh_wproc_busy(const kh_wproc *w) { return w->busy; }
 int kh_wproc_alive(const kh_wproc *w) { return w->alive; }
 int kh_wproc_pid(const kh_wproc *w) { return w->pid; }
+int kh_wproc_worker_pid(const kh_wproc *w) { return w->worker_pid; }
+const char *kh_wproc_worker_host(const kh_wproc *w) { return w->worker_host; }
+const char *kh_wproc_slurm_job(const kh_wproc *w) { return w->slurm_job; }
 const char *kh_wproc_role(const kh_wproc *w) { return w->role; }
 
 void kh_wproc_stop(kh_wproc *w, double grace_s)
@@ -533,6 +672,8 @@ struct kh_pool {
     char exe[4096];
     size_t n;
     kh_wproc **w;
+    char (*gpu)[128];   /* per slot: {gpu}, {host} */
+    char (*host)[256];
     int consecutive_deaths;
     int max_deaths;
     double last_death;
@@ -543,7 +684,12 @@ struct kh_pool {
 kh_pool *kh_pool_new(const kh_wproc_opts *o, size_t n, kh_err *err)
 {
     kh_pool *p = calloc(1, sizeof *p);
-    if (!p || n == 0 || !(p->w = calloc(n, sizeof *p->w))) {
+    if (!p || n == 0 || !(p->w = calloc(n, sizeof *p->w)) ||
+        !(p->gpu = calloc(n, sizeof *p->gpu)) || !(p->host = calloc(n, sizeof *p->host))) {
+        if (p) {
+            free(p->w);
+            free(p->gpu);
+        }
         free(p);
         kh_err_set(err, n ? KH_ENOMEM : KH_EINVAL, n ? "out of memory" : "a pool needs workers");
         return NULL;
@@ -571,6 +717,8 @@ void kh_pool_free(kh_pool *p)
     for (size_t i = 0; i < p->n; i++)
         kh_wproc_stop(p->w[i], 1.0);
     free(p->w);
+    free(p->gpu);
+    free(p->host);
     free(p);
 }
 
@@ -578,15 +726,82 @@ void kh_pool_set_max_deaths(kh_pool *p, int max_deaths) { p->max_deaths = max_de
 void kh_pool_reset(kh_pool *p) { p->consecutive_deaths = 0; }
 void kh_pool_stats_get(const kh_pool *p, kh_pool_stats *s) { *s = p->stats; }
 
+kh_status kh_pool_place(kh_pool *p, size_t slot, const char *gpu, const char *host,
+                        kh_err *err)
+{
+    if (slot >= p->n)
+        return kh_err_set(err, KH_EINVAL, "pool '%s' has %zu slots, not %zu", p->role, p->n,
+                          slot + 1);
+    if ((gpu && strlen(gpu) >= sizeof p->gpu[0]) || (host && strlen(host) >= sizeof p->host[0]))
+        return kh_err_set(err, KH_EINVAL, "GPU or host name too long: '%.60s' '%.60s'",
+                          gpu ? gpu : "", host ? host : "");
+    snprintf(p->gpu[slot], sizeof p->gpu[slot], "%s", gpu ? gpu : "");
+    snprintf(p->host[slot], sizeof p->host[slot], "%s", host ? host : "");
+    return KH_OK;
+}
+
+const char *kh_pool_slot_gpu(const kh_pool *p, size_t slot)
+{
+    return slot < p->n ? p->gpu[slot] : "";
+}
+
+const char *kh_pool_slot_host(const kh_pool *p, size_t slot)
+{
+    return slot < p->n ? p->host[slot] : "";
+}
+
+const kh_wproc *kh_pool_slot_worker(const kh_pool *p, size_t slot)
+{
+    return slot < p->n && p->w[slot] && p->w[slot]->alive ? p->w[slot] : NULL;
+}
+
+/* ---- launch presets ------------------------------------------------------- */
+#define LAUNCH_SRUN "srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 --quiet"
+#define LAUNCH_TAIL " {exe} worker --role {role}"
+
+const char *kh_launch_kind(const char *spec)
+{
+    if (!spec || !*spec || !strcmp(spec, "local"))
+        return "local";
+    if (!strcmp(spec, "srun") || !strcmp(spec, "ssh"))
+        return spec;
+    return "template";
+}
+
+kh_status kh_launch_template(const char *spec, const char *role, const char **out, kh_err *err)
+{
+    int gpu = role && (!strcmp(role, "gpu") || !strcmp(role, "profile"));
+    const char *k = kh_launch_kind(spec);
+    if (!strcmp(k, "local"))
+        *out = KH_LAUNCH_LOCAL;
+    else if (!strcmp(k, "srun"))
+        *out = gpu ? LAUNCH_SRUN " --gres=gpu:1" LAUNCH_TAIL : LAUNCH_SRUN LAUNCH_TAIL;
+    else if (!strcmp(k, "ssh"))
+        *out = "ssh -T -o BatchMode=yes {host} env {env}" LAUNCH_TAIL;
+    else if (strstr(spec, "{exe}") || strstr(spec, " worker "))
+        *out = spec;
+    else
+        return kh_err_set(err, KH_EINVAL,
+                          "launch '%s' is neither a preset (local, srun, ssh) nor a template "
+                          "(a command line with {exe}, e.g. \"srun -N1 {exe} worker --role "
+                          "{role}\")", spec);
+    return KH_OK;
+}
+
 /* An idle live worker (the one in slot prefer if it qualifies), starting one
  * (after the backoff) if none is; *slot its index. */
-static kh_wproc *pool_worker_in(kh_pool *p, size_t prefer, size_t *slot, kh_err *err)
+static kh_wproc *pool_worker_in(kh_pool *p, size_t prefer, int strict, size_t *slot,
+                                 kh_err *err)
 {
     if (prefer < p->n && p->w[prefer] && p->w[prefer]->alive && !p->w[prefer]->busy) {
         *slot = prefer;
         return p->w[prefer];
     }
-    for (size_t i = 0; i < p->n; i++)
+    if (strict && prefer < p->n && p->w[prefer] && p->w[prefer]->alive) {
+        kh_err_set(err, KH_ESTATE, "'%s' worker %zu is busy", p->role, prefer);
+        return NULL;
+    }
+    for (size_t i = 0; i < p->n && !strict; i++)
         if (p->w[i] && p->w[i]->alive && !p->w[i]->busy) {
             *slot = i;
             return p->w[i];
@@ -596,7 +811,7 @@ static kh_wproc *pool_worker_in(kh_pool *p, size_t prefer, size_t *slot, kh_err 
                    "last: %s", p->role, p->consecutive_deaths, p->last_err.msg);
         return NULL;
     }
-    for (size_t i = 0; i < p->n; i++) {
+    for (size_t i = strict ? prefer : 0; i < p->n; i++) {
         if (p->w[i] && p->w[i]->alive)
             continue;
         kh_wproc_stop(p->w[i], 0);
@@ -612,6 +827,8 @@ static kh_wproc *pool_worker_in(kh_pool *p, size_t prefer, size_t *slot, kh_err 
         }
         double t0 = kh_now();
         p->opts.index = (int)i;
+        p->opts.gpu = p->gpu[i];
+        p->opts.host = p->host[i][0] ? p->host[i] : NULL;
         p->w[i] = kh_wproc_start(&p->opts, err);
         if (!p->w[i]) {
             p->consecutive_deaths++;
@@ -624,14 +841,17 @@ static kh_wproc *pool_worker_in(kh_pool *p, size_t prefer, size_t *slot, kh_err 
         *slot = i;
         return p->w[i];
     }
-    kh_err_set(err, KH_ESTATE, "all %zu '%s' workers are busy", p->n, p->role);
+    if (strict && prefer >= p->n)
+        kh_err_set(err, KH_EINVAL, "pool '%s' has no slot %zu", p->role, prefer);
+    else
+        kh_err_set(err, KH_ESTATE, "all %zu '%s' workers are busy", p->n, p->role);
     return NULL;
 }
 
 static kh_wproc *pool_worker(kh_pool *p, kh_err *err)
 {
     size_t slot;
-    return pool_worker_in(p, (size_t)-1, &slot, err);
+    return pool_worker_in(p, (size_t)-1, 0, &slot, err);
 }
 
 /* What a finished request says about the role's health. */
@@ -664,12 +884,12 @@ kh_status kh_pool_call(kh_pool *p, const char *method, const json_t *params,
     return st;
 }
 
-kh_status kh_pool_submit(kh_pool *p, const char *method, const json_t *params,
-                         const void *payload, size_t payload_len, double timeout_s,
-                         size_t prefer, size_t *slot, kh_err *err)
+static kh_status pool_submit(kh_pool *p, const char *method, const json_t *params,
+                             const void *payload, size_t payload_len, double timeout_s,
+                             size_t prefer, int strict, size_t *slot, kh_err *err)
 {
     size_t i = 0;
-    kh_wproc *w = pool_worker_in(p, prefer, &i, err);
+    kh_wproc *w = pool_worker_in(p, prefer, strict, &i, err);
     if (!w)
         return err ? err->code : KH_ECHILD;
     p->stats.calls++;
@@ -680,6 +900,21 @@ kh_status kh_pool_submit(kh_pool *p, const char *method, const json_t *params,
     }
     *slot = i;
     return KH_OK;
+}
+
+kh_status kh_pool_submit(kh_pool *p, const char *method, const json_t *params,
+                         const void *payload, size_t payload_len, double timeout_s,
+                         size_t prefer, size_t *slot, kh_err *err)
+{
+    return pool_submit(p, method, params, payload, payload_len, timeout_s, prefer, 0, slot, err);
+}
+
+kh_status kh_pool_submit_to(kh_pool *p, const char *method, const json_t *params,
+                            const void *payload, size_t payload_len, double timeout_s,
+                            size_t slot, kh_err *err)
+{
+    size_t used;
+    return pool_submit(p, method, params, payload, payload_len, timeout_s, slot, 1, &used, err);
 }
 
 size_t kh_pool_wait(kh_pool *p, double wait_s, kh_pool_done *done, size_t max_done)

@@ -7,7 +7,9 @@
  *
  * kh_wproc is one worker process; kh_pool keeps N of one role alive,
  * respawning with backoff and giving up (KH_ENODEV) on a role that keeps
- * dying. */
+ * dying.  A worker may be started through a launcher (srun, ssh: a template
+ * that does not start with {exe}); a launcher that exits is a lost worker,
+ * reported like a crash (docs/scale-out.md). */
 #ifndef KH_SUPERVISOR_H
 #define KH_SUPERVISOR_H
 
@@ -18,18 +20,37 @@
 typedef struct kh_wproc_opts {
     const char *role;
     /* Whitespace-separated argv template, no shell; placeholders {exe},
-     * {role}, {index}.  NULL: KH_LAUNCH_LOCAL.  Example for Slurm:
-     * "srun --ntasks=1 --gres=gpu:1 {exe} worker --role {role}". */
+     * {role}, {index}, {gpu} (the slot's GPU, "" when none), {host} (the
+     * slot's host), and {env}: a token of its own that becomes one argument
+     * per env entry ("NAME=value"), for launchers that do not pass the
+     * environment on (ssh: "ssh {host} env {env} {exe} worker --role {role}").
+     * NULL: KH_LAUNCH_LOCAL.  kh_launch_template gives the named presets. */
     const char *launch;
     const char *exe;         /* NULL: this executable (/proc/self/exe) */
     double hello_timeout_s;  /* 0: 30 s */
-    const char *const *env;  /* extra "NAME=value" entries, NULL-terminated, or NULL */
+    /* extra "NAME=value" entries, NULL-terminated, or NULL; placeholders as
+     * in launch; an entry whose value expands to "" is left out */
+    const char *const *env;
     int index;
     /* Seconds a worker that leaves by itself (a sticky error) or dies gets
      * before its process group is killed; 0: 5 s and 2 s.  A launch prefix
      * that reports after the worker exits (compute-sanitizer) needs more. */
     double exit_grace_s;
+    const char *gpu;         /* {gpu}; NULL: "" */
+    const char *host;        /* {host}; NULL: "localhost" */
 } kh_wproc_opts;
+
+/* The launch template of a named preset for a role:
+ *   "local" (or NULL, "")  {exe} worker --role {role}
+ *   "srun"                 srun --nodes=1 --ntasks=1 [--gres=gpu:1 for gpu roles]
+ *                          --kill-on-bad-exit=1 --quiet {exe} worker --role {role}
+ *   "ssh"                  ssh -T -o BatchMode=yes {host} env {env} {exe} worker ...
+ * Anything else must be a template itself (it contains "{exe}" or names a
+ * program and a role) and is returned unchanged.  KH_EINVAL with a message
+ * naming the presets otherwise.  *out points to a static string or to spec. */
+kh_status kh_launch_template(const char *spec, const char *role, const char **out, kh_err *err);
+/* "local", "srun", "ssh" or "template" (a free template). */
+const char *kh_launch_kind(const char *spec);
 
 typedef struct kh_wproc kh_wproc;
 
@@ -65,6 +86,12 @@ kh_status kh_wproc_call(kh_wproc *w, const char *method, const json_t *params,
                         kh_msg *reply, kh_err *err);
 
 int kh_wproc_busy(const kh_wproc *w);
+/* What the worker said about itself in its hello: its own pid (under srun or
+ * ssh not the launcher's, which kh_wproc_pid gives), its host name, and the
+ * Slurm job and step it runs in ("" outside Slurm).  Valid while w lives. */
+int kh_wproc_worker_pid(const kh_wproc *w);
+const char *kh_wproc_worker_host(const kh_wproc *w);
+const char *kh_wproc_slurm_job(const kh_wproc *w);
 int kh_wproc_alive(const kh_wproc *w);
 int kh_wproc_pid(const kh_wproc *w);
 const char *kh_wproc_role(const kh_wproc *w);
@@ -96,6 +123,15 @@ kh_status kh_pool_call(kh_pool *p, const char *method, const json_t *params,
 void kh_pool_stats_get(const kh_pool *p, kh_pool_stats *s);
 void kh_pool_set_max_deaths(kh_pool *p, int max_deaths);
 void kh_pool_reset(kh_pool *p);
+/* Place slot's workers: {gpu} and {host} for its launch template and env
+ * (copied).  A live worker in the slot keeps running until it is replaced.
+ * KH_EINVAL when slot is out of range. */
+kh_status kh_pool_place(kh_pool *p, size_t slot, const char *gpu, const char *host,
+                        kh_err *err);
+const char *kh_pool_slot_gpu(const kh_pool *p, size_t slot);   /* "" when unplaced */
+const char *kh_pool_slot_host(const kh_pool *p, size_t slot);  /* "" when unplaced */
+/* The live worker in slot (NULL when empty or dead); owned by the pool. */
+const kh_wproc *kh_pool_slot_worker(const kh_pool *p, size_t slot);
 
 /* Asynchronous use: several requests in flight, one per worker.
  * kh_pool_submit starts a request on the worker in slot prefer when that one
@@ -107,6 +143,13 @@ void kh_pool_reset(kh_pool *p);
 kh_status kh_pool_submit(kh_pool *p, const char *method, const json_t *params,
                          const void *payload, size_t payload_len, double timeout_s,
                          size_t prefer, size_t *slot, kh_err *err);
+
+/* As kh_pool_submit, on exactly this slot (a worker is started there when it
+ * is empty or its worker died); KH_ESTATE when that worker is busy.  For a
+ * scheduler that keeps related requests on one GPU. */
+kh_status kh_pool_submit_to(kh_pool *p, const char *method, const json_t *params,
+                            const void *payload, size_t payload_len, double timeout_s,
+                            size_t slot, kh_err *err);
 
 typedef struct kh_pool_done {
     size_t slot;   /* the slot the request ran in */

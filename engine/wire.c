@@ -88,6 +88,10 @@ static kh_status write_all(int fd, const unsigned char *p, size_t n, double dead
     return KH_OK;
 }
 
+static int newline_after_frame;
+
+void kh_wire_set_newline(int on) { newline_after_frame = on; }
+
 kh_status kh_wire_write(int fd, const json_t *head, const void *payload, size_t payload_len,
                         double deadline, kh_err *err)
 {
@@ -112,6 +116,8 @@ kh_status kh_wire_write(int fd, const json_t *head, const void *payload, size_t 
         st = write_all(fd, (const unsigned char *)js, jl, deadline, err);
     if (!st && payload_len)
         st = write_all(fd, payload, payload_len, deadline, err);
+    if (!st && newline_after_frame)
+        st = write_all(fd, (const unsigned char *)"\n", 1, deadline, err);
     free(js);
     return st;
 }
@@ -156,6 +162,18 @@ kh_status kh_wire_read_some(kh_wire_reader *r, int fd, kh_msg *out, int *done, k
     *done = 0;
     if (r->hdr_got < KH_WIRE_HEADER) {
         int f = fill(fd, r->hdr, KH_WIRE_HEADER, &r->hdr_got, err);
+        /* newlines between frames (kh_wire_set_newline) carry nothing */
+        size_t skip = 0;
+        while (skip < r->hdr_got && r->hdr[skip] == '\n')
+            skip++;
+        if (skip) {
+            memmove(r->hdr, r->hdr + skip, r->hdr_got - skip);
+            r->hdr_got -= skip;
+            if (f > 0)
+                f = fill(fd, r->hdr, KH_WIRE_HEADER, &r->hdr_got, err);
+            if (f > 0 && r->hdr[0] == '\n')
+                return kh_wire_read_some(r, fd, out, done, err);
+        }
         /* Judge the magic as soon as it is there: a peer that is not a khlua
          * worker may write less than a header and leave. */
         if (r->hdr_got >= 4 && memcmp(r->hdr, "KHWF", 4) != 0)

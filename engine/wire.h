@@ -38,6 +38,12 @@ void kh_msg_free(kh_msg *m);
 /* Write one frame to fd, waiting for writability up to deadline (a kh_now()
  * time; <= 0 means no deadline).  Works on blocking and non-blocking fds.
  * KH_ETIMEOUT if the peer stops reading; KH_EIO if it is gone. */
+/* Follow every frame written by this process with a "\n", which readers
+ * skip.  For workers behind a launcher that forwards output line by line
+ * (srun's slurmstepd holds a task's output until a newline): the newline
+ * flushes the frame through.  Off by default. */
+void kh_wire_set_newline(int on);
+
 kh_status kh_wire_write(int fd, const json_t *head, const void *payload, size_t payload_len,
                         double deadline, kh_err *err);
 

@@ -80,6 +80,9 @@ int kh_worker_main(kh_engine *e, const kh_worker_role *role, int in_fd, int out_
         dup2(STDERR_FILENO, STDOUT_FILENO);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGINT, SIG_IGN); /* the coordinator decides when a worker stops */
+    /* behind srun: slurmstepd passes output on at newlines (kh_wire_set_newline) */
+    if (getenv("KHLUA_WIRE_NEWLINE"))
+        kh_wire_set_newline(1);
 
     kh_worker w = {.engine = e, .role = role, .exit_after = -1, .started = kh_now()};
     kh_err err;
@@ -87,6 +90,21 @@ int kh_worker_main(kh_engine *e, const kh_worker_role *role, int in_fd, int out_
     kh_status ist = role->init ? role->init(&w, &err) : KH_OK;
     json_t *hello = json_pack("{s:{s:s, s:i, s:i, s:s}}", "hello", "role", role->name, "pid",
                               (int)getpid(), "protocol", KH_WIRE_VERSION, "khlua", KH_VERSION);
+    {
+        /* where it runs: the coordinator records it with every verdict (a
+         * worker started through srun or ssh is on another host, in a job) */
+        char host[256] = "";
+        if (gethostname(host, sizeof host - 1) != 0)
+            host[0] = '\0';
+        const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+        char sj[64] = "";
+        if (job)
+            snprintf(sj, sizeof sj, "%s%s%s", job, step ? "." : "", step ? step : "");
+        json_t *hj = json_object_get(hello, "hello");
+        json_object_set_new(hj, "host", json_string(host));
+        if (sj[0])
+            json_object_set_new(hj, "slurm_job", json_string(sj));
+    }
     if (ist)
         json_object_set_new(hello, "error",
                             json_pack("{s:s, s:s}", "code", kh_status_name(ist), "message",

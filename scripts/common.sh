@@ -8,6 +8,8 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 # chromium: the compare report's render test (tests/lua/test_compare_render.lua)
 KH_PACKAGES="cmake make gcc pkg-config python3 liblua5.4-dev libjansson-dev libcurl4-openssl-dev
   liblmdb-dev lmdb-utils libzstd-dev libxxhash-dev libcmocka-dev chromium"
+# tests/lua/test_slurm.lua starts a private single-node Slurm cluster
+KH_PACKAGES="$KH_PACKAGES slurm-wlm munge"
 
 kh_log() { printf '[khlua] %s\n' "$*" >&2; }
 

@@ -37,6 +37,11 @@ local function usage(name)
     .. "  --seed N              the gate's seed (1)\n"
     .. "  --skills DIR          SKILL.md playbooks (default: skills/ beside policies/)\n"
     .. "  --pace SECONDS        at least this long between rounds\n"
+    .. "  --gpus all|N|LIST     evaluate on these GPUs, workloads in parallel (docs/scale-out.md)\n"
+    .. "  --workers-per-gpu K   workers sharing each GPU (1)\n"
+    .. "  --host-workers N      host workers (1)\n"
+    .. "  --launch L            local, srun, ssh or a template ({exe} worker --role {role})\n"
+    .. "  --hosts A,B           hosts for --launch ssh\n"
     .. "  --resume RUN          continue a run from its last whole round\n"
     .. "  --json                print the run summary as JSON on stdout\n"
     .. "On a terminal, stderr shows a progress line (round, candidates, best speedup, ETA);\n"
@@ -48,7 +53,7 @@ end
 
 local NUMS = { rounds = "integer", plateau = "integer", margin = "number", reps = "integer",
   sample = "integer", ["finalist-seeds"] = "integer", candidates = "integer", seed = "integer",
-  pace = "number" }
+  pace = "number", ["workers-per-gpu"] = "integer", ["host-workers"] = "integer" }
 
 -- Parse argv; returns opts or nil, message.
 function M.parse(argv)
@@ -64,7 +69,8 @@ function M.parse(argv)
       local k = a:sub(3)
       local v = argv[i + 1]
       if not ({ task = 1, definition = 1, model = 1, replay = 1, budget = 1, skills = 1,
-        resume = 1, ["fake-evaluator"] = 1, ["seed-solution"] = 1 })[k] and not NUMS[k] then
+        resume = 1, ["fake-evaluator"] = 1, ["seed-solution"] = 1, gpus = 1, launch = 1,
+        hosts = 1 })[k] and not NUMS[k] then
         return nil, "unknown option " .. a
       end
       if v == nil then return nil, a .. " needs a value" end
@@ -119,6 +125,10 @@ function M.config(o)
     cfg.explicit[map[k] or k] = true
   end
   if next(cfg.gate) == nil then cfg.gate = nil end
+  -- where the evaluations run (kh.eval's placement options)
+  local pl = { gpus = o.gpus, workers_per_gpu = o["workers-per-gpu"],
+    host_workers = o["host-workers"], launch = o.launch, hosts = o.hosts }
+  if next(pl) then cfg.placement = pl end
   cfg.model_specs = o.model
   return cfg
 end

@@ -604,6 +604,12 @@ function M.run(policy, cfg)
     -- call costs seconds per evaluation on a small machine and the gate
     -- compares candidate and incumbent under the same conditions anyway.
     ctx.eval_defaults = cfg.eval_opts or (ctx.task.backend == "host" and { cold = false } or {})
+    if cfg.placement then -- --gpus, --launch, ...: every evaluation of the run
+      local d = {}
+      for k, v in pairs(ctx.eval_defaults) do d[k] = v end
+      for k, v in pairs(cfg.placement) do d[k] = v end
+      ctx.eval_defaults = d
+    end
     local saved = {}
     for _, k in ipairs({ "task", "definition", "rounds", "plateau", "budget", "gate", "n",
       "model_specs", "regression_tol", "skills", "backend", "replay", "seed_solution" }) do

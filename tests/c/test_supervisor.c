@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* Let crashes reach the kernel as signals even in the sanitizer build. */
@@ -332,6 +333,168 @@ static void test_pool_async(void **state)
     kh_pool_free(p);
 }
 
+
+/* ---- launch templates (issue 13) ------------------------------------------ */
+static void test_launch_presets(void **state)
+{
+    (void)state;
+    const char *t;
+    kh_err err;
+    assert_int_equal(kh_launch_template(NULL, "host", &t, &err), KH_OK);
+    assert_string_equal(t, KH_LAUNCH_LOCAL);
+    assert_int_equal(kh_launch_template("srun", "gpu", &t, &err), KH_OK);
+    assert_non_null(strstr(t, "srun "));
+    assert_non_null(strstr(t, "--gres=gpu:1"));
+    assert_int_equal(kh_launch_template("srun", "host", &t, &err), KH_OK);
+    assert_null(strstr(t, "--gres")); /* a host worker needs no GPU */
+    assert_int_equal(kh_launch_template("ssh", "host", &t, &err), KH_OK);
+    assert_non_null(strstr(t, "{host} env {env} {exe}"));
+    const char *free_tpl = "mpirun -n 1 {exe} worker --role {role}";
+    assert_int_equal(kh_launch_template(free_tpl, "gpu", &t, &err), KH_OK);
+    assert_ptr_equal(t, free_tpl);
+    assert_string_equal(kh_launch_kind(free_tpl), "template");
+    assert_int_equal(kh_launch_template("slurm", "gpu", &t, &err), KH_EINVAL);
+    assert_non_null(strstr(err.msg, "local, srun, ssh"));
+}
+
+/* A fake ssh: drops its options, logs "HOST ARGS..." and runs ARGS here.
+ * With drop_after set it runs them in the background and exits 255 after
+ * that many seconds, as a connection that breaks does. */
+static char *fake_ssh(const char *dir, const char *name, const char *log, double drop_after)
+{
+    char *path = malloc(4096), body[2048];
+    snprintf(path, 4096, "%s/%s", dir, name);
+    snprintf(body, sizeof body,
+             "#!/bin/sh\n"
+             "while [ $# -gt 0 ]; do case \"$1\" in -T) shift;; -o) shift 2;; *) break;; esac; "
+             "done\n"
+             "host=$1; shift\n"
+             "echo \"$host $*\" >> '%s'\n"
+             "%s\n",
+             log, drop_after > 0 ? "" : "exec \"$@\"");
+    if (drop_after > 0) {
+        size_t l = strlen(body);
+        /* a background job's stdin is /dev/null unless handed over */
+        snprintf(body + l, sizeof body - l, "exec 3<&0\n\"$@\" <&3 &\nsleep %.2f\nexit 255\n",
+                 drop_after);
+    }
+    kh_test_write_file(path, body);
+    assert_int_equal(chmod(path, 0755), 0);
+    return path;
+}
+
+static void test_remote_shell_template(void **state)
+{
+    (void)state;
+    char *dir = kh_test_tmpdir(), log[4200], tpl[4300];
+    snprintf(log, sizeof log, "%s/ssh.log", dir);
+    char *ssh = fake_ssh(dir, "ssh", log, 0);
+    snprintf(tpl, sizeof tpl, "%s -T -o BatchMode=yes {host} env {env} {exe} worker --role {role}",
+             ssh);
+    static const char *const env[] = {"KH_T_WHERE={host}-{index}", "CUDA_VISIBLE_DEVICES={gpu}",
+                                      "ASAN_OPTIONS=detect_leaks=0", NULL};
+    kh_wproc_opts o = {.role = "echo", .exe = kh_test_khlua(), .launch = tpl, .env = env};
+    kh_err err;
+    kh_pool *p = kh_pool_new(&o, 2, &err);
+    assert_non_null(p);
+    assert_int_equal(kh_pool_place(p, 0, NULL, "alpha", &err), KH_OK);
+    assert_int_equal(kh_pool_place(p, 1, NULL, "beta", &err), KH_OK);
+    assert_int_equal(kh_pool_place(p, 2, NULL, "gamma", &err), KH_EINVAL);
+    /* both slots at once, each on its own host */
+    double secs = 0.3 + (rand() % 100) / 1000.0;
+    json_t *params = json_pack("{s:f}", "seconds", secs);
+    double t0 = kh_now();
+    assert_int_equal(kh_pool_submit_to(p, "sleep", params, NULL, 0, 30, 1, &err), KH_OK);
+    assert_int_equal(kh_pool_submit_to(p, "sleep", params, NULL, 0, 30, 0, &err), KH_OK);
+    assert_int_equal(kh_pool_submit_to(p, "ping", NULL, NULL, 0, 30, 0, &err), KH_ESTATE);
+    for (int got = 0; got < 2;) {
+        kh_pool_done d[2];
+        size_t n = kh_pool_wait(p, 10, d, 2);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(d[i].d.status, KH_OK);
+            kh_msg_free(&d[i].d.reply);
+        }
+        got += (int)n;
+    }
+    assert_true(kh_now() - t0 < 2 * secs + 5);
+    assert_string_equal(kh_pool_slot_host(p, 1), "beta");
+    const kh_wproc *w = kh_pool_slot_worker(p, 1);
+    assert_non_null(w);
+    assert_true(kh_wproc_worker_pid(w) > 0);
+    assert_true(kh_wproc_worker_host(w)[0] != '\0');
+    json_decref(params);
+    kh_pool_free(p);
+    /* the template reached the remote shell: host, env as arguments (empty
+     * {gpu} left out), the newline framing switch, the worker command */
+    char *text = NULL;
+    {
+        FILE *f = fopen(log, "r");
+        assert_non_null(f);
+        text = calloc(1, 8192);
+        size_t n = fread(text, 1, 8191, f);
+        text[n] = '\0';
+        fclose(f);
+    }
+    char want[5000];
+    snprintf(want, sizeof want, "alpha env KH_T_WHERE=alpha-0 ASAN_OPTIONS=detect_leaks=0 "
+             "KHLUA_WIRE_NEWLINE=1 %s worker --role echo", kh_test_khlua());
+    assert_non_null(strstr(text, want));
+    assert_non_null(strstr(text, "beta env KH_T_WHERE=beta-1"));
+    assert_null(strstr(text, "CUDA_VISIBLE_DEVICES"));
+    free(text);
+    free(ssh);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
+static void test_lost_connection_is_a_crash(void **state)
+{
+    (void)state;
+    char *dir = kh_test_tmpdir(), log[4200], tpl[4300];
+    snprintf(log, sizeof log, "%s/ssh.log", dir);
+    char *ssh = fake_ssh(dir, "ssh-drop", log, 0.6);
+    snprintf(tpl, sizeof tpl, "%s {host} env {env} {exe} worker --role {role}", ssh);
+    kh_wproc_opts o = echo_opts();
+    o.launch = tpl;
+    kh_err err;
+    kh_pool *p = kh_pool_new(&o, 1, &err);
+    assert_non_null(p);
+    assert_int_equal(kh_pool_place(p, 0, NULL, "flaky", &err), KH_OK);
+    /* the connection breaks while the worker sleeps: a crash, well before
+     * the request's deadline, naming the cause */
+    json_t *params = json_pack("{s:f}", "seconds", 20.0);
+    kh_msg reply;
+    double t0 = kh_now();
+    kh_status st = kh_pool_call(p, "sleep", params, NULL, 0, 30, &reply, &err);
+    double dt = kh_now() - t0;
+    if (st != KH_ECHILD || !strstr(err.msg, "launcher exited"))
+        fail_msg("expected a lost connection, got %s: %s", kh_status_name(st), err.msg);
+    assert_true(dt < 5);
+    assert_non_null(strstr(err.msg, "exited with code 255"));
+    kh_msg_free(&reply);
+    /* a fresh connection serves the next request */
+    assert_int_equal(kh_pool_call(p, "ping", NULL, NULL, 0, 30, &reply, &err), KH_OK);
+    kh_msg_free(&reply);
+    kh_pool_stats s;
+    kh_pool_stats_get(p, &s);
+    assert_int_equal(s.started, 2);
+    assert_int_equal(s.deaths, 1);
+    /* a host whose connections keep breaking is given up on */
+    kh_pool_set_max_deaths(p, 2);
+    kh_status last = KH_OK;
+    for (int i = 0; i < 4 && last != KH_ENODEV; i++) {
+        last = kh_pool_call(p, "sleep", params, NULL, 0, 30, &reply, &err);
+        kh_msg_free(&reply);
+    }
+    assert_int_equal(last, KH_ENODEV);
+    assert_non_null(strstr(err.msg, "keeps failing"));
+    json_decref(params);
+    kh_pool_free(p);
+    free(ssh);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -344,6 +507,9 @@ int main(void)
         cmocka_unit_test(test_pool_gives_up_on_a_failing_role),
         cmocka_unit_test(test_two_workers_run_concurrently),
         cmocka_unit_test(test_pool_async),
+        cmocka_unit_test(test_launch_presets),
+        cmocka_unit_test(test_remote_shell_template),
+        cmocka_unit_test(test_lost_connection_is_a_crash),
     };
     srand((unsigned)time(NULL));
     return cmocka_run_group_tests(tests, NULL, NULL);
