@@ -852,6 +852,13 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
 }
 
 /* ---- requests ------------------------------------------------------------- */
+/* Where a workload's Python reference outputs came from, across rounds. */
+typedef struct pyref_stat {
+    const char *source;
+    double seconds;
+    int runs, cached;
+} pyref_stat;
+
 typedef struct wctx {
     kh_eval *ev;
     const kh_eval_opts *o;
@@ -1478,7 +1485,7 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
     for (size_t t = 0; t < c->ntrials; t++)
         if (!(outs[t] = ref_find(c->ev, c->d->name, c->w->uuid, c->seeds[t])))
             missing++;
-    if (missing < c->ntrials && !ref)
+    if (missing < c->ntrials && !ref && !c->pyref_source) /* not one of an earlier round */
         c->pyref_source = "memory";
     if (missing && !ref) {
         kh_status st = py_ref_outputs(c, outs, err);
@@ -2166,9 +2173,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         json_object_set_new(kl, "host", json_string(host));
     }
 
-    c->pyref_source = NULL;
-    c->pyref_seconds = 0;
-    c->pyref_runs = c->pyref_cached = 0;
+    /* c->pyref_*: the driver restores this workload's from its earlier
+     * rounds (a Python run in round one stays "python" when the reply
+     * arrives in round two) */
     if ((st = build(c->ev, sol, 0, &a, err)))
         goto out;
     if (!a->ok) {
@@ -2792,6 +2799,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     /* Rounds: evaluate every unfinished workload until it needs a worker
      * request (the scheduler above), run those requests in parallel, again. */
     json_t **outs = calloc(n, sizeof *outs);
+    pyref_stat *pys = calloc(n, sizeof *pys);
     int *groups = malloc(n * sizeof *groups);
     size_t *ws_pos = calloc(n, sizeof *ws_pos);
     for (size_t i = 0; ws_pos && i < n; i++) {
@@ -2805,8 +2813,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             pos += w->definition && !strcmp(w->definition, d->name) && w->axes_ok && w->uuid;
         }
     }
-    if (!outs || !groups || !ws_pos) {
+    if (!outs || !groups || !ws_pos || !pys) {
         free(outs);
+        free(pys);
         free(groups);
         free(ws_pos);
         free(ws);
@@ -2833,7 +2842,12 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             for (size_t t = 0; t < c.ntrials; t++)
                 c.seeds[t] = kh_rng_derive_seed(o->seed, wh, t) & INT64_MAX; /* JSON, Lua: signed */
             json_t *tr = NULL;
+            c.pyref_source = pys[i].source;
+            c.pyref_seconds = pys[i].seconds;
+            c.pyref_runs = pys[i].runs;
+            c.pyref_cached = pys[i].cached;
             kh_status wst = eval_workload(&c, sol, ref, sol_hash, &tr, err);
+            pys[i] = (pyref_stat){c.pyref_source, c.pyref_seconds, c.pyref_runs, c.pyref_cached};
             if (c.pending) {
                 left++;
             } else if (wst) {
@@ -2861,6 +2875,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             json_decref(outs[i]);
     }
     free(outs);
+    free(pys);
     free(groups);
     free(ws_pos);
     free(c.pl);
