@@ -26,6 +26,24 @@ static void add_check(json_t *checks, const char *name, const char *status,
 
 /* ---- GPU probe (child process) ------------------------------------------ */
 
+/* A probe child's answer: out as compact JSON on fd (out is consumed). */
+static int write_json(int fd, json_t *out)
+{
+    char *s = json_dumps(out, JSON_COMPACT);
+    json_decref(out);
+    if (!s)
+        return 3;
+    size_t len = strlen(s), off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, s + off, len - off);
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    free(s);
+    return off == len ? 0 : 3;
+}
+
 static int probe_child(void *arg, int fd)
 {
     (void)arg;
@@ -93,20 +111,38 @@ static int probe_child(void *arg, int fd)
                             "uuid", uuid));
     }
     json_object_set_new(out, "gpus", gpus);
-done:;
-    char *s = json_dumps(out, JSON_COMPACT);
-    json_decref(out);
-    if (!s)
-        return 3;
-    size_t len = strlen(s), off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, s + off, len - off);
-        if (w <= 0)
-            break;
-        off += (size_t)w;
+done:
+    return write_json(fd, out);
+}
+
+/* CUPTI's version and NVML's driver version, as JSON on fd (run in a child). */
+static int libs_child(void *arg, int fd)
+{
+    const char *cuda_home = arg;
+    json_t *out = json_object();
+    kh_cupti_api cupti;
+    kh_err err;
+    if (kh_cupti_load(&cupti, cuda_home, &err) == KH_OK) {
+        json_object_set_new(out, "cupti", json_pack("{s:I, s:s}", "version",
+                                                    (json_int_t)cupti.version, "path",
+                                                    cupti.path));
+        kh_lib_close(cupti.handle);
+    } else {
+        json_object_set_new(out, "cupti", json_pack("{s:s}", "error", err.msg));
     }
-    free(s);
-    return 0;
+    kh_nvml_api nvml;
+    if (kh_nvml_load(&nvml, &err) == KH_OK) {
+        char ver[96] = "";
+        if (nvml.nvmlInit_v2() == 0) {
+            nvml.nvmlSystemGetDriverVersion(ver, sizeof ver);
+            nvml.nvmlShutdown();
+        }
+        json_object_set_new(out, "nvml", json_pack("{s:s, s:s}", "driver", ver, "path", nvml.path));
+        kh_lib_close(nvml.handle);
+    } else {
+        json_object_set_new(out, "nvml", json_pack("{s:s}", "error", err.msg));
+    }
+    return write_json(fd, out);
 }
 
 kh_status kh_doctor_probe_gpus(double timeout_s, json_t **out, kh_err *err)
@@ -314,37 +350,52 @@ json_t *kh_doctor_report(kh_engine *e, kh_err *err)
     check_gpus(report, checks);
     check_nvrtc(e, report, checks);
 
-    kh_cupti_api cupti;
-    kh_err cerr;
-    int have_cupti = kh_cupti_load(&cupti, kh_engine_cuda_home(e), &cerr) == KH_OK;
+    /* CUPTI and NVML are asked in a child process too: a driver library
+     * initialised here would break every later forked GPU probe
+     * (cuInit -> CUDA_ERROR_NOT_INITIALIZED in a fork), and the
+     * coordinator never touches the driver. */
+    json_t *libs = NULL;
+    kh_err lerr;
+    {
+        kh_child_result res;
+        if (kh_proc_fork_call(libs_child, (void *)kh_engine_cuda_home(e), 30.0, 1 << 16, &res,
+                              &lerr) == KH_OK) {
+            if (res.exited && res.exit_code == 0)
+                libs = json_loads(res.out, 0, NULL);
+            kh_child_result_free(&res);
+        }
+        if (!libs)
+            libs = json_pack("{s:{s:s}, s:{s:s}}", "cupti", "error",
+                             "the library probe process failed", "nvml", "error",
+                             "the library probe process failed");
+    }
+    const json_t *cj = json_object_get(libs, "cupti"), *nj = json_object_get(libs, "nvml");
+    int have_cupti = json_object_get(cj, "error") == NULL;
     if (have_cupti) {
         char line[700];
-        snprintf(line, sizeof line, "API version %u (%s)", cupti.version, cupti.path);
+        snprintf(line, sizeof line, "API version %lld (%s)",
+                 (long long)json_integer_value(json_object_get(cj, "version")),
+                 json_string_value(json_object_get(cj, "path")));
         add_check(checks, "cupti", "ok", line, NULL);
-        kh_lib_close(cupti.handle);
     } else {
-        add_check(checks, "cupti", "missing", cerr.msg,
+        add_check(checks, "cupti", "missing", json_string_value(json_object_get(cj, "error")),
                   "install the CUDA 13 toolkit's CUPTI; timing falls back to CUDA events");
     }
     json_object_set_new(report, "cupti", json_boolean(have_cupti));
     check_counters(checks, have_cupti);
 
-    kh_nvml_api nvml;
-    kh_err nerr;
-    if (kh_nvml_load(&nvml, &nerr) == KH_OK) {
-        char ver[96] = "", line[400];
-        if (nvml.nvmlInit_v2() == 0) {
-            nvml.nvmlSystemGetDriverVersion(ver, sizeof ver);
-            nvml.nvmlShutdown();
-        }
-        snprintf(line, sizeof line, "driver %s (%s)", ver[0] ? ver : "?", nvml.path);
+    if (!json_object_get(nj, "error")) {
+        const char *ver = json_string_value(json_object_get(nj, "driver"));
+        char line[700];
+        snprintf(line, sizeof line, "driver %s (%s)", ver && *ver ? ver : "?",
+                 json_string_value(json_object_get(nj, "path")));
         add_check(checks, "nvml", "ok", line, NULL);
-        json_object_set_new(report, "driver_version", json_string(ver));
-        kh_lib_close(nvml.handle);
+        json_object_set_new(report, "driver_version", json_string(ver ? ver : ""));
     } else {
-        add_check(checks, "nvml", "missing", nerr.msg,
+        add_check(checks, "nvml", "missing", json_string_value(json_object_get(nj, "error")),
                   "clock and temperature guards need the NVIDIA driver's NVML");
     }
+    json_decref(libs);
 
     char extra[1024];
     const char *ch = kh_engine_cuda_home(e);

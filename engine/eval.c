@@ -2211,7 +2211,7 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         goto out;
     }
     if (r.st == KH_ETIMEOUT) {
-        fail(&v, "TIMEOUT", NULL, "%s", r.err.msg);
+        fail(&v, "TIMEOUT", "deadline", "%s", r.err.msg);
         goto verdict;
     }
     if (r.st == KH_ENODEV && !r.reply.head) {

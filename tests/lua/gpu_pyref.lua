@@ -72,6 +72,9 @@ T.test("a candidate that ignores the weight fails against the Python outputs", f
     .. src:sub(at + #from)
   sol.name = "rmsnorm_h4096_no_weight"
   T.write(dir .. "/bad.json", kh.json.encode(sol))
+  -- a Solution file is read with the definition beside it
+  assert(os.execute("cp " .. T.quote(DATA .. "/definitions/rmsnorm/rmsnorm_h4096.json") .. " "
+    .. T.quote(dir .. "/definition.json")))
   local tr, msg, code = kh.eval(WL, dir .. "/bad.json", opts { timing = false, workloads = 1 })
   os.execute("rm -rf " .. T.quote(dir))
   T.ok(tr, tostring(code) .. " " .. tostring(msg))

@@ -34,7 +34,7 @@ T.test("4 workers on GPU 0, 8 workloads in parallel: all PASSED, 4 worker proces
   local seed = math.random(1, 1 << 40)
   local want = uuids(8)
   local tr = assert(kh.eval(TASK, REF, { workloads = want, seed = seed, timing = false,
-                                         record = false, gpus = "0", workers_per_gpu = 4 }))
+                                         record = false, gpus = "1", workers_per_gpu = 4 }))
   T.eq(#tr, 8)
   local pids, n, uuid = {}, 0, nil
   for i, t in ipairs(tr) do
@@ -52,7 +52,7 @@ T.test("4 workers on GPU 0, 8 workloads in parallel: all PASSED, 4 worker proces
   T.eq(n, 4, "four workers shared the GPU")
   -- one worker, the same seeds: the same reference bits
   local one = assert(kh.eval(TASK, REF, { workloads = want, seed = seed, timing = false,
-                                          record = false, gpus = "0", workers_per_gpu = 1 }))
+                                          record = false, gpus = "1", workers_per_gpu = 1 }))
   for i = 1, 8 do T.eq(one[i].evaluation.khlua.hashes, tr[i].evaluation.khlua.hashes) end
 end)
 

@@ -145,6 +145,7 @@ T.test("fault injection: each classified, the next honest candidate passes", fun
            tostring(tr[1].evaluation.khlua.fault) .. " (" .. tostring(tr[1].evaluation.khlua.detail) .. ")")
     else
       T.match(tr[1].evaluation.khlua.detail, "did not finish")
+      T.eq(tr[1].evaluation.khlua.failed_check, "deadline", name .. ": the check that caught it")
     end
     local ok = eval(PKG, "rt_honest_double", opts { workloads = W1, timing = false })
     T.eq(ok[1].evaluation.status, "PASSED", "honest after " .. name)
