@@ -7,6 +7,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 
 /* FIB's float32 arithmetic is reproduced with C float operations, which
@@ -16,6 +17,7 @@
 #endif
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *kh_check_status_name(kh_check_status s)
 {
@@ -161,12 +163,12 @@ typedef struct scan_acc {
 
 static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tensor *out,
                                                        const kh_tensor *ref,
-                                                       const kh_check_opts *o, scan_acc *res)
+                                                       const kh_check_opts *o, uint64_t lo,
+                                                       uint64_t n, scan_acc *res)
 {
     scan_acc a = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
     const void *xp = out->data, *yp = ref->data;
-    const uint64_t n = out->numel;
-    for (uint64_t i = 0; i < n; i++) {
+    for (uint64_t i = lo; i < n; i++) {
         uint64_t cx = kh_dtype_get_code(t, xp, i), cy = kh_dtype_get_code(t, yp, i);
         double x = kh_dtype_decode(t, cx), y = kh_dtype_decode(t, cy);
         int xfin = isfinite(x), yfin = isfinite(y);
@@ -203,6 +205,125 @@ static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tens
     *res = a;
 }
 
+/* One chunk [lo, hi), the dtype's loop chosen once. */
+static int scan_range(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                      uint64_t lo, uint64_t hi, scan_acc *acc)
+{
+    switch (out->dtype) {
+#define KH_SCAN_CASE(T)                                                                   \
+    case T:                                                                               \
+        scan(T, out, ref, o, lo, hi, acc);                                                \
+        return 0;
+        KH_SCAN_CASE(KH_DTYPE_F32)
+        KH_SCAN_CASE(KH_DTYPE_F16)
+        KH_SCAN_CASE(KH_DTYPE_BF16)
+        KH_SCAN_CASE(KH_DTYPE_F8E4M3)
+        KH_SCAN_CASE(KH_DTYPE_F8E5M2)
+        KH_SCAN_CASE(KH_DTYPE_F4E2M1)
+        KH_SCAN_CASE(KH_DTYPE_I64)
+        KH_SCAN_CASE(KH_DTYPE_I32)
+        KH_SCAN_CASE(KH_DTYPE_I16)
+        KH_SCAN_CASE(KH_DTYPE_I8)
+        KH_SCAN_CASE(KH_DTYPE_BOOL)
+#undef KH_SCAN_CASE
+    default:
+        return -1;
+    }
+}
+
+/* a then b (b's elements come after a's): the sequential loop's result */
+static void acc_merge(scan_acc *a, const scan_acc *b)
+{
+    if (a->first_fail < 0)
+        a->first_fail = b->first_fail;
+    if (a->first_inf < 0)
+        a->first_inf = b->first_inf;
+    if (a->first_nan < 0)
+        a->first_nan = b->first_nan;
+    if (b->worst >= 0 && (a->worst < 0 || b->max_abs > a->max_abs)) {
+        a->max_abs = b->max_abs;
+        a->worst = b->worst;
+    }
+    if (b->max_rel > a->max_rel)
+        a->max_rel = b->max_rel;
+    if (b->max_ulp > a->max_ulp)
+        a->max_ulp = b->max_ulp;
+    a->fails += b->fails;
+    a->out_inf += b->out_inf;
+    a->out_nan += b->out_nan;
+    a->ref_nonfinite += b->ref_nonfinite;
+    a->sdiff += b->sdiff;
+    a->sref += b->sref;
+    a->abs_nan |= b->abs_nan;
+    a->rel_nan |= b->rel_nan;
+}
+
+/* Chunks of a fixed size, whatever the thread count: the sums add in one
+ * order, so the figures are the same bits on a laptop and a 16-core host. */
+#define KH_CHECK_CHUNK (1u << 18)
+#define KH_CHECK_MAX_THREADS 32
+
+typedef struct scan_job {
+    const kh_tensor *out, *ref;
+    const kh_check_opts *o;
+    scan_acc *parts;
+    uint64_t nchunks;
+    unsigned first, stride;
+} scan_job;
+
+static void *scan_chunks(void *arg)
+{
+    scan_job *j = arg;
+    uint64_t n = j->out->numel;
+    for (uint64_t c = j->first; c < j->nchunks; c += j->stride) {
+        uint64_t lo = c * KH_CHECK_CHUNK, hi = lo + KH_CHECK_CHUNK < n ? lo + KH_CHECK_CHUNK : n;
+        scan_range(j->out, j->ref, j->o, lo, hi, &j->parts[c]);
+    }
+    return NULL;
+}
+
+static void scan_all(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                     scan_acc *acc)
+{
+    uint64_t n = out->numel, nchunks = (n + KH_CHECK_CHUNK - 1) / KH_CHECK_CHUNK;
+    long cpus = o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned nt = cpus < 1 ? 1 : cpus > KH_CHECK_MAX_THREADS ? KH_CHECK_MAX_THREADS : (unsigned)cpus;
+    if (nt > nchunks)
+        nt = nchunks ? (unsigned)nchunks : 1;
+    scan_acc *parts = nchunks > 1 ? calloc(nchunks, sizeof *parts) : NULL;
+    if (!parts || nt < 2) { /* one chunk, one CPU, or no memory for the parts */
+        free(parts);
+        scan_range(out, ref, o, 0, n < KH_CHECK_CHUNK ? n : KH_CHECK_CHUNK, acc);
+        for (uint64_t c = 1; c < nchunks; c++) { /* the same chunks, the same bits */
+            scan_acc p;
+            uint64_t lo = c * KH_CHECK_CHUNK;
+            scan_range(out, ref, o, lo, lo + KH_CHECK_CHUNK < n ? lo + KH_CHECK_CHUNK : n, &p);
+            acc_merge(acc, &p);
+        }
+        return;
+    }
+    scan_job jobs[KH_CHECK_MAX_THREADS];
+    pthread_t tid[KH_CHECK_MAX_THREADS];
+    int started[KH_CHECK_MAX_THREADS] = {0};
+    for (unsigned k = 0; k < nt; k++) {
+        jobs[k] = (scan_job){out, ref, o, parts, nchunks, k, nt};
+        /* a thread that cannot start: this one does its share below */
+        if (k > 0 && pthread_create(&tid[k], NULL, scan_chunks, &jobs[k]) == 0)
+            started[k] = 1;
+    }
+    scan_chunks(&jobs[0]);
+    for (unsigned k = 1; k < nt; k++) {
+        if (started[k])
+            pthread_join(tid[k], NULL);
+        else
+            scan_chunks(&jobs[k]);
+    }
+    *acc = parts[0];
+    for (uint64_t c = 1; c < nchunks; c++)
+        acc_merge(acc, &parts[c]);
+    free(parts);
+}
+
 kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
                            kh_check_result *r, kh_err *err)
 {
@@ -218,26 +339,9 @@ kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_
         return KH_OK;
 
     scan_acc acc;
-    switch (out->dtype) {
-#define KH_SCAN_CASE(T)                                                                   \
-    case T:                                                                               \
-        scan(T, out, ref, o, &acc);                                                       \
-        break;
-        KH_SCAN_CASE(KH_DTYPE_F32)
-        KH_SCAN_CASE(KH_DTYPE_F16)
-        KH_SCAN_CASE(KH_DTYPE_BF16)
-        KH_SCAN_CASE(KH_DTYPE_F8E4M3)
-        KH_SCAN_CASE(KH_DTYPE_F8E5M2)
-        KH_SCAN_CASE(KH_DTYPE_F4E2M1)
-        KH_SCAN_CASE(KH_DTYPE_I64)
-        KH_SCAN_CASE(KH_DTYPE_I32)
-        KH_SCAN_CASE(KH_DTYPE_I16)
-        KH_SCAN_CASE(KH_DTYPE_I8)
-        KH_SCAN_CASE(KH_DTYPE_BOOL)
-#undef KH_SCAN_CASE
-    default:
+    if (out->dtype < 0 || out->dtype > KH_DTYPE_BOOL)
         return kh_err_set(err, KH_EINVAL, "compare: invalid dtype %d", (int)out->dtype);
-    }
+    scan_all(out, ref, o, &acc);
     r->numel = out->numel;
     r->fails = acc.fails;
     r->first_fail = acc.first_fail;

@@ -58,6 +58,10 @@ typedef struct kh_check_opts {
     double atol, rtol;     /* FIB defaults 1e-2, 1e-2 */
     double required_ratio; /* FIB default 1.0; LowBit 0.95 */
     kh_check_precision precision;
+    /* Threads for kh_check_compare: 0 every CPU (up to 32), 1 this one.
+     * The result is the same bits for any count: the elements are cut into
+     * fixed chunks, merged in order. */
+    int threads;
 } kh_check_opts;
 
 /* FIB's defaults (atol = rtol = 1e-2, ratio 1.0, float32 arithmetic). */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static double best_of(int reps, double (*fn)(void *), void *arg)
 {
@@ -52,8 +53,11 @@ static double run_splitmix(void *arg)
 static double run_compare(void *arg)
 {
     kh_check_result r;
+    kh_check_opts o;
+    kh_check_opts_default(&o);
+    o.threads = arg ? *(int *)arg : 0;
     double t0 = kh_now();
-    kh_check_compare(X, Y, NULL, &r, NULL);
+    kh_check_compare(X, Y, &o, &r, NULL);
     sink = r.max_abs_error;
     return kh_now() - t0;
 }
@@ -95,9 +99,14 @@ int main(int argc, char **argv)
     }
     kh_rng_fill(NULL, X, 1, 0, NULL);
     kh_rng_fill(NULL, Y, 1, 1, NULL);
+    int one = 1;
     double c = best_of(3, run_compare, NULL), b = best_of(3, run_bare_compare, NULL);
+    double c1 = best_of(3, run_compare, &one);
     printf("compare bfloat16: %.2f ns/element; bare max|x-y| anchor %.2f ns/element; ratio %.1f\n",
            c * 1e9 / (double)n, b * 1e9 / (double)n, c / b);
+    printf("compare bfloat16, one thread: %.2f ns/element; ratio %.1f to the anchor, every CPU "
+           "(%ld) %.2fx faster\n",
+           c1 * 1e9 / (double)n, c1 / b, sysconf(_SC_NPROCESSORS_ONLN), c1 / c);
     kh_tensor_free(X);
     kh_tensor_free(Y);
     return 0;

@@ -212,6 +212,56 @@ static void test_error_figures(void **state)
     kh_tensor_free(ref);
 }
 
+/* A comparison over many chunks: the same figures, bit for bit, on one
+ * thread and on several, and each one points at the planted element. */
+static void test_threads_same_bits(void **state)
+{
+    (void)state;
+    int64_t shape[1] = {(int64_t)(5u << 18) + 1 + (int64_t)rnd(1000)};
+    kh_tensor *ref = randt(KH_DTYPE_BF16, 1, shape);
+    kh_tensor *out = clone(ref);
+    uint64_t n = ref->numel, chunk = 1u << 18;
+    /* two failing elements, in chunks 2 and 4; the worst one in chunk 3 */
+    uint64_t f1 = 2 * chunk + rnd(chunk), f2 = 4 * chunk + rnd(n - 4 * chunk);
+    uint64_t w = 3 * chunk + rnd(chunk);
+    kh_tensor_set(out, f1, kh_tensor_get(ref, f1) + 1.5);
+    kh_tensor_set(out, f2, kh_tensor_get(ref, f2) - 1.5);
+    kh_tensor_set(out, w, kh_tensor_get(ref, w) + 64.0);
+    kh_check_opts o;
+    kh_check_opts_default(&o);
+    o.required_ratio = 0.5;
+    o.threads = 1;
+    kh_check_result one = cmp(out, ref, &o);
+    assert_int_equal(one.first_fail, (int64_t)f1);
+    assert_int_equal(one.fails, 3);
+    assert_int_equal(one.worst_index, (int64_t)w);
+    int counts[] = {2, 3, 7, 0};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        o.threads = counts[i];
+        kh_check_result r = cmp(out, ref, &o);
+        assert_int_equal(r.first_fail, one.first_fail);
+        assert_int_equal(r.fails, one.fails);
+        assert_int_equal(r.worst_index, one.worst_index);
+        assert_int_equal(r.max_ulp_error, one.max_ulp_error);
+        assert_memory_equal(&r.max_abs_error, &one.max_abs_error, sizeof(double));
+        assert_memory_equal(&r.max_rel_error, &one.max_rel_error, sizeof(double));
+        assert_memory_equal(&r.norm_error, &one.norm_error, sizeof(double));
+        assert_memory_equal(&r.matched_ratio, &one.matched_ratio, sizeof(double));
+    }
+    /* a NaN in the last chunk is found and named whatever the threads */
+    uint64_t at = n - 1 - rnd(100);
+    kh_tensor_set(out, at, NAN);
+    o.threads = 0;
+    kh_check_result r = cmp(out, ref, &o);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_int_equal(r.out_nan, 1);
+    char want[64];
+    snprintf(want, sizeof want, "first at element %llu", (unsigned long long)at);
+    assert_non_null(strstr(r.reason, want));
+    kh_tensor_free(out);
+    kh_tensor_free(ref);
+}
+
 /* FIB's quirks, reproduced: a NaN reference element never fails; an empty
  * tensor passes with ratio 1. */
 static void test_fib_quirks(void **state)
@@ -525,7 +575,7 @@ int main(void)
         cmocka_unit_test(test_fib_float32_thresholds), cmocka_unit_test(test_matched_ratio),
         cmocka_unit_test(test_error_figures),         cmocka_unit_test(test_fib_quirks),
         cmocka_unit_test(test_merge_and_evaluators),  cmocka_unit_test(test_dsa_topk),
-        cmocka_unit_test(test_sorted_scores_padding),
+        cmocka_unit_test(test_sorted_scores_padding), cmocka_unit_test(test_threads_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
