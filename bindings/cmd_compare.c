@@ -17,23 +17,38 @@
 
 static int readable(const char *p) { return access(p, R_OK) == 0; }
 
-/* The script's path into buf (size n); 0 if none was found. */
-static int find_script(char *buf, size_t n, const char *exe)
+int kh_policies_dir(char *buf, size_t n)
 {
-    const char *rel[] = {"/../policies/compare.lua", "/../share/khlua/policies/compare.lua"};
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", exe);
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        *slash = '\0';
-        for (size_t i = 0; i < KH_ARRAY_LEN(rel); i++) {
-            int w = snprintf(buf, n, "%s%s", dir, rel[i]);
-            if (w > 0 && (size_t)w < n && readable(buf))
-                return 1;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const char *rel[] = {"/../policies", "/../share/khlua/policies"};
+    char probe[PATH_MAX + 64];
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            for (size_t i = 0; i < KH_ARRAY_LEN(rel); i++) {
+                snprintf(probe, sizeof probe, "%s%s/compare.lua", exe, rel[i]);
+                int w = snprintf(buf, n, "%s%s", exe, rel[i]);
+                if (w > 0 && (size_t)w < n && readable(probe))
+                    return 1;
+            }
         }
     }
-    int w = snprintf(buf, n, "%s/policies/compare.lua", KH_SOURCE_DIR);
-    return w > 0 && (size_t)w < n && readable(buf);
+    snprintf(probe, sizeof probe, "%s/policies/compare.lua", KH_SOURCE_DIR);
+    int w = snprintf(buf, n, "%s/policies", KH_SOURCE_DIR);
+    return w > 0 && (size_t)w < n && readable(probe);
+}
+
+/* The script's path into buf (size n); 0 if none was found. */
+static int find_script(char *buf, size_t n)
+{
+    char dir[PATH_MAX];
+    if (!kh_policies_dir(dir, sizeof dir))
+        return 0;
+    int w = snprintf(buf, n, "%s/compare.lua", dir);
+    return w > 0 && (size_t)w < n;
 }
 
 int kh_cmd_compare(kh_engine *e, int argc, char **argv)
@@ -46,7 +61,7 @@ int kh_cmd_compare(kh_engine *e, int argc, char **argv)
     }
     exe[len] = '\0';
     char script[PATH_MAX];
-    if (!find_script(script, sizeof script, exe)) {
+    if (!find_script(script, sizeof script)) {
         fprintf(stderr, "khlua compare: policies/compare.lua not found next to %s nor in %s\n",
                 exe, KH_SOURCE_DIR);
         return 1;

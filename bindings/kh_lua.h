@@ -94,6 +94,10 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv);
 int kh_cmd_store(kh_engine *e, int argc, char **argv);
 int kh_cmd_profile(kh_engine *e, int argc, char **argv);
 int kh_cmd_eval(kh_engine *e, int argc, char **argv);
+/* The folder of the Lua policies (policies/: next to the executable, in
+ * ../share/khlua, or in the source tree it was built from) into buf; 0 if
+ * none is found. */
+int kh_policies_dir(char *buf, size_t n);
 int kh_cmd_compare(kh_engine *e, int argc, char **argv);
 
 /* True if argv holds -h or --help (commands print their usage and exit 0). */

@@ -171,6 +171,31 @@ int kh_luaopen_kh(lua_State *L)
     push_versions(L, e);
     lua_setfield(L, -2, "version");
 
+    /* kh.report: the comparison of runs (policies/lib/report.lua, what
+     * `khlua compare` runs), loaded on first use */
+    char dir[4096];
+    if (kh_policies_dir(dir, sizeof dir)) {
+        static const char lazy[] =
+            "local kh, dir = ...\n"
+            "setmetatable(kh, { __index = function(t, k)\n"
+            "  if k ~= 'report' then return nil end\n"
+            "  local saved = package.path\n"
+            "  package.path = dir .. '/?.lua;' .. saved\n"
+            "  local ok, m = pcall(require, 'lib.report')\n"
+            "  package.path = saved\n"
+            "  if not ok then error(m, 2) end\n"
+            "  rawset(t, 'report', m)\n"
+            "  return m\n"
+            "end })\n";
+        if (luaL_loadbufferx(L, lazy, sizeof lazy - 1, "=kh.report", "t") == LUA_OK) {
+            lua_pushvalue(L, -2);
+            lua_pushstring(L, dir);
+            lua_call(L, 2, 0);
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+
     lua_createtable(L, 0, 2);
     lua_pushstring(L, kh_engine_store_path(e));
     lua_setfield(L, -2, "store");
