@@ -46,7 +46,7 @@ for _, name in ipairs(names) do
     T.ok(tr, tostring(code) .. " " .. tostring(msg))
     local e = tr[1].evaluation
     rows[#rows + 1] = string.format("%-18s %-10s %-20s %-22s %7.2f", name, "-", e.status,
-      tostring(e.khlua.failed_check), dt)
+      e.khlua.failed_check == kh.json.null and "-" or tostring(e.khlua.failed_check), dt)
     check_verdict(name, e, expect[name][1])
   end)
   T.test("san_" .. name .. " under memcheck, racecheck, initcheck", function()
@@ -57,7 +57,7 @@ for _, name in ipairs(names) do
     T.ok(tr, tostring(code) .. " " .. tostring(msg))
     local e = tr[1].evaluation
     rows[#rows + 1] = string.format("%-18s %-10s %-20s %-22s %7.2f", name, "all", e.status,
-      tostring(e.khlua.failed_check), dt)
+      e.khlua.failed_check == kh.json.null and "-" or tostring(e.khlua.failed_check), dt)
     check_verdict(name, e, expect[name][2])
     local san = e.khlua.sanitizer
     if expect[name][1][1] == "PASSED" then
