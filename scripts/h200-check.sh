@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# What is left to measure on a GPU machine, in parts that each fit one
+# device call (10 minutes).  From the repository root, with build-portable/
+# (scripts/portable.sh) and kernels/build/ (kernels/build_cubins.sh) carried:
+#   bash scripts/h200-check.sh tests    every gpu test but the task library's, as a table
+#   bash scripts/h200-check.sh policy   plateau_switch on a CUDA task with the replay
+#                                       provider, killed once and resumed; then compare
+#   bash scripts/h200-check.sh tasks [PACKAGE...]
+#                                       kernels/eval_all.sh: every reference and baseline
+#                                       on every workload, official latency and SoL fraction
+# Outputs go to $OUT (or /tmp/h200-check).  KHLUA_FIB_DATA points gpu_pyref
+# at a FlashInfer-Bench dataset when it is not beside the repository.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export LD_LIBRARY_PATH="$root/build-portable/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+K="$root/build-portable/khlua"
+out=${OUT:-/tmp/h200-check}
+mkdir -p "$out"
+part=${1:-}
+shift || true
+case "$part" in
+tests)
+  KH_GPU_SKIP="${KH_GPU_SKIP:-gpu_kernels}" KH_GPU_TEST_TIMEOUT=${KH_GPU_TEST_TIMEOUT:-200} \
+    OUT="$out" bash scripts/gpu-tests.sh build-portable | grep -v '^  '
+  grep '^# rt_\|^not ok\|^#   /' "$out/gpu-tests.log" | head -60
+  ;;
+policy)
+  export KHLUA_STORE="$out/store"
+  task=${POLICY_TASK:-kernels/rmsnorm_h4096}
+  # killed once in round 2, then resumed: the run must end as one run
+  timeout -s KILL "${POLICY_KILL_AFTER:-150}" "$K" policies/plateau_switch.lua --task "$task" \
+    --rounds "${POLICY_ROUNDS:-6}" > "$out/policy-1.txt" 2>&1
+  echo "first part: exit $? (137 = killed on purpose)"
+  run=$(grep -o '^run run-[0-9A-Z]*' "$out/policy-1.txt" | head -1 | cut -d' ' -f2)
+  [ -n "$run" ] || { cat "$out/policy-1.txt"; exit 1; }
+  "$K" policies/plateau_switch.lua --resume "$run" > "$out/policy-2.txt" 2>&1
+  echo "resumed: exit $?"
+  cat "$out/policy-1.txt" "$out/policy-2.txt" | grep -v '^no .*_API_KEY'
+  "$K" store ls --type promotion --run "$run" 2>&1 | head
+  ;;
+tasks)
+  python3 kernels/make_blobs.py --missing
+  OUT="$out" bash kernels/eval_all.sh "$K" "$@"
+  ;;
+*)
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+  ;;
+esac
