@@ -575,8 +575,9 @@ kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
 }
 
 /* ---- sampling ------------------------------------------------------------ */
-kh_status kh_check_sampling_count(const kh_tensor *samples, int64_t vocab, uint64_t *counts,
-                                  kh_check_result *r, kh_err *err)
+kh_status kh_check_sampling_count(const kh_tensor *samples, const kh_tensor *probs,
+                                  int64_t vocab, uint64_t *counts, kh_check_result *r,
+                                  kh_err *err)
 {
     kh_check_result_init(r);
     if (!samples || vocab < 1)
@@ -585,6 +586,10 @@ kh_status kh_check_sampling_count(const kh_tensor *samples, int64_t vocab, uint6
     if (samples->dtype != KH_DTYPE_I32 && samples->dtype != KH_DTYPE_I64)
         return kh_err_set(err, KH_EINVAL, "sampling: samples must be int32 or int64, not %s",
                           kh_dtype_name(samples->dtype));
+    if (probs && (probs->dtype != KH_DTYPE_F32 || probs->ndim != 2 ||
+                  probs->shape[1] != vocab || (uint64_t)probs->shape[0] != samples->numel))
+        return kh_err_set(err, KH_EINVAL, "sampling: probs must be float32 [%llu, %lld]",
+                          (unsigned long long)samples->numel, (long long)vocab);
     r->numel = samples->numel;
     char list[256] = "";
     size_t len = 0, nbad = 0;
@@ -608,6 +613,19 @@ kh_status kh_check_sampling_count(const kh_tensor *samples, int64_t vocab, uint6
                     nbad > 8 ? ", ..." : "", (long long)vocab, nbad,
                     (unsigned long long)samples->numel);
         return KH_OK;
+    }
+    for (uint64_t i = 0; probs && i < samples->numel; i++) {
+        int64_t id = iget(samples, i);
+        if (((const float *)probs->data)[i * (uint64_t)vocab + (uint64_t)id] == 0.0f) {
+            r->fails = 1;
+            r->first_fail = (int64_t)i;
+            r->max_abs_error = r->max_rel_error = INFINITY;
+            r->final = 1;
+            fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                        "sample %lld in batch row %llu has probability 0", (long long)id,
+                        (unsigned long long)i);
+            return KH_OK;
+        }
     }
     for (uint64_t i = 0; counts && i < samples->numel; i++)
         counts[i * (uint64_t)vocab + (uint64_t)iget(samples, i)]++;

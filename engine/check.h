@@ -154,11 +154,14 @@ kh_status kh_check_sorted_scores(const kh_tensor *sol, const kh_tensor *ref,
  * the threshold; khlua counts only the N validation calls. */
 
 /* Check one call's samples against [0, vocab) and, when counts is not NULL,
- * add them to counts[b * vocab + id] (rows b = 0..samples->numel-1).  The
- * verdict goes to *r (kh_check_result_init'ed here); counts are only added
- * when every id is in range. */
-kh_status kh_check_sampling_count(const kh_tensor *samples, int64_t vocab, uint64_t *counts,
-                                  kh_check_result *r, kh_err *err);
+ * add them to counts[b * vocab + id] (rows b = 0..samples->numel-1).  When
+ * probs ([rows, vocab] float32) is given, an id whose probability is 0 also
+ * fails (khlua's check; FIB's mask without top-k / top-p allows every id).
+ * The verdict goes to *r (kh_check_result_init'ed here); counts are only
+ * added when every id passes. */
+kh_status kh_check_sampling_count(const kh_tensor *samples, const kh_tensor *probs,
+                                  int64_t vocab, uint64_t *counts, kh_check_result *r,
+                                  kh_err *err);
 
 /* The TVD test on probs [B, V] (float32) and counts [B * V] summing to
  * `calls` per row.  tvds (B doubles, may be NULL) receives each row's TVD. */

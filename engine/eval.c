@@ -933,9 +933,39 @@ static kh_status sampling_probs(wctx *c, const kh_tensor **out, kh_err *err)
         return kh_err_set(err, KH_EINVAL, "sampling evaluator: '%s' needs an input 'probs', "
                           "float32 [batch_size, vocab_size]", c->d->name);
     int64_t shape[2] = {c->w->axes[t->dims[0]], c->w->axes[t->dims[1]]};
-    kh_status st = kh_tensor_new(&c->probs, KH_DTYPE_F32, 2, shape, err);
-    if (!st)
+    json_t *in = json_object_get(json_object_get(c->w->json, "inputs"), "probs");
+    const char *type = json_string_value(json_object_get(in, "type"));
+    kh_status st = KH_OK;
+    if (type && !strcmp(type, "safetensors")) {
+        /* the workload's own probs: what input_gen sends the workers */
+        const char *path = json_string_value(json_object_get(in, "path"));
+        const char *key = json_string_value(json_object_get(in, "tensor_key"));
+        char full[4096];
+        kh_st_file *f = NULL;
+        kh_tensor *tt = NULL;
+        snprintf(full, sizeof full, "%s/%s", c->base, path ? path : "");
+        if (!path || !key)
+            st = kh_err_set(err, KH_EINVAL, "workload %s: input 'probs': safetensors needs path "
+                            "and tensor_key", c->w->uuid);
+        else if (!(st = kh_st_open(full, &f, err))) {
+            if (!(st = kh_st_get_expect(f, key, "probs", KH_DTYPE_F32, 2, shape, &tt, err)))
+                st = kh_tensor_clone(&c->probs, tt, err);
+            kh_tensor_free(tt);
+            kh_st_close(f);
+        }
+    } else if (type && strcmp(type, "random")) {
+        st = kh_err_set(err, KH_EINVAL, "workload %s: the sampling evaluator's probs must be "
+                        "random or safetensors, not %s", c->w->uuid, type);
+    } else if (!(st = kh_tensor_new(&c->probs, KH_DTYPE_F32, 2, shape, err))) {
         st = kh_rng_fill_softmax(c->ev->e, c->probs, c->seeds[0], (uint32_t)idx, err);
+    }
+    const float *pv = c->probs ? c->probs->data : NULL;
+    for (uint64_t i = 0; !st && i < c->probs->numel; i++)
+        if (!(pv[i] >= 0) || !isfinite(pv[i]))
+            st = kh_err_set(err, KH_EINVAL, "workload %s: probs[%llu, %llu] is %g, not a "
+                            "probability", c->w->uuid,
+                            (unsigned long long)(i / (uint64_t)shape[1]),
+                            (unsigned long long)(i % (uint64_t)shape[1]), (double)pv[i]);
     if (st) {
         probs_free(c);
         return st;
@@ -2218,8 +2248,10 @@ static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uin
     if (!b)
         return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks output '%s'", ot->name);
     kh_tensor *tx = NULL;
+    /* the zero-probability check is khlua's: off in parity runs */
     if ((st = kh_tensor_borrow(&tx, dt, 1, shape, (void *)b, want, err)) ||
-        (st = kh_check_sampling_count(tx, probs->shape[1], counts, r, err))) {
+        (st = kh_check_sampling_count(tx, c->o->parity ? NULL : probs, probs->shape[1], counts,
+                                      r, err))) {
         kh_tensor_free(tx);
         return st;
     }

@@ -549,7 +549,7 @@ static void test_sampling(void **state)
     for (uint64_t n = 0; n < N; n++) {
         for (int64_t b = 0; b < nb; b++)
             kh_tensor_set(smp, (uint64_t)b, (double)rnd((unsigned)nv));
-        assert_int_equal(kh_check_sampling_count(smp, nv, counts, &r, &err), KH_OK);
+        assert_int_equal(kh_check_sampling_count(smp, NULL, nv, counts, &r, &err), KH_OK);
         assert_int_equal(r.status, KH_CHECK_PASSED);
     }
     for (int64_t b = 0; b < nb; b++) {
@@ -562,7 +562,7 @@ static void test_sampling(void **state)
     int64_t row = (int64_t)rnd((unsigned)nb);
     kh_tensor_set(smp, (uint64_t)row, (double)nv);
     uint64_t before = counts[0];
-    assert_int_equal(kh_check_sampling_count(smp, nv, counts, &r, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_count(smp, NULL, nv, counts, &r, &err), KH_OK);
     assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
     assert_true(r.final && isinf(r.max_abs_error));
     assert_int_equal(r.first_fail, row);
@@ -572,8 +572,22 @@ static void test_sampling(void **state)
     assert_non_null(strstr(r.reason, want));
     assert_int_equal(counts[0], before);
     kh_tensor_set(smp, (uint64_t)row, -1);
-    assert_int_equal(kh_check_sampling_count(smp, nv, NULL, &r, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_count(smp, NULL, nv, NULL, &r, &err), KH_OK);
     assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+
+    /* an id of probability 0 fails when probs are given */
+    for (int64_t b = 0; b < nb; b++)
+        kh_tensor_set(smp, (uint64_t)b, (double)rnd((unsigned)nv));
+    assert_int_equal(kh_check_sampling_count(smp, p, nv, NULL, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    int64_t zid = (int64_t)kh_tensor_get(smp, (uint64_t)row);
+    float keep = pf[row * nv + zid];
+    ((float *)p->data)[row * nv + zid] = 0.0f;
+    assert_int_equal(kh_check_sampling_count(smp, p, nv, NULL, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_non_null(strstr(r.reason, "has probability 0"));
+    assert_int_equal(r.first_fail, row);
+    ((float *)p->data)[row * nv + zid] = keep;
 
     /* TVD: the largest row's 0.5 * sum |f - p| decides */
     double *tvds = calloc((size_t)nb, sizeof *tvds), worst = 0;
@@ -596,7 +610,7 @@ static void test_sampling(void **state)
     /* misuse: int8 samples, a 1-D probs */
     kh_tensor *bad;
     assert_int_equal(kh_tensor_new(&bad, KH_DTYPE_I8, 1, ss, &err), KH_OK);
-    assert_int_equal(kh_check_sampling_count(bad, nv, NULL, &r, &err), KH_EINVAL);
+    assert_int_equal(kh_check_sampling_count(bad, NULL, nv, NULL, &r, &err), KH_EINVAL);
     assert_int_equal(kh_check_sampling_tvd(smp, counts, N, 0.2, NULL, &r, &err), KH_EINVAL);
     kh_tensor_free(bad);
     free(tvds);

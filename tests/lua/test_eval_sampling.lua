@@ -6,7 +6,9 @@
 -- per-row frequencies within the total-variation bound of probs.  The
 -- honest inverse-CDF sampler passes; argmax, a sampler that ignores its seed
 -- and one returning an id out of range fail; the definition's tolerance
--- object overrides the number of calls and the bound.
+-- object overrides the number of calls and the bound; probs from a
+-- safetensors file (with zeros) are the workload's own, and a token of
+-- probability 0 fails.
 local T = require "testlib"
 local kh = require "kh"
 
@@ -16,7 +18,8 @@ math.randomseed(os.time())
 
 local W_SMALL = "5a3d0000-0001-4000-8000-000000000001" -- batch 2, vocab 4
 local W_LARGE = "5a3d0000-0002-4000-8000-000000000002" -- batch 4, vocab 64
-local SOLS = { "sample_ref_c", "sample_argmax", "sample_out_of_range", "sample_fixed_seed" }
+local SOLS = { "sample_ref_c", "sample_argmax", "sample_out_of_range", "sample_fixed_seed",
+               "sample_uniform" }
 
 local dir = T.tmpdir()
 local function package(name, edit)
@@ -110,6 +113,40 @@ T.test("the definition's tolerance overrides the calls and the bound", function(
   T.eq(code, 1, out)
   T.match(out, "sampling_validation_trials: expected an integer from 1 to 1024")
   T.match(out, "sampling_tvd_threshold: expected a number in %[0, 1%]")
+end)
+
+T.test("probs from safetensors are the workload's; a token of probability 0 fails", function()
+  local task = package("zeros", function(d)
+    d.khlua.tolerance = { sampling_validation_trials = 1000 }
+  end)
+  -- 3 rows of 16 tokens: the first 4 positive, each other one 0 by a coin
+  -- flip, normalised
+  local B, V, vals = 3, 16, {}
+  for _ = 1, B do
+    local row, sum = {}, 0
+    for v = 1, V do
+      row[v] = (v > 4 and math.random() < 0.5) and 0 or math.random() + 0.05
+      sum = sum + row[v]
+    end
+    for v = 1, V do vals[#vals + 1] = row[v] / sum end
+  end
+  os.execute("mkdir -p " .. T.quote(task .. "/blob"))
+  local t = kh.tensor.new("float32", { B, V }, vals)
+  kh.tensor.save(task .. "/blob/probs.safetensors", { probs = t })
+  t:close()
+  local uuid = "5a3d0000-0003-4000-8000-000000000003"
+  local f = assert(io.open(task .. "/workloads.jsonl", "a"))
+  f:write(kh.json.encode({ definition = "sampling_from_probs_small", workload = {
+    uuid = uuid, axes = { batch_size = B, vocab_size = V },
+    inputs = { probs = { type = "safetensors", path = "blob/probs.safetensors",
+                         tensor_key = "probs" }, seed = { type = "random" } } } }) .. "\n")
+  f:close()
+  local e = eval(task, "sample_ref_c", uuid)
+  T.eq(e.status, "PASSED", tostring(e.khlua.detail))
+  T.ok(e.correctness.extra.tvd < 0.2, tostring(e.correctness.extra.tvd))
+  e = eval(task, "sample_uniform", uuid)
+  T.eq(e.status, "INCORRECT_NUMERICAL")
+  T.match(e.khlua.detail, "has probability 0")
 end)
 
 T.test("top-k / top-p sampling definitions are refused, not judged wrongly", function()
