@@ -892,8 +892,9 @@ typedef struct wctx {
     const struct job *last;  /* the job behind the last reply handed out */
     const struct job *ref_timing; /* the job that timed the reference (this workload) */
     /* sampling: this workload's probs (softmax of randn from seeds[0] and the
-     * input's stream), made here and sent as bytes so every call of the
-     * validation trials gets the same distribution; freed by in_free */
+     * input's stream, or the workload's safetensors), made here and sent as
+     * bytes so every validation call gets the same distribution; freed by
+     * probs_free */
     kh_tensor *probs;
     const kh_task_workload *probs_w;
     uint64_t probs_seed;
