@@ -1,6 +1,7 @@
 /* check.c: comparison of outputs with references (check.h): FlashInfer-
  * Bench's default rule with its float32 arithmetic, khlua's extra figures,
- * aggregation over outputs and trials, and the DSA top-k indexer evaluator.
+ * aggregation over outputs and trials, the DSA top-k indexer evaluator and
+ * the sampling evaluator's range and total-variation checks.
  * Where the tensors come from (device copies, the store) is not its concern;
  * it reads host tensors in place. */
 #include "check.h"
@@ -674,5 +675,122 @@ kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
     sorted_scores(xs, ys, n, o, r);
     free(xs);
     free(ys);
+    return KH_OK;
+}
+
+/* ---- sampling ------------------------------------------------------------ */
+kh_status kh_check_sampling_count(const kh_tensor *samples, const kh_tensor *probs,
+                                  int64_t vocab, uint64_t *counts, kh_check_result *r,
+                                  kh_err *err)
+{
+    kh_check_result_init(r);
+    if (!samples || vocab < 1)
+        return kh_err_set(err, KH_EINVAL, "sampling: samples and a vocabulary size >= 1 are "
+                          "required");
+    if (samples->dtype != KH_DTYPE_I32 && samples->dtype != KH_DTYPE_I64)
+        return kh_err_set(err, KH_EINVAL, "sampling: samples must be int32 or int64, not %s",
+                          kh_dtype_name(samples->dtype));
+    if (probs && (probs->dtype != KH_DTYPE_F32 || probs->ndim != 2 ||
+                  probs->shape[1] != vocab || (uint64_t)probs->shape[0] != samples->numel))
+        return kh_err_set(err, KH_EINVAL, "sampling: probs must be float32 [%llu, %lld]",
+                          (unsigned long long)samples->numel, (long long)vocab);
+    r->numel = samples->numel;
+    char list[256] = "";
+    size_t len = 0, nbad = 0;
+    for (uint64_t i = 0; i < samples->numel; i++) {
+        int64_t id = iget(samples, i);
+        if (id >= 0 && id < vocab)
+            continue;
+        if (!nbad++)
+            r->first_fail = (int64_t)i;
+        if (nbad <= 8 && len < sizeof list - 32)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%lld", nbad > 1 ? ", " : "",
+                                    (long long)id);
+    }
+    if (nbad) {
+        r->fails = nbad;
+        r->matched_ratio = 1.0 - (double)nbad / (double)samples->numel;
+        r->max_abs_error = r->max_rel_error = INFINITY;
+        r->final = 1;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "samples [%s%s] out of vocabulary range [0, %lld) (%zu of %llu rows)", list,
+                    nbad > 8 ? ", ..." : "", (long long)vocab, nbad,
+                    (unsigned long long)samples->numel);
+        return KH_OK;
+    }
+    for (uint64_t i = 0; probs && i < samples->numel; i++) {
+        int64_t id = iget(samples, i);
+        if (((const float *)probs->data)[i * (uint64_t)vocab + (uint64_t)id] == 0.0f) {
+            r->fails = 1;
+            r->first_fail = (int64_t)i;
+            r->max_abs_error = r->max_rel_error = INFINITY;
+            r->final = 1;
+            fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                        "sample %lld in batch row %llu has probability 0", (long long)id,
+                        (unsigned long long)i);
+            return KH_OK;
+        }
+    }
+    for (uint64_t i = 0; counts && i < samples->numel; i++)
+        counts[i * (uint64_t)vocab + (uint64_t)iget(samples, i)]++;
+    return KH_OK;
+}
+
+kh_status kh_check_sampling_tvd(const kh_tensor *probs, const uint64_t *counts, uint64_t calls,
+                                double threshold, double *tvds, kh_check_result *r,
+                                kh_err *err)
+{
+    kh_check_result_init(r);
+    if (!probs || !counts || calls < 1)
+        return kh_err_set(err, KH_EINVAL, "sampling: probs, counts and at least one call are "
+                          "required");
+    if (probs->dtype != KH_DTYPE_F32 || probs->ndim != 2 || probs->shape[1] < 1)
+        return kh_err_set(err, KH_EINVAL, "sampling: probs must be a float32 [batch, vocab] "
+                          "tensor, not %d-D %s", probs->ndim, kh_dtype_name(probs->dtype));
+    int64_t B = probs->shape[0], V = probs->shape[1];
+    const float *p = probs->data;
+    r->numel = probs->numel;
+    double worst = -1;
+    int64_t worst_row = -1;
+    for (int64_t b = 0; b < B; b++) {
+        const float *pr = p + b * V;
+        const uint64_t *cr = counts + b * V;
+        double sum = 0, tvd = 0;
+        for (int64_t v = 0; v < V; v++)
+            sum += pr[v];
+        if (!(sum > 0) || !isfinite(sum))
+            return kh_err_set(err, KH_EINVAL, "sampling: probs row %lld sums to %g, not a "
+                              "distribution", (long long)b, sum);
+        for (int64_t v = 0; v < V; v++) {
+            double q = pr[v] / sum, f = (double)cr[v] / (double)calls;
+            tvd += fabs(f - q);
+            /* compute_error_stats in float32 */
+            float fa = fabsf((float)f - (float)q);
+            float fr = fa / (fabsf((float)q) + 1e-8f);
+            if (fa > r->max_abs_error) {
+                r->max_abs_error = fa;
+                r->worst_index = b * V + v;
+                r->worst_out = f;
+                r->worst_ref = q;
+            }
+            if (fr > r->max_rel_error)
+                r->max_rel_error = fr;
+        }
+        tvd *= 0.5;
+        if (tvds)
+            tvds[b] = tvd;
+        if (tvd > worst) {
+            worst = tvd;
+            worst_row = b;
+        }
+    }
+    if (worst > threshold) {
+        r->fails = 1;
+        r->first_fail = worst_row * V;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "total variation distance %.4f in batch row %lld exceeds %.4g (frequencies "
+                    "of %llu calls against probs)", worst, (long long)worst_row, threshold,
+                    (unsigned long long)calls);
+    }
     return KH_OK;
 }

@@ -141,4 +141,36 @@ kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
 kh_status kh_check_sorted_scores(const kh_tensor *sol, const kh_tensor *ref,
                                  const kh_check_opts *o, kh_check_result *r, kh_err *err);
 
+/* ---- sampling (evaluators/sampling.py, op_type "sampling") ---------------
+ * The candidate is called many times on one probs [B, V] with fresh seeds
+ * (the caller's job).  Each call's samples (B ids, int32 or int64) must lie
+ * in [0, V): otherwise INCORRECT_NUMERICAL, errors inf, final (FIB returns
+ * at the first bad call), the reason listing the bad ids.  Then, over all
+ * N counted calls, per row b: TVD_b = 0.5 * sum_v |count_bv / N - q_bv|,
+ * q the row of probs renormalised to sum 1 (FIB's expected_probs with no
+ * top-k / top-p mask); INCORRECT_NUMERICAL when max_b TVD_b > threshold.
+ * max_abs_error / max_rel_error are FIB's compute_error_stats of the
+ * frequencies against q (float32, rel = abs / (|q| + 1e-8)), maxima over
+ * rows; numel = B * V.  The sampling noise of the statistic is about
+ * 0.5 * sqrt(2 (V - 1) / (pi N)) per row for near-uniform q, so the
+ * threshold only has teeth when V is small against N: FIB draws 500000
+ * samples per row and skips the TVD when sqrt(nucleus / 500000) exceeds
+ * the threshold; khlua counts only the N validation calls. */
+
+/* Check one call's samples against [0, vocab) and, when counts is not NULL,
+ * add them to counts[b * vocab + id] (rows b = 0..samples->numel-1).  When
+ * probs ([rows, vocab] float32) is given, an id whose probability is 0 also
+ * fails (khlua's check; FIB's mask without top-k / top-p allows every id).
+ * The verdict goes to *r (kh_check_result_init'ed here); counts are only
+ * added when every id passes. */
+kh_status kh_check_sampling_count(const kh_tensor *samples, const kh_tensor *probs,
+                                  int64_t vocab, uint64_t *counts, kh_check_result *r,
+                                  kh_err *err);
+
+/* The TVD test on probs [B, V] (float32) and counts [B * V] summing to
+ * `calls` per row.  tvds (B doubles, may be NULL) receives each row's TVD. */
+kh_status kh_check_sampling_tvd(const kh_tensor *probs, const uint64_t *counts, uint64_t calls,
+                                double threshold, double *tvds, kh_check_result *r,
+                                kh_err *err);
+
 #endif

@@ -24,6 +24,7 @@
 #include "task.h"
 #include "tensor.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -865,7 +866,7 @@ typedef struct wctx {
     const kh_task_def *d;
     const kh_task_workload *w;
     const char *base;        /* safetensors paths are relative to this */
-    uint64_t seeds[64];
+    uint64_t seeds[KH_TASK_MAX_SAMPLING_TRIALS]; /* 64 at most, but for sampling */
     size_t ntrials;
     kh_check_evaluator evaluator;
     kh_check_opts copts;
@@ -890,6 +891,14 @@ typedef struct wctx {
     int pending;
     const struct job *last;  /* the job behind the last reply handed out */
     const struct job *ref_timing; /* the job that timed the reference (this workload) */
+    /* sampling: this workload's probs (softmax of randn from seeds[0] and the
+     * input's stream, or the workload's safetensors), made here and sent as
+     * bytes so every validation call gets the same distribution; freed by
+     * probs_free */
+    kh_tensor *probs;
+    const kh_task_workload *probs_w;
+    uint64_t probs_seed;
+    double tvd_threshold;
 } wctx;
 
 static void in_free(wctx *c)
@@ -899,6 +908,73 @@ static void in_free(wctx *c)
         c->ins[i] = NULL;
     }
     c->in_ok = 0;
+}
+
+static void probs_free(wctx *c)
+{
+    kh_tensor_free(c->probs);
+    c->probs = NULL;
+    c->probs_w = NULL;
+}
+
+/* The sampling evaluator's probs for this workload (see wctx). */
+static kh_status sampling_probs(wctx *c, const kh_tensor **out, kh_err *err)
+{
+    if (c->probs && c->probs_w == c->w && c->probs_seed == c->seeds[0]) {
+        *out = c->probs;
+        return KH_OK;
+    }
+    probs_free(c);
+    size_t idx = 0;
+    const kh_task_tensor *t = NULL;
+    for (size_t i = 0; i < c->d->ninputs && !t; i++)
+        if (!strcmp(c->d->inputs[i].name, "probs"))
+            t = &c->d->inputs[(idx = i)];
+    if (!t || t->is_scalar || t->rank != 2 || strcmp(t->dtype, "float32"))
+        return kh_err_set(err, KH_EINVAL, "sampling evaluator: '%s' needs an input 'probs', "
+                          "float32 [batch_size, vocab_size]", c->d->name);
+    int64_t shape[2] = {c->w->axes[t->dims[0]], c->w->axes[t->dims[1]]};
+    json_t *in = json_object_get(json_object_get(c->w->json, "inputs"), "probs");
+    const char *type = json_string_value(json_object_get(in, "type"));
+    kh_status st = KH_OK;
+    if (type && !strcmp(type, "safetensors")) {
+        /* the workload's own probs: what input_gen sends the workers */
+        const char *path = json_string_value(json_object_get(in, "path"));
+        const char *key = json_string_value(json_object_get(in, "tensor_key"));
+        char full[4096];
+        kh_st_file *f = NULL;
+        kh_tensor *tt = NULL;
+        snprintf(full, sizeof full, "%s/%s", c->base, path ? path : "");
+        if (!path || !key)
+            st = kh_err_set(err, KH_EINVAL, "workload %s: input 'probs': safetensors needs path "
+                            "and tensor_key", c->w->uuid);
+        else if (!(st = kh_st_open(full, &f, err))) {
+            if (!(st = kh_st_get_expect(f, key, "probs", KH_DTYPE_F32, 2, shape, &tt, err)))
+                st = kh_tensor_clone(&c->probs, tt, err);
+            kh_tensor_free(tt);
+            kh_st_close(f);
+        }
+    } else if (type && strcmp(type, "random")) {
+        st = kh_err_set(err, KH_EINVAL, "workload %s: the sampling evaluator's probs must be "
+                        "random or safetensors, not %s", c->w->uuid, type);
+    } else if (!(st = kh_tensor_new(&c->probs, KH_DTYPE_F32, 2, shape, err))) {
+        st = kh_rng_fill_softmax(c->ev->e, c->probs, c->seeds[0], (uint32_t)idx, err);
+    }
+    const float *pv = c->probs ? c->probs->data : NULL;
+    for (uint64_t i = 0; !st && i < c->probs->numel; i++)
+        if (!(pv[i] >= 0) || !isfinite(pv[i]))
+            st = kh_err_set(err, KH_EINVAL, "workload %s: probs[%llu, %llu] is %g, not a "
+                            "probability", c->w->uuid,
+                            (unsigned long long)(i / (uint64_t)shape[1]),
+                            (unsigned long long)(i % (uint64_t)shape[1]), (double)pv[i]);
+    if (st) {
+        probs_free(c);
+        return st;
+    }
+    c->probs_w = c->w;
+    c->probs_seed = c->seeds[0];
+    *out = c->probs;
+    return KH_OK;
 }
 
 /* The inputs of this workload for seed, the workers' bits (pyref.h). */
@@ -954,6 +1030,20 @@ static kh_status input_gen(wctx *c, const kh_task_tensor *t, size_t stream, json
 {
     json_t *in = json_object_get(json_object_get(c->w->json, "inputs"), t->name);
     const char *type = json_string_value(json_object_get(in, "type"));
+    if ((!type || !strcmp(type, "random")) && c->evaluator == KH_EVAL_SAMPLING &&
+        !strcmp(t->name, "probs")) {
+        /* FIB's sampling probs: softmax of randn, one distribution for all
+         * the validation calls, so the coordinator sends the bytes */
+        const kh_tensor *pt = NULL;
+        size_t off = 0;
+        kh_status st = sampling_probs(c, &pt, err);
+        if (!st)
+            st = pl_add(c, pt->data, pt->nbytes, &off, err);
+        if (!st)
+            *gen = json_pack("{s:s, s:[I, I]}", "kind", "bytes", "payload", (json_int_t)off,
+                             (json_int_t)pt->nbytes);
+        return st;
+    }
     if (!type || !strcmp(type, "random")) {
         const char *kind = c->evaluator == KH_EVAL_DSA_TOPK && !strcmp(t->name, "k_index_cache_fp8")
                                ? "dsa_kcache" : "random";
@@ -1465,7 +1555,7 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
 static kh_status ref_outputs_for(wctx *c, const kh_task_solution *ref, const uint64_t *seeds,
                                  size_t n, refout **outs, char hash[33], kh_err *err)
 {
-    uint64_t saved[64];
+    uint64_t saved[KH_TASK_MAX_SAMPLING_TRIALS];
     size_t saved_n = c->ntrials;
     memcpy(saved, c->seeds, sizeof saved);
     memcpy(c->seeds, seeds, n * sizeof *seeds);
@@ -2137,6 +2227,45 @@ static kh_status sanitize(wctx *c, const kh_task_solution *sol, const art *a, ve
 }
 
 /* ---- one workload --------------------------------------------------------- */
+/* Sampling: one call's samples (the first output, at slice `outs` of the
+ * reply) checked against [0, vocab_size) and, when counts is not NULL,
+ * counted.  *untouched_fail: the first bad id still holds the poison. */
+static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uint64_t *counts,
+                               unsigned poison, kh_check_result *r, int *untouched_fail,
+                               kh_err *err)
+{
+    *untouched_fail = 0;
+    const kh_task_tensor *ot = &c->d->outputs[0];
+    kh_dtype dt;
+    kh_status st = kh_dtype_parse(ot->dtype, &dt, err);
+    if (st)
+        return st;
+    const kh_tensor *probs = NULL;
+    if ((st = sampling_probs(c, &probs, err)))
+        return st;
+    int64_t shape[1] = {probs->shape[0]};
+    size_t want = out_bytes(c->d, ot, c->w->axes);
+    const unsigned char *b = reply_bytes(m, json_object_get(outs, ot->name), want);
+    if (!b)
+        return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks output '%s'", ot->name);
+    kh_tensor *tx = NULL;
+    /* the zero-probability check is khlua's: off in parity runs */
+    if ((st = kh_tensor_borrow(&tx, dt, 1, shape, (void *)b, want, err)) ||
+        (st = kh_check_sampling_count(tx, c->o->parity ? NULL : probs, probs->shape[1], counts,
+                                      r, err))) {
+        kh_tensor_free(tx);
+        return st;
+    }
+    if (r->status != KH_CHECK_PASSED) {
+        if (poison)
+            *untouched_fail = untouched(tx, r->first_fail, poison);
+        size_t l = strlen(r->reason);
+        snprintf(r->reason + l, sizeof r->reason - l, " (output '%s')", ot->name);
+    }
+    kh_tensor_free(tx);
+    return KH_OK;
+}
+
 static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_task_solution *ref,
                                const char *sol_hash, json_t **trace, kh_err *err)
 {
@@ -2147,7 +2276,8 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     kh_check_result_init(&v.acc);
     v.checks = json_object();
     json_t *kl = json_object(), *ev = json_object(), *perf = NULL, *timing = NULL;
-    json_t *samples = NULL;
+    json_t *samples = NULL, *samp_extra = NULL;
+    uint64_t *counts = NULL; /* sampling: [batch_size * vocab_size] */
     kh_status st = KH_OK;
     wres r;
     memset(&r, 0, sizeof r);
@@ -2183,7 +2313,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         json_object_set_new(ev, "log", json_string(a->log ? a->log : ""));
         goto verdict;
     }
-    if ((st = ref_outputs(c, ref, ro, ref_hash, err)))
+    /* sampling: FIB's baseline is the distribution itself, the reference
+     * runs only to be timed */
+    if (c->evaluator != KH_EVAL_SAMPLING && (st = ref_outputs(c, ref, ro, ref_hash, err)))
         goto out;
 
     free(c->pl);
@@ -2274,6 +2406,35 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                 break;
             kh_check_result ra, rb;
             int ua = 0, ub = 0;
+            if (c->evaluator == KH_EVAL_SAMPLING) {
+                /* every call in range, counted; the second poison's call
+                 * (same seed: the same samples) only range-checked */
+                const kh_tensor *pt = NULL;
+                if (!counts && (st = sampling_probs(c, &pt, err)))
+                    goto out;
+                if (!counts && !(counts = calloc((size_t)pt->numel, sizeof *counts))) {
+                    st = kh_err_set(err, KH_ENOMEM, "out of memory for sampling counts");
+                    goto out;
+                }
+                if ((st = sampling_call(c, &r.reply, json_object_get(tr, "outputs"), counts,
+                                        hard ? 0xFF : 0, &ra, &ua, err)))
+                    goto out;
+                if (ra.status == KH_CHECK_PASSED && hard && json_object_get(tr, "outputs_b") &&
+                    (st = sampling_call(c, &r.reply, json_object_get(tr, "outputs_b"), NULL, 0x7F,
+                                        &ra, &ub, err)))
+                    goto out;
+                if (ra.status != KH_CHECK_PASSED) {
+                    kh_check_merge(&v.acc, &ra);
+                    v.has_correctness = 1;
+                    if (ua || ub)
+                        poison_ok = 0;
+                    fail(&v, kh_check_status_name(ra.status), ua || ub ? "poison" : "correctness",
+                         "trial %zu (seed %llu)%s: %s", t, (unsigned long long)c->seeds[t],
+                         ua || ub ? ", ids left as the poison" : "", ra.reason);
+                    break;
+                }
+                continue;
+            }
             if ((st = compare_set(c, &r.reply, json_object_get(tr, "outputs"), ro[t], &ra,
                                   hard ? 0xFF : 0, &ua, err)))
                 goto out;
@@ -2309,6 +2470,37 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                      "trial %zu: two calls on the same inputs gave different bits", t);
                 break;
             }
+        }
+        if (c->evaluator == KH_EVAL_SAMPLING && counts && !strcmp(v.status, "PASSED")) {
+            const kh_tensor *pt = NULL;
+            double *tvds = NULL;
+            kh_check_result rt;
+            if ((st = sampling_probs(c, &pt, err)))
+                goto out;
+            if (!(tvds = calloc((size_t)pt->shape[0] + 1, sizeof *tvds))) {
+                st = kh_err_set(err, KH_ENOMEM, "out of memory");
+                goto out;
+            }
+            if ((st = kh_check_sampling_tvd(pt, counts, c->ntrials, c->tvd_threshold, tvds, &rt,
+                                            err))) {
+                free(tvds);
+                goto out;
+            }
+            json_t *per = json_array();
+            double worst = 0;
+            for (int64_t b = 0; b < pt->shape[0]; b++) {
+                json_array_append_new(per, json_real(tvds[b]));
+                worst = tvds[b] > worst ? tvds[b] : worst;
+            }
+            free(tvds);
+            samp_extra = json_pack("{s:f, s:o, s:f, s:I}", "tvd", worst, "tvds_per_batch", per,
+                                   "tvd_threshold", c->tvd_threshold, "validation_trials",
+                                   (json_int_t)c->ntrials);
+            kh_check_result_init(&v.acc);
+            kh_check_merge(&v.acc, &rt);
+            v.has_correctness = 1;
+            if (rt.status != KH_CHECK_PASSED)
+                fail(&v, kh_check_status_name(rt.status), "correctness", "%s", rt.reason);
         }
         if (hard) {
             json_object_set_new(v.checks, "poison", json_string(poison_ok ? "ok" : "failed"));
@@ -2369,9 +2561,30 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
             }
             refout *tro[64] = {0};
             char unused[33];
+            if (c->evaluator == KH_EVAL_SAMPLING) {
+                /* a sample has no reference to match: in range is the check */
+                ntseeds = 0;
+                json_array_foreach(tos, ti, to) {
+                    kh_check_result rt;
+                    int ut = 0;
+                    if ((st = sampling_call(c, &r.reply, json_object_get(to, "outputs"), NULL,
+                                            0xFF, &rt, &ut, err)))
+                        goto out;
+                    nverified++;
+                    if (rt.status != KH_CHECK_PASSED) {
+                        nbad++;
+                        fail(&v, "INCORRECT_NUMERICAL", "timed_outputs", "timed call %lld: %s",
+                             (long long)json_integer_value(json_object_get(to, "call")),
+                             rt.reason);
+                        v.acc.max_abs_error = v.acc.max_rel_error = INFINITY;
+                    }
+                }
+            }
             if (ntseeds && (st = ref_outputs_for(c, ref, tseeds, ntseeds, tro, unused, err)))
                 goto out;
             json_array_foreach(tos, ti, to) {
+                if (c->evaluator == KH_EVAL_SAMPLING)
+                    break;
                 json_t *sj = json_object_get(to, "seed");
                 json_int_t set = json_integer_value(json_object_get(to, "set"));
                 uint64_t sd = sj ? (uint64_t)json_integer_value(sj)
@@ -2511,6 +2724,10 @@ verdict:
         if (c->evaluator == KH_EVAL_LOWBIT)
             json_object_set_new(cj, "extra", json_pack("{s:o}", "matched_ratio",
                                                        num(v.acc.matched_ratio)));
+        if (samp_extra) { /* FIB's Correctness.extra for sampling */
+            json_object_set_new(cj, "extra", samp_extra);
+            samp_extra = NULL;
+        }
         json_object_set_new(ev, "correctness", cj);
     }
     if (perf && !strcmp(v.status, "PASSED")) {
@@ -2575,6 +2792,8 @@ verdict:
         free(sv);
     }
 out:
+    free(counts);
+    json_decref(samp_extra);
     json_decref(v.checks);
     json_decref(kl);
     json_decref(ev);
@@ -2789,11 +3008,32 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     if (o->required_matched_ratio >= 0)
         c.copts.required_ratio = o->required_matched_ratio;
     if (c.evaluator == KH_EVAL_SAMPLING) {
-        free(ws);
-        st = kh_err_set(err, KH_EUNSUPPORTED,
-                        "definition '%s' uses FlashInfer-Bench's %s evaluator, which kh_eval does "
-                        "not run yet", d->name, kh_check_evaluator_name(c.evaluator));
-        goto out;
+        /* FIB's SamplingEvaluator: validation calls on one probs with fresh
+         * seeds (o->trials does not apply), then the TVD test */
+        const kh_task_tensor *pin = find_input(d, "probs", NULL);
+        const char *why = NULL;
+        char lower[256];
+        size_t k = 0;
+        for (; d->name[k] && k < sizeof lower - 1; k++)
+            lower[k] = (char)tolower((unsigned char)d->name[k]);
+        lower[k] = 0;
+        if (strstr(lower, "top_k") || strstr(lower, "top_p"))
+            why = "top-k / top-p masks (FIB's _compute_valid_sampling_mask) are not checked yet";
+        else if (!pin || pin->is_scalar || pin->rank != 2 || strcmp(pin->dtype, "float32"))
+            why = "it needs an input 'probs', float32 [batch_size, vocab_size]";
+        else if (d->noutputs < 1 || d->outputs[0].is_scalar || d->outputs[0].rank != 1 ||
+                 (strcmp(d->outputs[0].dtype, "int32") && strcmp(d->outputs[0].dtype, "int64")))
+            why = "its first output must be the samples, int32 or int64 [batch_size]";
+        else if (d->outputs[0].dims[0] != pin->dims[0])
+            why = "the samples' axis must be the first axis of probs";
+        if (why) {
+            free(ws);
+            st = kh_err_set(err, KH_EUNSUPPORTED, "definition '%s' (sampling evaluator): %s",
+                            d->name, why);
+            goto out;
+        }
+        c.ntrials = (size_t)d->sampling_validation_trials;
+        c.tvd_threshold = d->sampling_tvd_threshold;
     }
 
     /* Rounds: evaluate every unfinished workload until it needs a worker
@@ -2880,6 +3120,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     free(ws_pos);
     free(c.pl);
     in_free(&c);
+    probs_free(&c);
     free(ws);
     *traces = arr;
 out:

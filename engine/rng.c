@@ -5,6 +5,7 @@
 
 #include "rng_core.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +133,31 @@ kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint
         if (e && (k & 0xFFFF) == 0xFFFF && kh_engine_stop_requested(e))
             return kh_err_set(err, KH_EINTR, "k cache generation interrupted");
         kh_rng_dsa_kcache_token(seed, stream, k, ps, D, t->data);
+    }
+    return KH_OK;
+}
+
+kh_status kh_rng_fill_softmax(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
+                              kh_err *err)
+{
+    if (t->dtype != KH_DTYPE_F32 || t->ndim < 1)
+        return kh_err_set(err, KH_EINVAL, "a softmax input (sampling probs) must be a float32 "
+                          "tensor with at least one dimension, not %d-D %s", t->ndim,
+                          kh_dtype_name(t->dtype));
+    kh_status st = kh_rng_fill(e, t, seed, stream, err);
+    int64_t V = t->shape[t->ndim - 1];
+    if (st || V <= 0)
+        return st;
+    /* per row: exp(x - max) / sum, in double, rounded once to float32 */
+    float *p = t->data;
+    for (uint64_t r = 0; r < t->numel / (uint64_t)V; r++, p += V) {
+        double m = p[0], s = 0;
+        for (int64_t i = 1; i < V; i++)
+            m = p[i] > m ? p[i] : m;
+        for (int64_t i = 0; i < V; i++)
+            s += exp((double)p[i] - m);
+        for (int64_t i = 0; i < V; i++)
+            p[i] = (float)(exp((double)p[i] - m) / s);
     }
     return KH_OK;
 }

@@ -46,6 +46,12 @@ kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream
 kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
                                  kh_err *err);
 
+/* A sampling task's probs, as FlashInfer-Bench makes them: softmax over the
+ * last dimension of a float32 randn tensor drawn from (seed, stream) as
+ * kh_rng_fill does.  Host only (the coordinator sends the bytes). */
+kh_status kh_rng_fill_softmax(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
+                              kh_err *err);
+
 /* A seed for (base, a, b), e.g. (run seed, workload index, trial): one
  * Philox block, so derived seeds are independent of each other. */
 uint64_t kh_rng_derive_seed(uint64_t base, uint64_t a, uint64_t b);

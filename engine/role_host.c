@@ -18,6 +18,7 @@
  * signal, so the supervisor's verdict can say what happened. */
 #include "hostbench.h"
 #include "rng.h"
+#include "task.h"
 #include "worker.h"
 
 #include <dlfcn.h>
@@ -46,7 +47,7 @@
 
 #define MAX_TENSORS 64
 #define MAX_ARGS 32
-#define MAX_GUARDS 4096
+#define MAX_GUARDS 16384 /* two per buffer: a sampling task's 1024 calls x 3 buffers fit */
 #define POISON_A 0xFF
 #define POISON_B 0x7F
 
@@ -140,13 +141,20 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 
 static void guard_add(void *lo, size_t len, const char *where, const char *name)
 {
-    if (g_nguards >= MAX_GUARDS)
+    /* a slot freed by guard_remove first: a long-lived worker would
+     * otherwise run out of slots and stop naming its guard faults */
+    size_t i = 0;
+    while (i < g_nguards && (g_guards[i].lo || g_guards[i].hi))
+        i++;
+    if (i >= MAX_GUARDS)
         return;
-    guard_page *g = &g_guards[g_nguards];
+    guard_page *g = &g_guards[i];
+    g->lo = g->hi = 0;
+    snprintf(g->what, sizeof g->what, "%s '%s'", where, name);
     g->lo = (uintptr_t)lo;
     g->hi = (uintptr_t)lo + len;
-    snprintf(g->what, sizeof g->what, "%s '%s'", where, name);
-    g_nguards++;
+    if (i == g_nguards)
+        g_nguards++;
 }
 
 static void guard_remove(void *lo)
@@ -434,7 +442,7 @@ typedef struct req {
     size_t na;
     harg a[MAX_ARGS];
     size_t ntrials;
-    uint64_t seeds[64];
+    uint64_t seeds[KH_TASK_MAX_SAMPLING_TRIALS]; /* trials: 64, or a sampling task's calls */
     int poison, inputs_unchanged, guards, deterministic, reload;
     int timing;
     kh_bench_opts bo;

@@ -787,9 +787,23 @@ static void parse_def_khlua(vctx *v, kh_task_def *d, json_t *k)
              jtype(tol));
     } else if (tol) {
         vpush(v, "tolerance");
-        static const char *const tk[] = {"atol", "rtol", "required_matched_ratio"};
+        static const char *const tk[] = {"atol", "rtol", "required_matched_ratio",
+                                         "sampling_validation_trials", "sampling_tvd_threshold"};
         check_known_keys(v, tol, tk, KH_ARRAY_LEN(tk), KH_TASK_ERROR,
-                         "expected atol, rtol or required_matched_ratio");
+                         "expected atol, rtol, required_matched_ratio, "
+                         "sampling_validation_trials or sampling_tvd_threshold");
+        json_t *st = json_object_get(tol, "sampling_validation_trials");
+        if (st && (!json_is_integer(st) || json_integer_value(st) < 1 ||
+                   json_integer_value(st) > KH_TASK_MAX_SAMPLING_TRIALS))
+            VERR(v, "sampling_validation_trials", "expected an integer from 1 to %d",
+                 KH_TASK_MAX_SAMPLING_TRIALS);
+        else if (st)
+            d->sampling_validation_trials = (int)json_integer_value(st);
+        json_t *tv = json_object_get(tol, "sampling_tvd_threshold");
+        if (tv && (!json_is_number(tv) || json_number_value(tv) < 0 || json_number_value(tv) > 1))
+            VERR(v, "sampling_tvd_threshold", "expected a number in [0, 1]");
+        else if (tv)
+            d->sampling_tvd_threshold = json_number_value(tv);
         double *dst[] = {&d->atol, &d->rtol, &d->required_matched_ratio};
         for (size_t i = 0; i < 3; i++) {
             json_t *x = json_object_get(tol, tk[i]);
@@ -858,6 +872,8 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
     d->atol = 1e-2;
     d->rtol = 1e-2;
     d->required_matched_ratio = 1.0;
+    d->sampling_validation_trials = 100;
+    d->sampling_tvd_threshold = 0.2;
     static const char *const known[] = {"name", "op_type", "description", "tags", "axes",
                                         "inputs", "outputs", "reference", "constraints", "khlua"};
     check_known_keys(v, root, known, KH_ARRAY_LEN(known), KH_TASK_WARNING,

@@ -52,6 +52,10 @@ typedef struct kh_task_def {
     char *baseline;       /* baseline solution name, or NULL */
     char *evaluator;      /* default, lowbit, dsa_sparse_attention, dsa_topk_indexer, sampling */
     double atol, rtol, required_matched_ratio;
+    /* the sampling evaluator's flags (FIB's cfg.extra names, under "tolerance"):
+     * validation calls (100) and the total-variation bound (0.2) */
+    int sampling_validation_trials;
+    double sampling_tvd_threshold;
     kh_expr *sol_bytes;   /* NULL: the sum of all input and output sizes */
     kh_expr *sol_flops;   /* NULL: unknown */
     json_t *json;         /* the whole definition object */
@@ -59,6 +63,10 @@ typedef struct kh_task_def {
     int context;          /* loaded unchecked, as context for a checked file */
     int used;             /* named by a loaded workload or solution */
 } kh_task_def;
+
+/* The most validation calls a sampling definition may ask for (one worker
+ * request holds them all). */
+#define KH_TASK_MAX_SAMPLING_TRIALS 1024
 
 typedef struct kh_task_workload {
     const kh_task_def *def; /* NULL when the definition is unknown */

@@ -1,8 +1,9 @@
 /* test_check.c: output comparison.  Every status in FIB's order, the
  * atol-AND-rtol rule exactly at its boundary (in FIB's float32 arithmetic and
  * in double), the matched-ratio rule, the reported figures (max abs/rel,
- * normalized error, ULPs), aggregation over trials, evaluator selection, and
- * the DSA top-k indexer evaluator on a small random paged cache. */
+ * normalized error, ULPs), aggregation over trials, evaluator selection,
+ * the DSA top-k indexer evaluator on a small random paged cache, and the
+ * sampling evaluator's range check, counting and total-variation test. */
 #include "kh_test.h"
 
 #include "check.h"
@@ -566,6 +567,108 @@ static void test_sorted_scores_padding(void **state)
     kh_tensor_free(b);
 }
 
+/* Sampling: softmax probs, the range check with counting, and the TVD
+ * against an independent computation on random counts. */
+static void test_sampling(void **state)
+{
+    (void)state;
+    kh_err err;
+    int64_t nb = 2 + (int64_t)rnd(4), nv = 3 + (int64_t)rnd(20);
+    int64_t ps[2] = {nb, nv};
+    kh_tensor *p;
+    assert_int_equal(kh_tensor_new(&p, KH_DTYPE_F32, 2, ps, &err), KH_OK);
+    assert_int_equal(kh_rng_fill_softmax(NULL, p, seed, stream++, &err), KH_OK);
+    const float *pf = p->data;
+    for (int64_t b = 0; b < nb; b++) {
+        double sum = 0;
+        for (int64_t v = 0; v < nv; v++) {
+            assert_true(pf[b * nv + v] > 0 && pf[b * nv + v] < 1);
+            sum += pf[b * nv + v];
+        }
+        assert_true(fabs(sum - 1) < 1e-5);
+    }
+
+    /* range and counting: N calls of random in-range ids */
+    uint64_t *counts = calloc((size_t)(nb * nv), sizeof *counts);
+    assert_non_null(counts);
+    int64_t ss[1] = {nb};
+    kh_tensor *smp;
+    assert_int_equal(kh_tensor_new(&smp, KH_DTYPE_I64, 1, ss, &err), KH_OK);
+    uint64_t N = 50 + rnd(100);
+    kh_check_result r;
+    for (uint64_t n = 0; n < N; n++) {
+        for (int64_t b = 0; b < nb; b++)
+            kh_tensor_set(smp, (uint64_t)b, (double)rnd((unsigned)nv));
+        assert_int_equal(kh_check_sampling_count(smp, NULL, nv, counts, &r, &err), KH_OK);
+        assert_int_equal(r.status, KH_CHECK_PASSED);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        uint64_t tot = 0;
+        for (int64_t v = 0; v < nv; v++)
+            tot += counts[b * nv + v];
+        assert_int_equal(tot, N);
+    }
+    /* an id of nv, and one negative: failures that count nothing */
+    int64_t row = (int64_t)rnd((unsigned)nb);
+    kh_tensor_set(smp, (uint64_t)row, (double)nv);
+    uint64_t before = counts[0];
+    assert_int_equal(kh_check_sampling_count(smp, NULL, nv, counts, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_true(r.final && isinf(r.max_abs_error));
+    assert_int_equal(r.first_fail, row);
+    char want[64];
+    snprintf(want, sizeof want, "samples [%lld] out of vocabulary range [0, %lld)", (long long)nv,
+             (long long)nv);
+    assert_non_null(strstr(r.reason, want));
+    assert_int_equal(counts[0], before);
+    kh_tensor_set(smp, (uint64_t)row, -1);
+    assert_int_equal(kh_check_sampling_count(smp, NULL, nv, NULL, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+
+    /* an id of probability 0 fails when probs are given */
+    for (int64_t b = 0; b < nb; b++)
+        kh_tensor_set(smp, (uint64_t)b, (double)rnd((unsigned)nv));
+    assert_int_equal(kh_check_sampling_count(smp, p, nv, NULL, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    int64_t zid = (int64_t)kh_tensor_get(smp, (uint64_t)row);
+    float keep = pf[row * nv + zid];
+    ((float *)p->data)[row * nv + zid] = 0.0f;
+    assert_int_equal(kh_check_sampling_count(smp, p, nv, NULL, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_non_null(strstr(r.reason, "has probability 0"));
+    assert_int_equal(r.first_fail, row);
+    ((float *)p->data)[row * nv + zid] = keep;
+
+    /* TVD: the largest row's 0.5 * sum |f - p| decides */
+    double *tvds = calloc((size_t)nb, sizeof *tvds), worst = 0;
+    assert_non_null(tvds);
+    assert_int_equal(kh_check_sampling_tvd(p, counts, N, 1.0, tvds, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    for (int64_t b = 0; b < nb; b++) {
+        double t = 0;
+        for (int64_t v = 0; v < nv; v++)
+            t += fabs((double)counts[b * nv + v] / (double)N - pf[b * nv + v]);
+        assert_true(fabs(tvds[b] - 0.5 * t) < 1e-6);
+        worst = tvds[b] > worst ? tvds[b] : worst;
+    }
+    assert_int_equal(kh_check_sampling_tvd(p, counts, N, worst + 1e-9, NULL, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    assert_int_equal(kh_check_sampling_tvd(p, counts, N, worst - 1e-9, NULL, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+    assert_non_null(strstr(r.reason, "total variation distance"));
+    assert_true(r.max_abs_error > 0 && r.max_abs_error <= 2 * worst + 1e-6);
+    /* misuse: int8 samples, a 1-D probs */
+    kh_tensor *bad;
+    assert_int_equal(kh_tensor_new(&bad, KH_DTYPE_I8, 1, ss, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_count(bad, NULL, nv, NULL, &r, &err), KH_EINVAL);
+    assert_int_equal(kh_check_sampling_tvd(smp, counts, N, 0.2, NULL, &r, &err), KH_EINVAL);
+    kh_tensor_free(bad);
+    free(tvds);
+    free(counts);
+    kh_tensor_free(smp);
+    kh_tensor_free(p);
+}
+
 int main(void)
 {
     seed = ((uint64_t)time(NULL) << 8) ^ (uint64_t)clock();
@@ -576,6 +679,7 @@ int main(void)
         cmocka_unit_test(test_error_figures),         cmocka_unit_test(test_fib_quirks),
         cmocka_unit_test(test_merge_and_evaluators),  cmocka_unit_test(test_dsa_topk),
         cmocka_unit_test(test_sorted_scores_padding), cmocka_unit_test(test_threads_same_bits),
+        cmocka_unit_test(test_sampling),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -420,7 +420,8 @@ T.test("khlua additions: unknown keys, bad tolerance, reference naming no soluti
   T.eq(code, 1, out)
   has_line(out, "error: " .. d .. ':24: khlua.reference: expected the name of a solution for rmsnorm_h512, got "rmsnorm_h512_ref_py"')
   has_line(out, "error: " .. d .. ":25: khlua.tolerance.rtol: expected a number >= 0, got -1")
-  has_line(out, "error: " .. d .. ":25: khlua.tolerance.rtool: unknown key; expected atol, rtol or required_matched_ratio")
+  has_line(out, "error: " .. d .. ":25: khlua.tolerance.rtool: unknown key; expected atol, rtol, required_matched_ratio, "
+    .. "sampling_validation_trials or sampling_tvd_threshold")
   has_line(out, "error: " .. d .. ":27: khlua.speed_of_light.bytes: 'qo_indptr[-1].item()': column 1: 'qo_indptr' is not an input or output")
   rm(root)
 end)

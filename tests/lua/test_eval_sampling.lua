@@ -1,0 +1,159 @@
+-- test_eval_sampling.lua: FlashInfer-Bench's sampling evaluator in kh.eval
+-- (engine/eval.c, engine/check.c kh_check_sampling_*) on a toy sampling task
+-- run on the host (tests/fixtures/task/sampling_small, make.py there):
+-- probs (softmax of randn, made by the coordinator) and a fresh random seed
+-- per call; the validation calls' samples must be in range and their
+-- per-row frequencies within the total-variation bound of probs.  The
+-- honest inverse-CDF sampler passes; argmax, a sampler that ignores its seed
+-- and one returning an id out of range fail; the definition's tolerance
+-- object overrides the number of calls and the bound; probs from a
+-- safetensors file (with zeros) are the workload's own, and a token of
+-- probability 0 fails.
+local T = require "testlib"
+local kh = require "kh"
+
+local SRC = os.getenv("KH_SOURCE_DIR") or "."
+local FIX = SRC .. "/tests/fixtures/task/sampling_small"
+math.randomseed(os.time())
+
+local W_SMALL = "5a3d0000-0001-4000-8000-000000000001" -- batch 2, vocab 4
+local W_LARGE = "5a3d0000-0002-4000-8000-000000000002" -- batch 4, vocab 64
+local SOLS = { "sample_ref_c", "sample_argmax", "sample_out_of_range", "sample_fixed_seed",
+               "sample_uniform" }
+
+local dir = T.tmpdir()
+local function package(name, edit)
+  local task = dir .. "/" .. name
+  os.execute("mkdir -p " .. T.quote(task .. "/solutions"))
+  local def = kh.json.decode(T.read(FIX .. "/definition.json"))
+  if edit then edit(def) end
+  T.write(task .. "/definition.json", kh.json.encode(def))
+  local function renamed(text) -- solutions and workloads name the definition
+    return (text:gsub("sampling_from_probs_small", def.name))
+  end
+  T.write(task .. "/workloads.jsonl", renamed(T.read(FIX .. "/workloads.jsonl")))
+  for _, s in ipairs(SOLS) do
+    T.write(task .. "/solutions/" .. s .. ".json",
+            renamed(T.read(FIX .. "/solutions/" .. s .. ".json")))
+  end
+  return task
+end
+
+local plain = package("plain")
+local function eval(task, name, wl)
+  local tr, msg, code = kh.eval(task, name, { seed = math.random(1, 1 << 40), timing = false,
+                                              record = false, workloads = { wl } })
+  T.ok(tr, tostring(code) .. " " .. tostring(msg))
+  return tr[1].evaluation
+end
+
+T.test("the honest inverse-CDF sampler passes (100 calls, TVD <= 0.2)", function()
+  local e = eval(plain, "sample_ref_c", W_SMALL)
+  T.eq(e.khlua.evaluator, "sampling")
+  T.eq(e.status, "PASSED", tostring(e.khlua.detail))
+  local x = e.correctness.extra
+  T.eq(x.validation_trials, 100)
+  T.eq(x.tvd_threshold, 0.2)
+  T.eq(#x.tvds_per_batch, 2)
+  T.ok(x.tvd > 0 and x.tvd <= 0.2, "tvd " .. tostring(x.tvd))
+  T.eq(#e.khlua.seeds, 100) -- one fresh seed per call
+  T.eq(e.khlua.checks.deterministic, "off") -- a sampler is not deterministic
+  T.eq(e.khlua.checks.poison, "ok")
+end)
+
+T.test("argmax fails with the TVD figure in the detail", function()
+  local e = eval(plain, "sample_argmax", W_LARGE)
+  T.eq(e.status, "INCORRECT_NUMERICAL")
+  T.eq(e.khlua.failed_check, "correctness")
+  local tvd = tonumber(e.khlua.detail:match("total variation distance ([%d.]+) in batch row"))
+  T.ok(tvd and tvd > 0.2, e.khlua.detail)
+  T.near(tvd, e.correctness.extra.tvd, 1e-4)
+  T.ok(e.correctness.max_absolute_error > 0.2)
+end)
+
+T.test("a sampler that ignores its seed fails: the same sample on every call", function()
+  local e = eval(plain, "sample_fixed_seed", W_LARGE)
+  T.eq(e.status, "INCORRECT_NUMERICAL")
+  T.match(e.khlua.detail, "total variation distance")
+  T.ok(e.correctness.extra.tvd > 0.5, tostring(e.correctness.extra.tvd))
+end)
+
+T.test("an id out of the vocabulary fails at once, errors inf", function()
+  local e = eval(plain, "sample_out_of_range", W_SMALL)
+  T.eq(e.status, "INCORRECT_NUMERICAL")
+  T.eq(e.khlua.failed_check, "correctness")
+  T.match(e.khlua.detail, "samples %[4%] out of vocabulary range %[0, 4%)")
+  T.match(e.khlua.detail, "^trial 0 ")
+  T.eq(e.correctness.max_absolute_error, "inf") -- FIB writes inf as a string in JSON
+end)
+
+T.test("the definition's tolerance overrides the calls and the bound", function()
+  -- 1000 calls: the honest sampler passes on vocab 64, where 100 calls'
+  -- noise alone (about 0.3) exceeds the bound
+  local many = package("many", function(d)
+    d.khlua.tolerance = { sampling_validation_trials = 1000, sampling_tvd_threshold = 0.25 }
+  end)
+  local e = eval(many, "sample_ref_c", W_LARGE)
+  T.eq(e.status, "PASSED", tostring(e.khlua.detail))
+  T.eq(e.correctness.extra.validation_trials, 1000)
+  T.eq(e.correctness.extra.tvd_threshold, 0.25)
+  T.eq(#e.khlua.seeds, 1000)
+  -- a bound of 0: finite counts never match irrational probs exactly
+  local strict = package("strict", function(d)
+    d.khlua.tolerance = { sampling_tvd_threshold = 0 }
+  end)
+  e = eval(strict, "sample_ref_c", W_SMALL)
+  T.eq(e.status, "INCORRECT_NUMERICAL")
+  T.match(e.khlua.detail, "exceeds 0 ")
+  -- values out of range are errors of the task file
+  local bad = package("bad", function(d)
+    d.khlua.tolerance = { sampling_validation_trials = 0, sampling_tvd_threshold = 1.5 }
+  end)
+  local out, code = T.khlua("task", "check", bad)
+  T.eq(code, 1, out)
+  T.match(out, "sampling_validation_trials: expected an integer from 1 to 1024")
+  T.match(out, "sampling_tvd_threshold: expected a number in %[0, 1%]")
+end)
+
+T.test("probs from safetensors are the workload's; a token of probability 0 fails", function()
+  local task = package("zeros", function(d)
+    d.khlua.tolerance = { sampling_validation_trials = 1000 }
+  end)
+  -- 3 rows of 16 tokens: the first 4 positive, each other one 0 by a coin
+  -- flip, normalised
+  local B, V, vals = 3, 16, {}
+  for _ = 1, B do
+    local row, sum = {}, 0
+    for v = 1, V do
+      row[v] = (v > 4 and math.random() < 0.5) and 0 or math.random() + 0.05
+      sum = sum + row[v]
+    end
+    for v = 1, V do vals[#vals + 1] = row[v] / sum end
+  end
+  os.execute("mkdir -p " .. T.quote(task .. "/blob"))
+  local t = kh.tensor.new("float32", { B, V }, vals)
+  kh.tensor.save(task .. "/blob/probs.safetensors", { probs = t })
+  t:close()
+  local uuid = "5a3d0000-0003-4000-8000-000000000003"
+  local f = assert(io.open(task .. "/workloads.jsonl", "a"))
+  f:write(kh.json.encode({ definition = "sampling_from_probs_small", workload = {
+    uuid = uuid, axes = { batch_size = B, vocab_size = V },
+    inputs = { probs = { type = "safetensors", path = "blob/probs.safetensors",
+                         tensor_key = "probs" }, seed = { type = "random" } } } }) .. "\n")
+  f:close()
+  local e = eval(task, "sample_ref_c", uuid)
+  T.eq(e.status, "PASSED", tostring(e.khlua.detail))
+  T.ok(e.correctness.extra.tvd < 0.2, tostring(e.correctness.extra.tvd))
+  e = eval(task, "sample_uniform", uuid)
+  T.eq(e.status, "INCORRECT_NUMERICAL")
+  T.match(e.khlua.detail, "has probability 0")
+end)
+
+T.test("top-k / top-p sampling definitions are refused, not judged wrongly", function()
+  local topk = package("topk", function(d) d.name = "top_k_sampling_from_probs_small" end)
+  local tr, msg = kh.eval(topk, "sample_ref_c", { timing = false, record = false })
+  T.eq(tr, nil)
+  T.match(msg, "top%-k / top%-p")
+end)
+
+T.test("cleanup", function() os.execute("rm -rf " .. T.quote(dir)) end)
