@@ -477,8 +477,9 @@ static kh_status resolve_gpus(kh_eval *ev, kh_err *err)
     long count = strtol(spec, &end, 10);
     int is_count = *end == '\0' && end != spec;
     if (is_count && (count < 1 || count > MAX_GPUS))
-        return kh_err_set(err, KH_EINVAL, "--gpus: a count must be 1 to %d, got %ld", MAX_GPUS,
-                          count);
+        return kh_err_set(err, KH_EINVAL, "--gpus %s: a bare number is how many GPUs (1 to %d); "
+                          "to name GPUs give a list of indices or UUIDs (e.g. 0,2)", spec,
+                          MAX_GPUS);
     if (!strcmp(kind, "srun")) {
         /* Slurm picks the devices: one slot per GPU, CUDA_VISIBLE_DEVICES its own */
         size_t n = is_count ? (size_t)count : 0;
