@@ -249,7 +249,7 @@ static void test_bomb_hits_deadline(void **state)
     assert_int_equal(kh_compile_build(f->c, &req, &a, &err), KH_ETIMEOUT);
     double took = kh_now() - t0;
     printf("# bomb (depth %d) stopped after %.2f s\n", depth, took);
-    assert_true(took >= 2.0 && took < 4.0);
+    assert_true(took >= 2.0 && took < 8.0); /* unstopped, it runs for minutes */
     assert_non_null(strstr(err.msg, "deadline"));
     kh_artifact_free(a);
     /* the same bomb hidden in a #define of the prefix that warms the PCH in
@@ -266,7 +266,7 @@ static void test_bomb_hits_deadline(void **state)
     assert_int_equal(kh_compile_build(f->c, &req, &a, &err), KH_ETIMEOUT);
     took = kh_now() - t0;
     printf("# bomb in a #define stopped after %.2f s (PCH warm-up %.3f s)\n", took, a->t.warm);
-    assert_true(took < 4.0);
+    assert_true(took < 8.0);
     kh_artifact_free(a);
     /* the compiler still works afterwards */
     char ok[4096];

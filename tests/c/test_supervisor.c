@@ -222,7 +222,7 @@ static void test_two_workers_run_concurrently(void **state)
 {
     (void)state;
     kh_wproc *w[2] = {start_echo(), start_echo()};
-    json_t *params = json_pack("{s:f}", "seconds", 0.4);
+    json_t *params = json_pack("{s:f}", "seconds", 1.0);
     kh_err err;
     double t0 = kh_now();
     for (int i = 0; i < 2; i++)
@@ -240,7 +240,8 @@ static void test_two_workers_run_concurrently(void **state)
         finished += (int)n;
     }
     double dt = kh_now() - t0;
-    assert_true(dt >= 0.39 && dt < 0.75);
+    /* one after the other they would take 2 s: the slack is for a loaded machine */
+    assert_true(dt >= 0.99 && dt < 1.8);
     json_decref(params);
     kh_wproc_stop(w[0], 2);
     kh_wproc_stop(w[1], 2);
@@ -258,7 +259,7 @@ static void test_pool_async(void **state)
     assert_non_null(p);
     assert_int_equal(kh_pool_size(p), 2);
     assert_int_equal(kh_pool_wait(p, 0.1, NULL, 0), 0); /* nothing in flight */
-    double secs = 0.3 + (rand() % 100) / 1000.0;
+    double secs = 0.8 + (rand() % 100) / 1000.0;
     json_t *params = json_pack("{s:f}", "seconds", secs);
     size_t slot[3];
     double t0 = kh_now();
@@ -286,7 +287,7 @@ static void test_pool_async(void **state)
     double dt = kh_now() - t0;
     assert_int_equal(seen[0], 1);
     assert_int_equal(seen[1], 1);
-    assert_true(dt >= secs - 0.01 && dt < 2 * secs); /* overlapped */
+    assert_true(dt >= secs - 0.01 && dt < 1.8 * secs); /* overlapped (serial: 2x) */
 
     /* the preferred idle slot is taken */
     size_t s1;
@@ -401,7 +402,7 @@ static void test_remote_shell_template(void **state)
     assert_int_equal(kh_pool_place(p, 1, NULL, "beta", &err), KH_OK);
     assert_int_equal(kh_pool_place(p, 2, NULL, "gamma", &err), KH_EINVAL);
     /* both slots at once, each on its own host */
-    double secs = 0.3 + (rand() % 100) / 1000.0;
+    double secs = 0.8 + (rand() % 100) / 1000.0;
     json_t *params = json_pack("{s:f}", "seconds", secs);
     double t0 = kh_now();
     assert_int_equal(kh_pool_submit_to(p, "sleep", params, NULL, 0, 30, 1, &err), KH_OK);
