@@ -142,35 +142,65 @@ kh_status kh_check_sorted_scores(const kh_tensor *sol, const kh_tensor *ref,
                                  const kh_check_opts *o, kh_check_result *r, kh_err *err);
 
 /* ---- sampling (evaluators/sampling.py, op_type "sampling") ---------------
- * The candidate is called many times on one probs [B, V] with fresh seeds
- * (the caller's job).  Each call's samples (B ids, int32 or int64) must lie
- * in [0, V): otherwise INCORRECT_NUMERICAL, errors inf, final (FIB returns
- * at the first bad call), the reason listing the bad ids.  Then, over all
- * N counted calls, per row b: TVD_b = 0.5 * sum_v |count_bv / N - q_bv|,
- * q the row of probs renormalised to sum 1 (FIB's expected_probs with no
- * top-k / top-p mask); INCORRECT_NUMERICAL when max_b TVD_b > threshold.
- * max_abs_error / max_rel_error are FIB's compute_error_stats of the
- * frequencies against q (float32, rel = abs / (|q| + 1e-8)), maxima over
- * rows; numel = B * V.  The sampling noise of the statistic is about
- * 0.5 * sqrt(2 (V - 1) / (pi N)) per row for near-uniform q, so the
- * threshold only has teeth when V is small against N: FIB draws 500000
- * samples per row and skips the TVD when sqrt(nucleus / 500000) exceeds
- * the threshold; khlua counts only the N validation calls. */
+ * FIB's SamplingEvaluator, in two phases, both the caller's to drive:
+ * 1. validation: the candidate is called N times (sampling_validation_trials)
+ *    on one set of inputs; every call's samples must lie in [0, V) and in
+ *    the valid mask of the definition's thresholding method (from its name:
+ *    top_k_top_p, top_k, top_p or none); the first bad call fails
+ *    (INCORRECT_NUMERICAL, errors inf, final).
+ * 2. TVD: expected = probs * mask renormalised per row.  When
+ *    sqrt(max_row nucleus / 500000) exceeds the threshold (nucleus: the
+ *    tokens with expected > 0) the test cannot tell a sampler from noise and
+ *    FIB skips it.  Otherwise the inputs are repeated to
+ *    repeat = max(1, 10000 / B) copies of the batch along the first axis and
+ *    the candidate called ceil(500000 / repeat) times; per row b,
+ *    TVD_b = 0.5 * sum_v |count_bv / n_b - expected_bv|, n_b the samples of
+ *    row b; INCORRECT_NUMERICAL when max_b TVD_b > threshold.  max_abs_error
+ *    / max_rel_error are FIB's compute_error_stats of the frequencies
+ *    against expected (float32, rel = abs / (|q| + 1e-8)), maxima over rows. */
+#define KH_SAMPLING_TVD_SAMPLES 500000 /* per row (FIB's num_trials) */
+#define KH_SAMPLING_TVD_ROWS 10000     /* the repeated batch (FIB's target_batch_size) */
+#define KH_SAMPLING_TOP_P_EPS 5e-2     /* FIB's slack on the nucleus boundary */
 
-/* Check one call's samples against [0, vocab) and, when counts is not NULL,
- * add them to counts[b * vocab + id] (rows b = 0..samples->numel-1).  When
- * probs ([rows, vocab] float32) is given, an id whose probability is 0 also
- * fails (khlua's check; FIB's mask without top-k / top-p allows every id).
- * The verdict goes to *r (kh_check_result_init'ed here); counts are only
- * added when every id passes. */
-kh_status kh_check_sampling_count(const kh_tensor *samples, const kh_tensor *probs,
-                                  int64_t vocab, uint64_t *counts, kh_check_result *r,
+typedef enum kh_sampling_method {
+    KH_SAMPLING_NONE,
+    KH_SAMPLING_TOP_K,
+    KH_SAMPLING_TOP_P,
+    KH_SAMPLING_TOP_K_TOP_P,
+} kh_sampling_method;
+
+/* FIB's _detect_thresholding_method: from the definition's name. */
+kh_sampling_method kh_check_sampling_method(const char *definition_name);
+const char *kh_check_sampling_method_name(kh_sampling_method m);
+
+/* FIB's _compute_valid_sampling_mask into mask [B * V] (1: a valid id):
+ * top_k: when 0 < k < V, the ids with p >= the k-th largest p (ties all
+ * valid); top_p: when 0 < p < 1, the ids whose descending-order float32
+ * cumulative sum is <= p + eps (the top id always); top_k_top_p: both.
+ * top_k / top_p hold one value per row; NULL where the method needs none. */
+kh_status kh_check_sampling_mask(const kh_tensor *probs, kh_sampling_method m,
+                                 const int64_t *top_k, const double *top_p, unsigned char *mask,
+                                 kh_err *err);
+
+/* The largest number of ids with mask && p > 0 in one row (mask NULL: all). */
+int64_t kh_check_sampling_nucleus(const kh_tensor *probs, const unsigned char *mask);
+
+/* Check one call's samples (int32 or int64, a multiple of `rows` ids; id i
+ * belongs to row i % rows) against [0, vocab), then against mask ([rows *
+ * vocab], NULL: all valid; `method` names it in the reason), then, when
+ * probs ([rows, vocab] float32) is given, against p == 0 (khlua's check).
+ * When counts is not NULL and every id passes, counts[row * vocab + id]++.
+ * The verdict goes to *r (kh_check_result_init'ed here). */
+kh_status kh_check_sampling_count(const kh_tensor *samples, int64_t rows, int64_t vocab,
+                                  const unsigned char *mask, const char *method,
+                                  const kh_tensor *probs, uint64_t *counts, kh_check_result *r,
                                   kh_err *err);
 
-/* The TVD test on probs [B, V] (float32) and counts [B * V] summing to
- * `calls` per row.  tvds (B doubles, may be NULL) receives each row's TVD. */
-kh_status kh_check_sampling_tvd(const kh_tensor *probs, const uint64_t *counts, uint64_t calls,
-                                double threshold, double *tvds, kh_check_result *r,
-                                kh_err *err);
+/* The TVD test on probs [B, V] (float32) restricted to mask (NULL: all) and
+ * renormalised, against counts [B * V] summing to `per_row` in every row.
+ * tvds (B doubles, may be NULL) receives each row's TVD. */
+kh_status kh_check_sampling_tvd(const kh_tensor *probs, const unsigned char *mask,
+                                const uint64_t *counts, uint64_t per_row, double threshold,
+                                double *tvds, kh_check_result *r, kh_err *err);
 
 #endif

@@ -900,6 +900,17 @@ typedef struct wctx {
     const kh_task_workload *probs_w;
     uint64_t probs_seed;
     double tvd_threshold;
+    /* sampling: FIB's thresholding method and valid mask [batch * vocab]
+     * (made with probs, freed by probs_free); tile > 1: the TVD phase's
+     * requests, every tensor input repeated tile times along its first axis
+     * and the axes those requests use (axes_over); light: inputs_unchanged
+     * and guards alone (no poison runs) */
+    kh_sampling_method smethod;
+    unsigned char *smask;
+    int64_t tile;
+    const int64_t *axes_over;
+    int light;
+    uint64_t tile_seed; /* seeds[0] of the workload while the TVD phase's own seeds are set */
 } wctx;
 
 static void in_free(wctx *c)
@@ -916,12 +927,21 @@ static void probs_free(wctx *c)
     kh_tensor_free(c->probs);
     c->probs = NULL;
     c->probs_w = NULL;
+    free(c->smask);
+    c->smask = NULL;
 }
+
+static kh_status host_inputs(wctx *c, uint64_t seed, kh_err *err);
+static const kh_tensor *input_named(wctx *c, const char *name);
+
+/* The seed of the workload's inputs: seeds[0], or the saved one while the
+ * TVD phase's requests hold their own seeds. */
+static uint64_t base_seed(const wctx *c) { return c->tile ? c->tile_seed : c->seeds[0]; }
 
 /* The sampling evaluator's probs for this workload (see wctx). */
 static kh_status sampling_probs(wctx *c, const kh_tensor **out, kh_err *err)
 {
-    if (c->probs && c->probs_w == c->w && c->probs_seed == c->seeds[0]) {
+    if (c->probs && c->probs_w == c->w && c->probs_seed == base_seed(c)) {
         *out = c->probs;
         return KH_OK;
     }
@@ -959,7 +979,7 @@ static kh_status sampling_probs(wctx *c, const kh_tensor **out, kh_err *err)
         st = kh_err_set(err, KH_EINVAL, "workload %s: the sampling evaluator's probs must be "
                         "random or safetensors, not %s", c->w->uuid, type);
     } else if (!(st = kh_tensor_new(&c->probs, KH_DTYPE_F32, 2, shape, err))) {
-        st = kh_rng_fill_softmax(c->ev->e, c->probs, c->seeds[0], (uint32_t)idx, err);
+        st = kh_rng_fill_softmax(c->ev->e, c->probs, base_seed(c), (uint32_t)idx, err);
     }
     const float *pv = c->probs ? c->probs->data : NULL;
     for (uint64_t i = 0; !st && i < c->probs->numel; i++)
@@ -973,8 +993,84 @@ static kh_status sampling_probs(wctx *c, const kh_tensor **out, kh_err *err)
         return st;
     }
     c->probs_w = c->w;
-    c->probs_seed = c->seeds[0];
+    c->probs_seed = base_seed(c);
     *out = c->probs;
+    return KH_OK;
+}
+
+/* A sampling parameter (top_k / top_p) per row: the workload's scalar value,
+ * or the input made from seeds[0] (a scalar, or one value per row). */
+static kh_status sampling_param(wctx *c, const char *name, int64_t rows, double *vals,
+                                kh_err *err)
+{
+    const kh_task_tensor *t = NULL;
+    for (size_t i = 0; i < c->d->ninputs && !t; i++)
+        if (!strcmp(c->d->inputs[i].name, name))
+            t = &c->d->inputs[i];
+    if (!t)
+        return kh_err_set(err, KH_EINVAL, "definition '%s' (sampling evaluator, %s): an input "
+                          "'%s' is required", c->d->name,
+                          kh_check_sampling_method_name(c->smethod), name);
+    json_t *in = json_object_get(json_object_get(c->w->json, "inputs"), name);
+    const char *type = json_string_value(json_object_get(in, "type"));
+    if (type && !strcmp(type, "scalar")) {
+        json_t *v = json_object_get(in, "value");
+        if (!json_is_number(v))
+            return kh_err_set(err, KH_EINVAL, "workload %s: input '%s': scalar without a "
+                              "numeric value", c->w->uuid, name);
+        for (int64_t b = 0; b < rows; b++)
+            vals[b] = json_number_value(v);
+        return KH_OK;
+    }
+    kh_status st = host_inputs(c, base_seed(c), err);
+    if (st)
+        return st;
+    const kh_tensor *x = input_named(c, name);
+    if (!x || (x->numel != 1 && x->numel != (uint64_t)rows))
+        return kh_err_set(err, KH_EINVAL, "workload %s: input '%s' must be a scalar or hold one "
+                          "value per batch row (%lld)", c->w->uuid, name, (long long)rows);
+    for (int64_t b = 0; b < rows; b++)
+        vals[b] = kh_tensor_get(x, x->numel == 1 ? 0 : (uint64_t)b);
+    return KH_OK;
+}
+
+/* FIB's valid mask for this workload's probs (see wctx). */
+static kh_status sampling_mask(wctx *c, const kh_tensor **probs, const unsigned char **mask,
+                               kh_err *err)
+{
+    kh_status st = sampling_probs(c, probs, err);
+    if (st)
+        return st;
+    if (c->smask) {
+        *mask = c->smask;
+        return KH_OK;
+    }
+    int64_t B = (*probs)->shape[0];
+    double *kv = calloc((size_t)B + 1, sizeof *kv), *pv = calloc((size_t)B + 1, sizeof *pv);
+    int64_t *ki = calloc((size_t)B + 1, sizeof *ki);
+    unsigned char *m = malloc((*probs)->numel + 1);
+    if (!kv || !pv || !ki || !m)
+        st = kh_err_set(err, KH_ENOMEM, "out of memory for the sampling mask");
+    int use_k = c->smethod == KH_SAMPLING_TOP_K || c->smethod == KH_SAMPLING_TOP_K_TOP_P;
+    int use_p = c->smethod == KH_SAMPLING_TOP_P || c->smethod == KH_SAMPLING_TOP_K_TOP_P;
+    if (!st && use_k)
+        st = sampling_param(c, "top_k", B, kv, err);
+    if (!st && use_p)
+        st = sampling_param(c, "top_p", B, pv, err);
+    for (int64_t b = 0; !st && b < B; b++)
+        ki[b] = (int64_t)kv[b];
+    if (!st)
+        st = kh_check_sampling_mask(*probs, c->smethod, use_k ? ki : NULL, use_p ? pv : NULL, m,
+                                    err);
+    free(kv);
+    free(pv);
+    free(ki);
+    if (st) {
+        free(m);
+        return st;
+    }
+    c->smask = m;
+    *mask = m;
     return KH_OK;
 }
 
@@ -1031,18 +1127,32 @@ static kh_status input_gen(wctx *c, const kh_task_tensor *t, size_t stream, json
 {
     json_t *in = json_object_get(json_object_get(c->w->json, "inputs"), t->name);
     const char *type = json_string_value(json_object_get(in, "type"));
-    if ((!type || !strcmp(type, "random")) && c->evaluator == KH_EVAL_SAMPLING &&
-        !strcmp(t->name, "probs")) {
-        /* FIB's sampling probs: softmax of randn, one distribution for all
-         * the validation calls, so the coordinator sends the bytes */
+    if (c->evaluator == KH_EVAL_SAMPLING && (!type || strcmp(type, "scalar")) &&
+        (!t->is_scalar || !strcmp(t->name, "top_k") || !strcmp(t->name, "top_p"))) {
+        /* FIB's sampling: every call on one set of inputs (probs: softmax of
+         * randn), so the coordinator sends their bytes, repeated `tile`
+         * times for the TVD phase; only the other random scalars (a
+         * candidate's seed) are fresh per call */
         const kh_tensor *pt = NULL;
         size_t off = 0;
-        kh_status st = sampling_probs(c, &pt, err);
+        kh_status st;
+        if (!strcmp(t->name, "probs")) {
+            st = sampling_probs(c, &pt, err);
+        } else if (!(st = host_inputs(c, base_seed(c), err)) && !(pt = input_named(c, t->name))) {
+            st = kh_err_set(err, KH_EINVAL, "workload %s: input '%s' was not made", c->w->uuid,
+                            t->name);
+        }
+        if (!st && t->is_scalar) {
+            *gen = json_pack("{s:s, s:f}", "kind", "scalar", "value", kh_tensor_get(pt, 0));
+            return KH_OK;
+        }
         if (!st)
             st = pl_add(c, pt->data, pt->nbytes, &off, err);
         if (!st)
             *gen = json_pack("{s:s, s:[I, I]}", "kind", "bytes", "payload", (json_int_t)off,
                              (json_int_t)pt->nbytes);
+        if (!st && c->tile > 1)
+            json_object_set_new(*gen, "tile", json_integer(c->tile));
         return st;
     }
     if (!type || !strcmp(type, "random")) {
@@ -1129,7 +1239,8 @@ static kh_status concrete_arg(wctx *c, const kh_task_arg *a, json_t **out, kh_er
     }
     case KH_TASK_ARG_VALUE: {
         int64_t v;
-        kh_status st = kh_task_eval(c->d, c->w->axes, a->expr, NULL, NULL, &v, err);
+        kh_status st = kh_task_eval(c->d, c->axes_over ? c->axes_over : c->w->axes, a->expr, NULL,
+                                    NULL, &v, err);
         if (st)
             return st;
         const char *ty = a->type ? a->type : "int32";
@@ -1147,7 +1258,7 @@ static kh_status make_request(wctx *c, const kh_task_solution *sol, const art *a
                               json_t **params, kh_err *err)
 {
     const kh_task_manifest *m = sol->manifest;
-    const int64_t *axes = c->w->axes;
+    const int64_t *axes = c->axes_over ? c->axes_over : c->w->axes;
     kh_task_launch_dims dims[64];
     int64_t ws[64];
     if (m->nlaunches > 64 || m->nworkspace > 64)
@@ -1218,7 +1329,9 @@ static kh_status make_request(wctx *c, const kh_task_solution *sol, const art *a
     int hard = !o->parity && !reference;
     int det = o->deterministic >= 0 ? o->deterministic : m->host;
     json_object_set_new(p, "checks",
-                        hard ? json_pack("{s:b, s:b, s:b, s:b, s:b}", "poison", 1,
+                        hard && c->light ? json_pack("{s:b, s:b}", "inputs_unchanged", 1,
+                                                     "guards", 1)
+                        : hard ? json_pack("{s:b, s:b, s:b, s:b, s:b}", "poison", 1,
                                          "inputs_unchanged", 1, "guards", 1, "deterministic",
                                          det && c->evaluator != KH_EVAL_SAMPLING,
                                          "reload_before_timing", 1)
@@ -2229,8 +2342,9 @@ static kh_status sanitize(wctx *c, const kh_task_solution *sol, const art *a, ve
 
 /* ---- one workload --------------------------------------------------------- */
 /* Sampling: one call's samples (the first output, at slice `outs` of the
- * reply) checked against [0, vocab_size) and, when counts is not NULL,
- * counted.  *untouched_fail: the first bad id still holds the poison. */
+ * reply; tile copies of the batch in the TVD phase) checked against [0,
+ * vocab_size) and the valid mask and, when counts is not NULL, counted per
+ * row.  *untouched_fail: the first bad id still holds the poison. */
 static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uint64_t *counts,
                                unsigned poison, kh_check_result *r, int *untouched_fail,
                                kh_err *err)
@@ -2242,18 +2356,24 @@ static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uin
     if (st)
         return st;
     const kh_tensor *probs = NULL;
-    if ((st = sampling_probs(c, &probs, err)))
+    const unsigned char *mask = NULL;
+    if ((st = sampling_mask(c, &probs, &mask, err)))
         return st;
-    int64_t shape[1] = {probs->shape[0]};
-    size_t want = out_bytes(c->d, ot, c->w->axes);
+    int64_t shape[1] = {probs->shape[0] * (c->tile > 1 ? c->tile : 1)};
+    size_t want = out_bytes(c->d, ot, c->axes_over ? c->axes_over : c->w->axes);
+    if (want != kh_dtype_nbytes(dt, (uint64_t)shape[0]))
+        return kh_err_set(err, KH_EINVAL, "sampling: output '%s' holds %zu bytes, not one id per "
+                          "batch row", ot->name, want);
     const unsigned char *b = reply_bytes(m, json_object_get(outs, ot->name), want);
     if (!b)
         return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks output '%s'", ot->name);
     kh_tensor *tx = NULL;
     /* the zero-probability check is khlua's: off in parity runs */
     if ((st = kh_tensor_borrow(&tx, dt, 1, shape, (void *)b, want, err)) ||
-        (st = kh_check_sampling_count(tx, c->o->parity ? NULL : probs, probs->shape[1], counts,
-                                      r, err))) {
+        (st = kh_check_sampling_count(tx, probs->shape[0], probs->shape[1],
+                                      c->smethod == KH_SAMPLING_NONE ? NULL : mask,
+                                      kh_check_sampling_method_name(c->smethod),
+                                      c->o->parity ? NULL : probs, counts, r, err))) {
         kh_tensor_free(tx);
         return st;
     }
@@ -2267,6 +2387,236 @@ static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uin
     return KH_OK;
 }
 
+/* FIB's TVD phase (check.h): skipped when the nucleus is too large for
+ * 500000 samples to tell; else the candidate is called on the batch
+ * repeated `tile` times, in requests of at most SAMPLING_CHUNK calls filed
+ * together (they run in parallel), and every call's samples are checked and
+ * counted.  Fills *extra (FIB's Correctness.extra) and v.  KH_ESTATE while
+ * requests are pending. */
+#define SAMPLING_CHUNK 256
+static kh_status sampling_tvd(wctx *c, const kh_task_solution *sol, const art *a, verdict *v,
+                              json_t **extra, kh_err *err)
+{
+    const kh_tensor *probs = NULL;
+    const unsigned char *mask = NULL;
+    kh_status st = sampling_mask(c, &probs, &mask, err);
+    if (st)
+        return st;
+    int64_t B = probs->shape[0], V = probs->shape[1];
+    int64_t nucleus = kh_check_sampling_nucleus(probs, mask);
+    if (sqrt((double)nucleus / KH_SAMPLING_TVD_SAMPLES) > c->tvd_threshold) {
+        /* the noise of 500000 samples alone would exceed the bound: the
+         * mask check above is the test (FIB's tvd_skipped) */
+        json_decref(*extra);
+        *extra = json_pack("{s:b, s:I, s:f, s:I, s:s}", "tvd_skipped", 1, "max_nucleus_size",
+                           (json_int_t)nucleus, "tvd_threshold", c->tvd_threshold,
+                           "validation_trials", (json_int_t)c->ntrials, "thresholding",
+                           kh_check_sampling_method_name(c->smethod));
+        kh_check_result_init(&v->acc);
+        v->acc.max_abs_error = v->acc.max_rel_error = 0;
+        v->has_correctness = 1;
+        return KH_OK;
+    }
+    /* every tensor input is repeated along its first axis, that of probs */
+    size_t bax = 0;
+    for (size_t i = 0; i < c->d->ninputs; i++) {
+        const kh_task_tensor *t = &c->d->inputs[i];
+        if (!strcmp(t->name, "probs"))
+            bax = t->dims[0];
+    }
+    for (size_t i = 0; i < c->d->ninputs; i++) {
+        const kh_task_tensor *t = &c->d->inputs[i];
+        if (!t->is_scalar && t->dims[0] != bax)
+            return kh_err_set(err, KH_EUNSUPPORTED, "definition '%s' (sampling evaluator): the "
+                              "TVD test repeats every tensor input along the batch axis, but "
+                              "input '%s' does not start with it", c->d->name, t->name);
+    }
+    int64_t tile = KH_SAMPLING_TVD_ROWS / B;
+    if (tile < 1)
+        tile = 1;
+    uint64_t calls = (KH_SAMPLING_TVD_SAMPLES + (uint64_t)tile - 1) / (uint64_t)tile;
+    size_t nchunks = (size_t)((calls + SAMPLING_CHUNK - 1) / SAMPLING_CHUNK);
+    int64_t *axes = malloc((c->d->naxes + 1) * sizeof *axes);
+    uint64_t *counts = calloc((size_t)(B * V), sizeof *counts);
+    uint64_t *saved = malloc(sizeof c->seeds);
+    if (!axes || !counts || !saved) {
+        free(axes);
+        free(counts);
+        free(saved);
+        return kh_err_set(err, KH_ENOMEM, "out of memory for the TVD test");
+    }
+    memcpy(axes, c->w->axes, c->d->naxes * sizeof *axes);
+    axes[bax] *= tile;
+    memcpy(saved, c->seeds, sizeof c->seeds);
+    size_t saved_n = c->ntrials;
+    c->tile_seed = saved[0];
+    c->tile = tile;
+    c->axes_over = axes;
+    c->light = 1;
+    const char *bad = NULL; /* a failed call's check, once v holds it */
+    /* khlua's check (not in parity runs): ids of consecutive calls at the
+     * same position repeat about as often as independent draws do, so a
+     * sampler that ignores its seed (one fixed draw per position: FIB's
+     * repeated batch alone would pass it) fails */
+    uint64_t same = 0, pairs = 0;
+    const kh_task_tensor *ot = &c->d->outputs[0];
+    kh_dtype odt;
+    if ((st = kh_dtype_parse(ot->dtype, &odt, err)))
+        goto done;
+    size_t esz = kh_dtype_nbytes(odt, 1), obytes = 0;
+    for (size_t k = 0; k < nchunks && !st && !bad; k++) {
+        size_t n = (size_t)(calls - k * SAMPLING_CHUNK < SAMPLING_CHUNK ? calls - k * SAMPLING_CHUNK
+                                                                       : SAMPLING_CHUNK);
+        for (size_t i = 0; i < n; i++)
+            c->seeds[i] = kh_rng_derive_seed(saved[0], 0x7D, k * SAMPLING_CHUNK + i) & INT64_MAX;
+        c->ntrials = n;
+        free(c->pl);
+        c->pl = NULL;
+        c->pl_len = 0;
+        size_t off = 0;
+        json_t *p = NULL;
+        wres r;
+        if ((st = pl_add(c, a->bytes, a->len, &off, err)) ||
+            (st = make_request(c, sol, a, 0, &p, err)))
+            break;
+        call_worker(c, is_host(sol), p, a, &r);
+        json_decref(p);
+        if (c->pending)
+            continue; /* file the other chunks too */
+        if (r.st && (r.not_run || r.st == KH_ESTATE || r.st == KH_EIO || r.st == KH_ENODEV)) {
+            st = kh_err_set(err, r.st == KH_ECHILD ? KH_ENODEV : r.st, "TVD test: %s",
+                            r.err.msg);
+            break;
+        }
+        if (r.st) {
+            bad = r.st == KH_ETIMEOUT ? "deadline" : "tvd_calls";
+            fail(v, r.st == KH_ETIMEOUT ? "TIMEOUT" : "RUNTIME_ERROR", bad,
+                 "TVD test, calls %zu to %zu: %s", k * SAMPLING_CHUNK,
+                 k * SAMPLING_CHUNK + n - 1, r.err.msg);
+            break;
+        }
+        json_t *res = json_object_get(r.reply.head, "result"), *f;
+        size_t fi;
+        json_array_foreach(json_object_get(res, "failures"), fi, f) {
+            const char *ck = json_string_value(json_object_get(f, "check"));
+            const char *d = json_string_value(json_object_get(f, "detail"));
+            if (ck && (!strcmp(ck, "inputs_unchanged") || !strcmp(ck, "guards"))) {
+                bad = ck;
+                json_object_set_new(v->checks, ck, json_string("failed"));
+                fail(v, "RUNTIME_ERROR", ck, "TVD test: %s", d ? d : "");
+                break;
+            }
+        }
+        json_t *trials = json_object_get(res, "trials");
+        for (size_t t = 0; t < n && !bad && !st; t++) {
+            kh_check_result rc;
+            int u = 0;
+            json_t *tr = json_array_get(trials, t);
+            if (!tr) {
+                st = kh_err_set(err, KH_ECORRUPT, "TVD test: the worker answered %zu of %zu "
+                                "calls", json_array_size(trials), n);
+                break;
+            }
+            if ((st = sampling_call(c, &r.reply, json_object_get(tr, "outputs"), counts, 0, &rc,
+                                    &u, err)))
+                break;
+            if (t > 0 && rc.status == KH_CHECK_PASSED) {
+                obytes = out_bytes(c->d, ot, axes);
+                const unsigned char *x = reply_bytes(&r.reply, json_object_get(json_object_get(
+                                                         json_array_get(trials, t - 1), "outputs"),
+                                                         ot->name), obytes),
+                                    *y = reply_bytes(&r.reply, json_object_get(
+                                                         json_object_get(tr, "outputs"), ot->name),
+                                                     obytes);
+                for (size_t q = 0; x && y && q + esz <= obytes; q += esz) {
+                    same += !memcmp(x + q, y + q, esz);
+                    pairs++;
+                }
+            }
+            if (rc.status != KH_CHECK_PASSED) {
+                bad = "correctness";
+                kh_check_merge(&v->acc, &rc);
+                v->has_correctness = 1;
+                fail(v, kh_check_status_name(rc.status), "correctness",
+                     "TVD test, call %zu (seed %llu): %s", k * SAMPLING_CHUNK + t,
+                     (unsigned long long)c->seeds[t], rc.reason);
+            }
+        }
+    }
+done:
+    memcpy(c->seeds, saved, sizeof c->seeds);
+    c->ntrials = saved_n;
+    c->tile = 0;
+    c->axes_over = NULL;
+    c->light = 0;
+    free(saved);
+    free(axes);
+    if (!st && c->pending)
+        st = kh_err_set(err, KH_ESTATE, "pending");
+    if (!st && !bad) {
+        double *tvds = calloc((size_t)B + 1, sizeof *tvds);
+        kh_check_result rt;
+        uint64_t per_row = calls * (uint64_t)tile;
+        if (!tvds)
+            st = kh_err_set(err, KH_ENOMEM, "out of memory");
+        else
+            st = kh_check_sampling_tvd(probs, c->smethod == KH_SAMPLING_NONE ? NULL : mask,
+                                       counts, per_row, c->tvd_threshold, tvds, &rt, err);
+        if (!st) {
+            json_t *per = json_array();
+            double worst = 0;
+            for (int64_t b = 0; b < B; b++) {
+                json_array_append_new(per, json_real(tvds[b]));
+                worst = tvds[b] > worst ? tvds[b] : worst;
+            }
+            json_decref(*extra);
+            *extra = json_pack("{s:f, s:o, s:f, s:I, s:s, s:I, s:I, s:I, s:I}", "tvd", worst,
+                               "tvds_per_batch", per, "tvd_threshold", c->tvd_threshold,
+                               "validation_trials", (json_int_t)c->ntrials, "thresholding",
+                               kh_check_sampling_method_name(c->smethod), "max_nucleus_size",
+                               (json_int_t)nucleus, "tvd_samples_per_row", (json_int_t)per_row,
+                               "tvd_calls", (json_int_t)calls, "tvd_repeat", (json_int_t)tile);
+            kh_check_result_init(&v->acc);
+            kh_check_merge(&v->acc, &rt);
+            v->has_correctness = 1;
+            /* independent draws from q repeat with probability sum_v q_v^2
+             * per row; the rows weigh equally in the repeated batch */
+            double coll = 0;
+            const float *pf = probs->data;
+            for (int64_t b = 0; b < B; b++) {
+                double sum = 0, sq = 0;
+                for (int64_t x = 0; x < V; x++)
+                    sum += mask[b * V + x] ? pf[b * V + x] : 0.0f;
+                for (int64_t x = 0; x < V; x++) {
+                    double q = mask[b * V + x] ? pf[b * V + x] / sum : 0;
+                    sq += q * q;
+                }
+                coll += sq / (double)B;
+            }
+            double seen = pairs ? (double)same / (double)pairs : 0;
+            json_object_set_new(*extra, "repeat_rate", json_real(seen));
+            json_object_set_new(*extra, "repeat_rate_expected", json_real(coll));
+            if (rt.status != KH_CHECK_PASSED) {
+                fail(v, kh_check_status_name(rt.status), "correctness", "%s", rt.reason);
+            } else if (!c->o->parity && pairs && seen > coll + 0.05) {
+                /* 0.05 is hundreds of standard errors of the rate over
+                 * 500000 draws per row: only a sampler that repeats fails */
+                json_object_set_new(v->checks, "fresh_samples", json_string("failed"));
+                v->acc.max_abs_error = v->acc.max_rel_error = INFINITY;
+                fail(v, "INCORRECT_NUMERICAL", "fresh_samples",
+                     "consecutive calls gave the same id at %.1f%% of positions, where "
+                     "independent draws from probs repeat at %.1f%%: the sampler does not draw "
+                     "afresh on each call (does it ignore its seed?)", 100 * seen, 100 * coll);
+            } else if (!c->o->parity) {
+                json_object_set_new(v->checks, "fresh_samples", json_string("ok"));
+            }
+        }
+        free(tvds);
+    }
+    free(counts);
+    return st;
+}
+
 static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_task_solution *ref,
                                const char *sol_hash, json_t **trace, kh_err *err)
 {
@@ -2278,7 +2628,6 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     v.checks = json_object();
     json_t *kl = json_object(), *ev = json_object(), *perf = NULL, *timing = NULL;
     json_t *samples = NULL, *samp_extra = NULL;
-    uint64_t *counts = NULL; /* sampling: [batch_size * vocab_size] */
     kh_status st = KH_OK;
     wres r;
     memset(&r, 0, sizeof r);
@@ -2408,16 +2757,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
             kh_check_result ra, rb;
             int ua = 0, ub = 0;
             if (c->evaluator == KH_EVAL_SAMPLING) {
-                /* every call in range, counted; the second poison's call
-                 * (same seed: the same samples) only range-checked */
-                const kh_tensor *pt = NULL;
-                if (!counts && (st = sampling_probs(c, &pt, err)))
-                    goto out;
-                if (!counts && !(counts = calloc((size_t)pt->numel, sizeof *counts))) {
-                    st = kh_err_set(err, KH_ENOMEM, "out of memory for sampling counts");
-                    goto out;
-                }
-                if ((st = sampling_call(c, &r.reply, json_object_get(tr, "outputs"), counts,
+                /* every call in range and in the valid mask (the second
+                 * poison's call, same seed, too) */
+                if ((st = sampling_call(c, &r.reply, json_object_get(tr, "outputs"), NULL,
                                         hard ? 0xFF : 0, &ra, &ua, err)))
                     goto out;
                 if (ra.status == KH_CHECK_PASSED && hard && json_object_get(tr, "outputs_b") &&
@@ -2472,37 +2814,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                 break;
             }
         }
-        if (c->evaluator == KH_EVAL_SAMPLING && counts && !strcmp(v.status, "PASSED")) {
-            const kh_tensor *pt = NULL;
-            double *tvds = NULL;
-            kh_check_result rt;
-            if ((st = sampling_probs(c, &pt, err)))
-                goto out;
-            if (!(tvds = calloc((size_t)pt->shape[0] + 1, sizeof *tvds))) {
-                st = kh_err_set(err, KH_ENOMEM, "out of memory");
-                goto out;
-            }
-            if ((st = kh_check_sampling_tvd(pt, counts, c->ntrials, c->tvd_threshold, tvds, &rt,
-                                            err))) {
-                free(tvds);
-                goto out;
-            }
-            json_t *per = json_array();
-            double worst = 0;
-            for (int64_t b = 0; b < pt->shape[0]; b++) {
-                json_array_append_new(per, json_real(tvds[b]));
-                worst = tvds[b] > worst ? tvds[b] : worst;
-            }
-            free(tvds);
-            samp_extra = json_pack("{s:f, s:o, s:f, s:I}", "tvd", worst, "tvds_per_batch", per,
-                                   "tvd_threshold", c->tvd_threshold, "validation_trials",
-                                   (json_int_t)c->ntrials);
-            kh_check_result_init(&v.acc);
-            kh_check_merge(&v.acc, &rt);
-            v.has_correctness = 1;
-            if (rt.status != KH_CHECK_PASSED)
-                fail(&v, kh_check_status_name(rt.status), "correctness", "%s", rt.reason);
-        }
+        if (c->evaluator == KH_EVAL_SAMPLING && !strcmp(v.status, "PASSED") &&
+            (st = sampling_tvd(c, sol, a, &v, &samp_extra, err)))
+            goto out; /* KH_ESTATE: its requests are pending */
         if (hard) {
             json_object_set_new(v.checks, "poison", json_string(poison_ok ? "ok" : "failed"));
             json_object_set_new(v.checks, "inputs_unchanged",
@@ -2793,7 +3107,6 @@ verdict:
         free(sv);
     }
 out:
-    free(counts);
     json_decref(samp_extra);
     json_decref(v.checks);
     json_decref(kl);
@@ -3013,20 +3326,26 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
          * seeds (o->trials does not apply), then the TVD test */
         const kh_task_tensor *pin = find_input(d, "probs", NULL);
         const char *why = NULL;
-        char lower[256];
-        size_t k = 0;
-        for (; d->name[k] && k < sizeof lower - 1; k++)
-            lower[k] = (char)tolower((unsigned char)d->name[k]);
-        lower[k] = 0;
-        if (strstr(lower, "top_k") || strstr(lower, "top_p"))
-            why = "top-k / top-p masks (FIB's _compute_valid_sampling_mask) are not checked yet";
-        else if (!pin || pin->is_scalar || pin->rank != 2 || strcmp(pin->dtype, "float32"))
+        c.smethod = kh_check_sampling_method(d->name);
+        int use_k = c.smethod == KH_SAMPLING_TOP_K || c.smethod == KH_SAMPLING_TOP_K_TOP_P;
+        int use_p = c.smethod == KH_SAMPLING_TOP_P || c.smethod == KH_SAMPLING_TOP_K_TOP_P;
+        if (!pin || pin->is_scalar || pin->rank != 2 || strcmp(pin->dtype, "float32"))
             why = "it needs an input 'probs', float32 [batch_size, vocab_size]";
         else if (d->noutputs < 1 || d->outputs[0].is_scalar || d->outputs[0].rank != 1 ||
                  (strcmp(d->outputs[0].dtype, "int32") && strcmp(d->outputs[0].dtype, "int64")))
             why = "its first output must be the samples, int32 or int64 [batch_size]";
         else if (d->outputs[0].dims[0] != pin->dims[0])
             why = "the samples' axis must be the first axis of probs";
+        else if (use_k && !find_input(d, "top_k", NULL))
+            why = "its name asks for top-k sampling (FIB's thresholding), but it has no input "
+                  "'top_k'";
+        else if (use_p && !find_input(d, "top_p", NULL))
+            why = "its name asks for top-p sampling (FIB's thresholding), but it has no input "
+                  "'top_p'";
+        for (size_t i = 0; !why && i < d->ninputs; i++)
+            if (!d->inputs[i].is_scalar && d->inputs[i].dims[0] != pin->dims[0])
+                why = "the TVD test repeats every tensor input along the batch axis (the first "
+                      "of probs), and an input does not start with it";
         if (why) {
             free(ws);
             st = kh_err_set(err, KH_EUNSUPPORTED, "definition '%s' (sampling evaluator): %s",

@@ -200,9 +200,26 @@ static kh_status generate(kh_gpu_eval *ev, const ev_tensor *t, CUdeviceptr p, ui
         kh_dtype_store(t->dtype, buf, 0, t->scalar);
         return kh_gpu_check(ev->g, cu->cuMemcpyHtoD(p, buf, t->bytes), "cuMemcpyHtoD", err);
     }
-    case GEN_BYTES:
-        return kh_gpu_check(ev->g, cu->cuMemcpyHtoD(p, payload + t->pay_off, t->bytes),
-                            "cuMemcpyHtoD", err);
+    case GEN_BYTES: {
+        /* the first copy from the host, the others doubling on the device.
+         * A copy from pageable memory may return before its DMA is done and
+         * the legacy stream it runs on is not ordered with this worker's
+         * non-blocking one: the context sync orders it before the stream's
+         * work (the doubling copies, the candidate). */
+        if (!t->pay_len)
+            return KH_OK;
+        kh_status st = kh_gpu_check(ev->g, cu->cuMemcpyHtoD(p, payload + t->pay_off, t->pay_len),
+                                    "cuMemcpyHtoD", err);
+        if (!st)
+            st = kh_gpu_check(ev->g, cu->cuCtxSynchronize(), "cuCtxSynchronize", err);
+        for (size_t have = t->pay_len; !st && have < t->bytes;) {
+            size_t n = have < t->bytes - have ? have : t->bytes - have;
+            st = kh_gpu_check(ev->g, cu->cuMemcpyDtoDAsync(p + have, p, n, kh_gpu_stream(ev->g)),
+                              "cuMemcpyDtoDAsync", err);
+            have += n;
+        }
+        return st;
+    }
     default:
         return KH_OK;
     }
@@ -307,9 +324,17 @@ static kh_status parse_tensors(const json_t *arr, size_t payload_len, ev_tensor 
                 if (parse_slice(json_object_get(gen, "payload"), payload_len, &t->pay_off,
                                 &t->pay_len, name, err))
                     return err->code;
-                if (t->pay_len != t->bytes)
-                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): %zu payload bytes "
-                                      "for a %zu-byte tensor", i, name, t->pay_len, t->bytes);
+                /* tile: the bytes repeated that many times (the sampling
+                 * TVD test's repeated batch) */
+                json_t *tj = json_object_get(gen, "tile");
+                json_int_t tile = tj ? json_integer_value(tj) : 1;
+                if (tile < 1 || (size_t)tile > t->bytes + 1)
+                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): gen.tile must be a "
+                                      "positive integer", i, name);
+                if (t->pay_len * (size_t)tile != t->bytes)
+                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): %zu payload bytes x "
+                                      "%lld for a %zu-byte tensor", i, name, t->pay_len,
+                                      (long long)tile, t->bytes);
             } else {
                 return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).gen.kind: random, "
                                   "dsa_kcache, scalar or bytes", i, name);

@@ -537,9 +537,16 @@ static kh_status parse_tensor(req *r, const json_t *j, size_t i, kh_err *err)
         if ((st = slice(json_object_get(gen, "payload"), r->payload_len, &t->bytes_off,
                         &t->bytes_len, "gen.payload", err)))
             return st;
-        if (t->bytes_len != t->nbytes)
-            return kh_err_set(err, KH_EINVAL, "tensors[%zu] '%s': %zu bytes given, %zu expected",
-                              i, name, t->bytes_len, t->nbytes);
+        /* tile: the bytes repeated that many times (the sampling TVD test's
+         * repeated batch) */
+        json_t *tj = json_object_get(gen, "tile");
+        json_int_t tile = tj ? json_integer_value(tj) : 1;
+        if (tile < 1 || (size_t)tile > t->nbytes + 1)
+            return kh_err_set(err, KH_EINVAL, "tensors[%zu] '%s': gen.tile must be a positive "
+                              "integer", i, name);
+        if (t->bytes_len * (size_t)tile != t->nbytes)
+            return kh_err_set(err, KH_EINVAL, "tensors[%zu] '%s': %zu bytes x %lld given, %zu "
+                              "expected", i, name, t->bytes_len, (long long)tile, t->nbytes);
     } else
         return kh_err_set(err, KH_EINVAL, "tensors[%zu].gen.kind: unknown '%s'", i, kind);
     return KH_OK;
@@ -768,7 +775,9 @@ static kh_status set_generate(run *x, bset *b, uint64_t seed, kh_err *err)
         else if (t->gen == G_SCALAR)
             kh_tensor_set(tt, 0, t->value);
         else if (t->gen == G_BYTES)
-            memcpy(b->b[i].data, x->r->payload + t->bytes_off, t->nbytes);
+            for (size_t o = 0; t->bytes_len && o < t->nbytes; o += t->bytes_len)
+                memcpy((unsigned char *)b->b[i].data + o, x->r->payload + t->bytes_off,
+                       t->bytes_len);
         kh_tensor_free(tt);
         if (st)
             return st;

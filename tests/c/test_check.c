@@ -599,7 +599,7 @@ static void test_sampling(void **state)
     for (uint64_t n = 0; n < N; n++) {
         for (int64_t b = 0; b < nb; b++)
             kh_tensor_set(smp, (uint64_t)b, (double)rnd((unsigned)nv));
-        assert_int_equal(kh_check_sampling_count(smp, NULL, nv, counts, &r, &err), KH_OK);
+        assert_int_equal(kh_check_sampling_count(smp, nb, nv, NULL, NULL, NULL, counts, &r, &err), KH_OK);
         assert_int_equal(r.status, KH_CHECK_PASSED);
     }
     for (int64_t b = 0; b < nb; b++) {
@@ -612,7 +612,7 @@ static void test_sampling(void **state)
     int64_t row = (int64_t)rnd((unsigned)nb);
     kh_tensor_set(smp, (uint64_t)row, (double)nv);
     uint64_t before = counts[0];
-    assert_int_equal(kh_check_sampling_count(smp, NULL, nv, counts, &r, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_count(smp, nb, nv, NULL, NULL, NULL, counts, &r, &err), KH_OK);
     assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
     assert_true(r.final && isinf(r.max_abs_error));
     assert_int_equal(r.first_fail, row);
@@ -622,18 +622,18 @@ static void test_sampling(void **state)
     assert_non_null(strstr(r.reason, want));
     assert_int_equal(counts[0], before);
     kh_tensor_set(smp, (uint64_t)row, -1);
-    assert_int_equal(kh_check_sampling_count(smp, NULL, nv, NULL, &r, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_count(smp, nb, nv, NULL, NULL, NULL, NULL, &r, &err), KH_OK);
     assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
 
     /* an id of probability 0 fails when probs are given */
     for (int64_t b = 0; b < nb; b++)
         kh_tensor_set(smp, (uint64_t)b, (double)rnd((unsigned)nv));
-    assert_int_equal(kh_check_sampling_count(smp, p, nv, NULL, &r, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_count(smp, nb, nv, NULL, NULL, p, NULL, &r, &err), KH_OK);
     assert_int_equal(r.status, KH_CHECK_PASSED);
     int64_t zid = (int64_t)kh_tensor_get(smp, (uint64_t)row);
     float keep = pf[row * nv + zid];
     ((float *)p->data)[row * nv + zid] = 0.0f;
-    assert_int_equal(kh_check_sampling_count(smp, p, nv, NULL, &r, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_count(smp, nb, nv, NULL, NULL, p, NULL, &r, &err), KH_OK);
     assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
     assert_non_null(strstr(r.reason, "has probability 0"));
     assert_int_equal(r.first_fail, row);
@@ -642,7 +642,7 @@ static void test_sampling(void **state)
     /* TVD: the largest row's 0.5 * sum |f - p| decides */
     double *tvds = calloc((size_t)nb, sizeof *tvds), worst = 0;
     assert_non_null(tvds);
-    assert_int_equal(kh_check_sampling_tvd(p, counts, N, 1.0, tvds, &r, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_tvd(p, NULL, counts, N, 1.0, tvds, &r, &err), KH_OK);
     assert_int_equal(r.status, KH_CHECK_PASSED);
     for (int64_t b = 0; b < nb; b++) {
         double t = 0;
@@ -651,21 +651,214 @@ static void test_sampling(void **state)
         assert_true(fabs(tvds[b] - 0.5 * t) < 1e-6);
         worst = tvds[b] > worst ? tvds[b] : worst;
     }
-    assert_int_equal(kh_check_sampling_tvd(p, counts, N, worst + 1e-9, NULL, &r, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_tvd(p, NULL, counts, N, worst + 1e-9, NULL, &r, &err), KH_OK);
     assert_int_equal(r.status, KH_CHECK_PASSED);
-    assert_int_equal(kh_check_sampling_tvd(p, counts, N, worst - 1e-9, NULL, &r, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_tvd(p, NULL, counts, N, worst - 1e-9, NULL, &r, &err), KH_OK);
     assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
     assert_non_null(strstr(r.reason, "total variation distance"));
     assert_true(r.max_abs_error > 0 && r.max_abs_error <= 2 * worst + 1e-6);
     /* misuse: int8 samples, a 1-D probs */
     kh_tensor *bad;
     assert_int_equal(kh_tensor_new(&bad, KH_DTYPE_I8, 1, ss, &err), KH_OK);
-    assert_int_equal(kh_check_sampling_count(bad, NULL, nv, NULL, &r, &err), KH_EINVAL);
-    assert_int_equal(kh_check_sampling_tvd(smp, counts, N, 0.2, NULL, &r, &err), KH_EINVAL);
+    assert_int_equal(kh_check_sampling_count(bad, nb, nv, NULL, NULL, NULL, NULL, &r, &err), KH_EINVAL);
+    assert_int_equal(kh_check_sampling_tvd(smp, NULL, counts, N, 0.2, NULL, &r, &err), KH_EINVAL);
     kh_tensor_free(bad);
     free(tvds);
     free(counts);
     kh_tensor_free(smp);
+    kh_tensor_free(p);
+}
+
+/* FIB's thresholding: the method from the name, the valid mask of top_k
+ * (ties valid), top_p (float32 cumsum <= p + 0.05, the top id always) and
+ * both; samples of a repeated batch counted by row; the nucleus size; the
+ * TVD against the masked, renormalised probs. */
+static void test_sampling_mask(void **state)
+{
+    (void)state;
+    kh_err err;
+    assert_int_equal(kh_check_sampling_method("sampling_from_probs_v129280"), KH_SAMPLING_NONE);
+    assert_int_equal(kh_check_sampling_method("top_k_sampling_from_probs_v1"), KH_SAMPLING_TOP_K);
+    assert_int_equal(kh_check_sampling_method("Top_P_sampling"), KH_SAMPLING_TOP_P);
+    assert_int_equal(kh_check_sampling_method("top_k_top_p_sampling_from_probs"),
+                     KH_SAMPLING_TOP_K_TOP_P);
+    assert_string_equal(kh_check_sampling_method_name(KH_SAMPLING_TOP_K_TOP_P), "top_k_top_p");
+
+    /* one hand-made row: sorted 0.3 (0), 0.2 (2), 0.15 (5), 0.1 (1, 3 tied), 0.05 x3 */
+    static const float row[8] = {0.3f, 0.1f, 0.2f, 0.1f, 0.05f, 0.15f, 0.05f, 0.05f};
+    int64_t sh[2] = {1, 8};
+    kh_tensor *p;
+    assert_int_equal(kh_tensor_new(&p, KH_DTYPE_F32, 2, sh, &err), KH_OK);
+    memcpy(p->data, row, sizeof row);
+    unsigned char m[8];
+    struct { kh_sampling_method m; int64_t k; double tp; const char *want; } cases[] = {
+        {KH_SAMPLING_TOP_K, 3, 0, "10100100"},  {KH_SAMPLING_TOP_K, 4, 0, "11110100"},
+        {KH_SAMPLING_TOP_K, 0, 0, "11111111"},  {KH_SAMPLING_TOP_K, 8, 0, "11111111"},
+        {KH_SAMPLING_TOP_K, 1, 0, "10000000"},  {KH_SAMPLING_TOP_P, 0, 0.5, "10100000"},
+        {KH_SAMPLING_TOP_P, 0, 0.1, "10000000"}, {KH_SAMPLING_TOP_P, 0, 1.0, "11111111"},
+        {KH_SAMPLING_TOP_P, 0, 0.62, "10100100"}, {KH_SAMPLING_TOP_K_TOP_P, 3, 0.5, "10100000"},
+        {KH_SAMPLING_TOP_K_TOP_P, 1, 0.9, "10000000"}, {KH_SAMPLING_NONE, 0, 0, "11111111"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        assert_int_equal(kh_check_sampling_mask(p, cases[c].m, &cases[c].k, &cases[c].tp, m, &err),
+                         KH_OK);
+        char got[9];
+        for (int v = 0; v < 8; v++)
+            got[v] = m[v] ? '1' : '0';
+        got[8] = 0;
+        if (strcmp(got, cases[c].want))
+            fail_msg("case %zu (%s k=%lld p=%g): mask %s, want %s", c,
+                     kh_check_sampling_method_name(cases[c].m), (long long)cases[c].k,
+                     cases[c].tp, got, cases[c].want);
+    }
+    assert_int_equal(kh_check_sampling_mask(p, KH_SAMPLING_TOP_K, NULL, NULL, m, &err), KH_EINVAL);
+    kh_tensor_free(p);
+
+    /* random rows: a top-k mask holds at least k ids, each at least as
+     * likely as every id outside it; a top-p mask is a prefix of the
+     * descending order whose mass, less its last id, is <= p + eps */
+    int64_t nb = 2 + (int64_t)rnd(4), nv = 5 + (int64_t)rnd(300);
+    int64_t ps[2] = {nb, nv};
+    assert_int_equal(kh_tensor_new(&p, KH_DTYPE_F32, 2, ps, &err), KH_OK);
+    assert_int_equal(kh_rng_fill_softmax(NULL, p, seed, stream++, &err), KH_OK);
+    const float *pf = p->data;
+    int64_t *ks = calloc((size_t)nb, sizeof *ks);
+    double *tps = calloc((size_t)nb, sizeof *tps);
+    unsigned char *mk = malloc((size_t)(nb * nv));
+    assert_true(ks && tps && mk);
+    for (int64_t b = 0; b < nb; b++) {
+        ks[b] = 1 + (int64_t)rnd((unsigned)nv - 1);
+        tps[b] = 0.05 + 0.9 * rnd(1000) / 1000.0;
+    }
+    assert_int_equal(kh_check_sampling_mask(p, KH_SAMPLING_TOP_K, ks, NULL, mk, &err), KH_OK);
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t n = 0;
+        float lo_in = 2, hi_out = -1;
+        for (int64_t v = 0; v < nv; v++) {
+            float x = pf[b * nv + v];
+            if (mk[b * nv + v]) {
+                n++;
+                lo_in = x < lo_in ? x : lo_in;
+            } else {
+                hi_out = x > hi_out ? x : hi_out;
+            }
+        }
+        assert_true(n >= ks[b]);
+        assert_true(lo_in > hi_out);
+    }
+    assert_int_equal(kh_check_sampling_mask(p, KH_SAMPLING_TOP_P, NULL, tps, mk, &err), KH_OK);
+    for (int64_t b = 0; b < nb; b++) {
+        double in_mass = 0, lo_in = 2, hi_out = -1;
+        for (int64_t v = 0; v < nv; v++) {
+            float x = pf[b * nv + v];
+            if (mk[b * nv + v]) {
+                in_mass += x;
+                lo_in = x < lo_in ? x : lo_in;
+            } else {
+                hi_out = x > hi_out ? x : hi_out;
+            }
+        }
+        assert_true(lo_in >= hi_out);
+        assert_true(in_mass - lo_in <= tps[b] + 0.05 + 1e-5);
+        if (hi_out >= 0) /* one more id would pass the limit */
+            assert_true(in_mass + hi_out > tps[b] + 0.05 - 1e-5);
+    }
+    int64_t nuc = kh_check_sampling_nucleus(p, mk), want_nuc = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t n = 0;
+        for (int64_t v = 0; v < nv; v++)
+            n += mk[b * nv + v];
+        want_nuc = n > want_nuc ? n : want_nuc;
+    }
+    assert_int_equal(nuc, want_nuc);
+    assert_int_equal(kh_check_sampling_nucleus(p, NULL), nv);
+
+    /* a repeated batch (3 copies): id i is row i % nb's; ids in the mask
+     * pass and are counted there, one outside fails naming the method */
+    int64_t ss[1] = {3 * nb};
+    kh_tensor *smp;
+    assert_int_equal(kh_tensor_new(&smp, KH_DTYPE_I32, 1, ss, &err), KH_OK);
+    uint64_t *counts = calloc((size_t)(nb * nv), sizeof *counts);
+    assert_non_null(counts);
+    for (int64_t i = 0; i < 3 * nb; i++) {
+        int64_t b = i % nb, v = 0;
+        while (!mk[b * nv + v])
+            v++;
+        kh_tensor_set(smp, (uint64_t)i, (double)v);
+    }
+    kh_check_result r;
+    assert_int_equal(kh_check_sampling_count(smp, nb, nv, mk, "top_p", p, counts, &r, &err),
+                     KH_OK);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    for (int64_t b = 0; b < nb; b++) {
+        uint64_t tot = 0;
+        for (int64_t v = 0; v < nv; v++)
+            tot += counts[b * nv + v];
+        assert_int_equal(tot, 3);
+    }
+    int64_t brow = (int64_t)rnd((unsigned)nb), out_id = -1;
+    for (int64_t v = 0; v < nv && out_id < 0; v++)
+        if (!mk[brow * nv + v])
+            out_id = v;
+    if (out_id >= 0) {
+        kh_tensor_set(smp, (uint64_t)(nb + brow), (double)out_id);
+        assert_int_equal(kh_check_sampling_count(smp, nb, nv, mk, "top_p", p, NULL, &r, &err),
+                         KH_OK);
+        assert_int_equal(r.status, KH_CHECK_INCORRECT_NUMERICAL);
+        assert_int_equal(r.first_fail, nb + brow);
+        char want[128];
+        snprintf(want, sizeof want, "sample %lld is outside the valid top_p mask for batch row "
+                 "%lld", (long long)out_id, (long long)brow);
+        if (!strstr(r.reason, want))
+            fail_msg("reason '%s' lacks '%s'", r.reason, want);
+    }
+    /* not a multiple of the rows: a misuse */
+    int64_t odd[1] = {nb + 1};
+    kh_tensor *smp2;
+    assert_int_equal(kh_tensor_new(&smp2, KH_DTYPE_I32, 1, odd, &err), KH_OK);
+    assert_int_equal(kh_check_sampling_count(smp2, nb, nv, NULL, NULL, NULL, NULL, &r, &err),
+                     KH_EINVAL);
+    kh_tensor_free(smp2);
+
+    /* TVD in the mask: counts exactly proportional to the masked,
+     * renormalised probs (rounded) give a TVD near 0, counts of the
+     * unmasked probs one near the mass outside the mask */
+    uint64_t per_row = 1000000;
+    for (int64_t b = 0; b < nb; b++) {
+        double mass = 0;
+        for (int64_t v = 0; v < nv; v++)
+            mass += mk[b * nv + v] ? pf[b * nv + v] : 0;
+        uint64_t given = 0;
+        int64_t last = -1;
+        for (int64_t v = 0; v < nv; v++) {
+            counts[b * nv + v] =
+                mk[b * nv + v] ? (uint64_t)((double)pf[b * nv + v] / mass * (double)per_row) : 0;
+            given += counts[b * nv + v];
+            if (mk[b * nv + v])
+                last = v;
+        }
+        counts[b * nv + last] += per_row - given;
+    }
+    double *tvds = calloc((size_t)nb, sizeof *tvds);
+    assert_non_null(tvds);
+    assert_int_equal(kh_check_sampling_tvd(p, mk, counts, per_row, 0.01, tvds, &r, &err), KH_OK);
+    assert_int_equal(r.status, KH_CHECK_PASSED);
+    for (int64_t b = 0; b < nb; b++)
+        assert_true(tvds[b] < 1e-3);
+    assert_int_equal(kh_check_sampling_tvd(p, NULL, counts, per_row, 0.01, tvds, &r, &err),
+                     KH_OK);
+    for (int64_t b = 0; b < nb; b++) {
+        double outside = 0;
+        for (int64_t v = 0; v < nv; v++)
+            outside += mk[b * nv + v] ? 0 : pf[b * nv + v];
+        assert_true(fabs(tvds[b] - outside) < 2e-3);
+    }
+    free(tvds);
+    free(counts);
+    kh_tensor_free(smp);
+    free(ks);
+    free(tps);
+    free(mk);
     kh_tensor_free(p);
 }
 
@@ -679,7 +872,7 @@ int main(void)
         cmocka_unit_test(test_error_figures),         cmocka_unit_test(test_fib_quirks),
         cmocka_unit_test(test_merge_and_evaluators),  cmocka_unit_test(test_dsa_topk),
         cmocka_unit_test(test_sorted_scores_padding), cmocka_unit_test(test_threads_same_bits),
-        cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_sampling), cmocka_unit_test(test_sampling_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,8 @@
  * protocol (a `khlua worker --role host` process): outputs under both poison
  * patterns, fresh inputs per trial drawn from the seeds (the same bits as
  * kh_rng_fill here), input changes and canary damage reported as failures,
- * timed outputs carrying their set's seed, and malformed requests refused
- * with an error naming the field. */
+ * timed outputs carrying their set's seed, payload bytes repeated by
+ * gen.tile, and malformed requests refused with an error naming the field. */
 #include "kh_test.h"
 
 #include "hostcc.h"
@@ -241,6 +241,57 @@ static void test_bad_requests(void **state)
     kh_wproc_stop(w, 2);
 }
 
+/* gen.kind bytes with tile: the payload slice repeated along the tensor;
+ * a tile that is not a positive divisor of the tensor is refused. */
+static void test_tiled_bytes(void **state)
+{
+    (void)state;
+    kh_wproc *w = start();
+    int64_t base = 1 + rand() % 40, tile = 2 + rand() % 50, n = base * tile;
+    size_t pl_len = so_len + (size_t)base * sizeof(float);
+    unsigned char *pl = malloc(pl_len);
+    assert_non_null(pl);
+    memcpy(pl, so, so_len);
+    float *b = (float *)(void *)(pl + so_len);
+    for (int64_t i = 0; i < base; i++)
+        b[i] = (float)(rand() % 1000) / 7.0f + 0.5f;
+    for (int variant = 0; variant < 3; variant++) {
+        json_t *p = request(n, 0, 1, 2, 0);
+        json_t *gen = json_object_get(json_array_get(json_object_get(p, "tensors"), 0), "gen");
+        json_object_clear(gen);
+        json_object_set_new(gen, "kind", json_string("bytes"));
+        json_object_set_new(gen, "payload", json_pack("[I, I]", (json_int_t)so_len,
+                                                      (json_int_t)(base * 4)));
+        json_object_set_new(gen, "tile", json_integer(variant == 0 ? tile
+                                                      : variant == 1 ? 0 : tile + 1));
+        kh_msg m;
+        kh_err err;
+        kh_status st = kh_wproc_call(w, "evaluate", p, pl, pl_len, 30, &m, &err);
+        if (variant == 0) {
+            if (st != KH_OK)
+                fail_msg("tiled request refused: %s", err.msg);
+            json_t *tr = json_array_get(json_object_get(json_object_get(m.head, "result"),
+                                                        "trials"), 1);
+            const float *out = slice(&m, json_object_get(json_object_get(tr, "outputs"), "out"),
+                                     (size_t)n * 4);
+            for (int64_t i = 0; i < n; i++)
+                if (out[i] != 2.0f * b[i % base])
+                    fail_msg("out[%lld] = %g, want %g", (long long)i, (double)out[i],
+                             2.0 * b[i % base]);
+        } else {
+            assert_int_not_equal(st, KH_OK);
+            if (!strstr(err.msg, variant == 1 ? "gen.tile must be a positive integer"
+                                              : "bytes x"))
+                fail_msg("variant %d: error '%s'", variant, err.msg);
+            assert_true(kh_wproc_alive(w));
+        }
+        kh_msg_free(&m);
+        json_decref(p);
+    }
+    free(pl);
+    kh_wproc_stop(w, 2);
+}
+
 int main(void)
 {
     unsigned seed = (unsigned)time(NULL);
@@ -249,6 +300,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outputs_and_checks),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_tiled_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
