@@ -32,7 +32,9 @@ local function usage(name)
     .. "  --margin M            the paired gate's margin: lower bound > 1 + M (0.02)\n"
     .. "  --reps R              paired repetitions in the representative gate (5)\n"
     .. "  --sample N            workloads sampled for the representative gate (2)\n"
-    .. "  --finalist-seeds N    correctness seeds for a finalist (100)\n"
+    .. "  --finalist-seeds N    correctness seeds per workload for a finalist (100)\n"
+    .. "  --finalist-elements N output elements a finalist's seeds may compare in all; past\n"
+    .. "                        it big workloads get fewer seeds, 10 at least (2147483648)\n"
     .. "  --candidates N        candidates per round at the start (1)\n"
     .. "  --seed N              the gate's seed (1)\n"
     .. "  --skills DIR          SKILL.md playbooks (default: skills/ beside policies/)\n"
@@ -52,7 +54,8 @@ local function usage(name)
 end
 
 local NUMS = { rounds = "integer", plateau = "integer", margin = "number", reps = "integer",
-  sample = "integer", ["finalist-seeds"] = "integer", candidates = "integer", seed = "integer",
+  sample = "integer", ["finalist-seeds"] = "integer", ["finalist-elements"] = "number",
+  candidates = "integer", seed = "integer",
   pace = "number", ["workers-per-gpu"] = "integer", ["host-workers"] = "integer" }
 
 -- Parse argv; returns opts or nil, message.
@@ -117,11 +120,12 @@ function M.config(o)
     rounds = o.rounds, plateau = o.plateau,
     budget = o.budget, n = o.candidates, pace = o.pace, resume = o.resume,
     gate = { margin = o.margin, reps = o.reps, sample = o.sample,
-      finalist_trials = o["finalist-seeds"], seed = o.seed },
+      finalist_trials = o["finalist-seeds"], finalist_elements = o["finalist-elements"],
+      seed = o.seed },
     skills = o.skills or (here() .. "/../skills"), replay = o.replay, explicit = {} }
   for k in pairs(o.explicit) do
     local map = { candidates = "n", ["seed-solution"] = "seed_solution", margin = "gate", reps = "gate", sample = "gate",
-      ["finalist-seeds"] = "gate", seed = "gate" }
+      ["finalist-seeds"] = "gate", ["finalist-elements"] = "gate", seed = "gate" }
     cfg.explicit[map[k] or k] = true
   end
   if next(cfg.gate) == nil then cfg.gate = nil end

@@ -446,7 +446,9 @@ local function round(db, ctx, policy, st)
       gate = { representative = { ratio = rep.ratio, lo = rep.lo, hi = rep.hi, margin = rep.margin,
         reps = rep.reps, workloads = rep.workloads },
         sweep = { score = v.score, correct = v.sweep.correct, mean_speedup = v.sweep.mean_speedup },
-        finalist = { trials = v.steps[3].trials, sanitizer = v.steps[3].sanitizer } },
+        finalist = { trials = v.steps[3].trials, sanitizer = v.steps[3].sanitizer,
+          seeds_min = v.steps[3].seeds_min, seeds_max = v.steps[3].seeds_max,
+          seeds_total = v.steps[3].seeds_total, reason = v.steps[3].reason } },
       reason = v.reason })
     best.probe.accepted = true
     best.probe.promotion = pid

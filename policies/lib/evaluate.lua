@@ -142,8 +142,13 @@ function M.summary(traces)
     local e = t.evaluation or {}
     local uuid = t.workload and t.workload.uuid or "?"
     local perf = e.performance or {}
+    local kx = e.khlua or {}
+    -- elements compared per trial (the figures add up every trial's)
+    local el = kx.figures and tonumber(kx.figures.elements)
+    local nt = type(kx.seeds) == "table" and #kx.seeds or 0
     s.by_uuid[uuid] = { status = e.status, latency_ms = perf.latency_ms,
-      reference_latency_ms = perf.reference_latency_ms }
+      reference_latency_ms = perf.reference_latency_ms,
+      elements = el and nt > 0 and el // nt or nil }
     if e.status == "PASSED" then
       s.passed = s.passed + 1
     elseif not s.failed then

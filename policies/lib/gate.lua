@@ -18,8 +18,16 @@
 -- 2. sweep(): every workload, correct on all; the score
 --    S_d = c_d * mean_w(b_w / l_w), c_d the pass rate, b the reference
 --    (baseline) latency and l the candidate's.
--- 3. finalist(): correctness replayed with many seeds (>= 100 trials in
---    batches, no timing), and the sanitizer where the backend has one: on
+-- 3. finalist(): correctness replayed with many seeds (no timing): every
+--    workload gets finalist_trials (100) seeds while the element budget
+--    lasts (finalist_elements output elements compared in all, shared out
+--    from the smallest workload up), and never fewer than
+--    finalist_min_trials (10); at least finalist_trials seeds in all.  The
+--    first batch (finalist_min_trials on every workload) measures each
+--    workload's size; later batches go to the workloads still short.  A
+--    14-workload RMSNorm task with up to 59M-element outputs would
+--    otherwise move 75 GB per finalist between worker and coordinator.
+--    Then the sanitizer where the backend has one: on
 --    CUDA, kh.eval's `sanitize` (compute-sanitizer memcheck, racecheck,
 --    initcheck on `sanitize_workloads` workloads; an error in the
 --    candidate's kernels rejects it, a machine without compute-sanitizer
@@ -33,7 +41,8 @@ local stats = require "lib.stats"
 local M = {}
 
 M.defaults = { margin = 0.02, reps = 5, sample = 2, alpha = 0.05, resamples = 2000,
-  finalist_trials = 100, finalist_batch = 25, seed = 1,
+  finalist_trials = 100, finalist_batch = 25, finalist_min_trials = 10,
+  finalist_elements = 2 ^ 31, seed = 1,
   sanitize = { "memcheck", "racecheck", "initcheck" }, sanitize_workloads = 1 }
 
 local function opt(o, k) if o and o[k] ~= nil then return o[k] end return M.defaults[k] end
@@ -142,26 +151,92 @@ function M.sweep(measure, cand, workloads, o)
   return g
 end
 
--- kh.eval takes at most 64 trials a call: the seeds go in batches of
--- finalist_batch, each with its own base seed.
+-- Seeds per workload (see the header): sizes[uuid] = elements per trial.
+function M.finalist_plan(sizes, trials, min_trials, budget)
+  local ws = {}
+  for u, e in pairs(sizes) do ws[#ws + 1] = { uuid = u, e = math.max(e or 0, 0) } end
+  table.sort(ws, function(a, b) if a.e ~= b.e then return a.e < b.e end return a.uuid < b.uuid end)
+  local plan, left, total = {}, budget, 0
+  for i, w in ipairs(ws) do
+    local share = left / (#ws - i + 1)
+    local t = w.e > 0 and math.floor(share / w.e) or trials
+    t = math.max(min_trials, math.min(trials, t))
+    plan[w.uuid] = t
+    left = left - t * w.e
+    total = total + t
+  end
+  -- at least `trials` seeds in all: the cheapest workloads take the rest
+  for _, w in ipairs(ws) do
+    if total >= trials then break end
+    local add = math.min(trials - plan[w.uuid], trials - total)
+    plan[w.uuid] = plan[w.uuid] + add
+    total = total + add
+  end
+  return plan, total
+end
+
+-- kh.eval takes at most 64 trials a call: the seeds go in batches of at
+-- most finalist_batch, each with its own base seed.
 function M.finalist(measure, cand, backend, o)
   local trials, batch = opt(o, "finalist_trials"), opt(o, "finalist_batch")
+  local min_trials = math.min(opt(o, "finalist_min_trials"), trials)
   local g = { step = "finalist", trials = trials, evidence = {},
     sanitizer = backend == "cuda" and "not run" or "unavailable on the host backend" }
-  local done, call = 0, 0
-  while done < trials do
+  local call = 0
+  local function run(workloads, n)
     call = call + 1
-    local n = math.min(batch, trials - done)
-    local m, msg, code = measure(cand, { workloads = "all", trials = n, timing = false,
+    local m, msg, code = measure(cand, { workloads = workloads, trials = n, timing = false,
       seed = opt(o, "seed") * 7919 + call }, "finalist")
     if not m then return nil, msg, code end
     for _, id in ipairs(m.ids) do g.evidence[#g.evidence + 1] = id end
     if not m.summary.ok then
       g.pass, g.rejected_for = false, "incorrect"
       g.reason = fail_reason("candidate", m.summary) .. string.format(" (seed batch %d)", call)
-      return g
     end
-    done = done + n
+    return m
+  end
+  -- first batch: every workload, which also gives their sizes
+  local m, msg, code = run("all", math.min(min_trials, batch))
+  if not m then return nil, msg, code end
+  if g.pass == false then return g end
+  local sizes, done = {}, {}
+  for u, w in pairs(m.summary.by_uuid or {}) do
+    sizes[u] = w.elements or 0
+    done[u] = math.min(min_trials, batch)
+  end
+  local plan, total = M.finalist_plan(sizes, trials, min_trials, opt(o, "finalist_elements"))
+  if next(sizes) == nil then -- a measurer without per-workload figures: every seed everywhere
+    local d = math.min(min_trials, batch)
+    while d < trials do
+      local n = math.min(batch, trials - d)
+      m, msg, code = run("all", n)
+      if not m then return nil, msg, code end
+      if g.pass == false then return g end
+      d = d + n
+    end
+    plan, total = nil, nil
+  end
+  while plan do
+    local need, ws = math.huge, {}
+    for u, t in pairs(plan) do
+      if t > done[u] then
+        ws[#ws + 1] = u
+        need = math.min(need, t - done[u])
+      end
+    end
+    if #ws == 0 then break end
+    table.sort(ws)
+    local n = math.min(batch, need)
+    m, msg, code = run(ws, n)
+    if not m then return nil, msg, code end
+    if g.pass == false then return g end
+    for _, u in ipairs(ws) do done[u] = done[u] + n end
+  end
+  if plan then
+    g.seeds_by_workload, g.seeds_total = done, total
+    local lo, hi = math.huge, 0
+    for _, t in pairs(done) do lo, hi = math.min(lo, t), math.max(hi, t) end
+    g.seeds_min, g.seeds_max = lo, hi
   end
   local tools = opt(o, "sanitize")
   if backend == "cuda" and tools and #tools > 0 then
@@ -184,7 +259,13 @@ function M.finalist(measure, cand, backend, o)
     end
   end
   g.pass = true
-  g.reason = string.format("correct over %d seeds on every workload", trials)
+  if g.seeds_min and g.seeds_min < g.seeds_max then
+    g.reason = string.format("correct on every workload over %d to %d seeds each (%d in all; "
+      .. "element budget %.3g)", g.seeds_min, g.seeds_max, g.seeds_total,
+      opt(o, "finalist_elements"))
+  else
+    g.reason = string.format("correct over %d seeds on every workload", g.seeds_min or trials)
+  end
   return g
 end
 

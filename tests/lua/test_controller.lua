@@ -102,8 +102,9 @@ T.test("a promotion carries its evidence: paired, sweep and finalist evaluations
   T.eq(p.gate.finalist.trials, 100)
   T.eq(p.gate.sweep.correct, 1)
   -- evidence: 5 reps x 2 solutions x 2 sampled workloads, 3 sweep, and the
-  -- finalist's 100 seeds in 4 batches of 25 over 3 workloads
-  T.eq(#p.evidence, 5 * 2 * 2 + 3 + 4 * 3)
+  -- finalist's 100 seeds on each of 3 small workloads: a first batch of 10,
+  -- then 25, 25, 25, 15
+  T.eq(#p.evidence, 5 * 2 * 2 + 3 + 5 * 3)
   local purposes = {}
   for _, id in ipairs(p.evidence) do
     local e = db:get(id)
@@ -113,7 +114,7 @@ T.test("a promotion carries its evidence: paired, sweep and finalist evaluations
   T.eq(purposes["representative:candidate"], 10)
   T.eq(purposes["representative:incumbent"], 10)
   T.eq(purposes.sweep, 3)
-  T.eq(purposes.finalist, 12)
+  T.eq(purposes.finalist, 15)
   -- the score: mean of reference / candidate latency over every workload
   T.near(p.score, 1.4, 0.05)
   -- the store is consistent
@@ -329,6 +330,67 @@ T.test("the finalist step runs compute-sanitizer on cuda candidates", function()
     { finalist_trials = 2, finalist_batch = 2, sanitize = false }))
   T.eq(#calls, 1)
   T.eq(g.pass, true)
+end)
+
+T.test("finalist seeds: 100 per workload while the element budget lasts, 10 at least", function()
+  -- the plan: smallest first, each an equal share of what is left
+  local plan, total = gate.finalist_plan({ a = 1000, b = 2000, c = 1e8, d = 5e7 }, 100, 10, 2e9)
+  T.eq(plan.a, 100)
+  T.eq(plan.b, 100)
+  -- (2e9 - 3e5) / 2 = 999.85e6 each for c and d: d 19, c then 10.49 -> 10
+  T.eq(plan.d, 19)
+  T.eq(plan.c, 10)
+  T.eq(total, 229)
+  -- one huge workload still gets 100 seeds in all; a tight budget, 10 each
+  -- topped up from the cheapest to 100 in all
+  plan, total = gate.finalist_plan({ z = 1e12 }, 100, 10, 1e9)
+  T.eq(plan.z, 100)
+  plan, total = gate.finalist_plan({ p = 1e6, q = 2e6, r = 1e9 }, 100, 10, 1e6)
+  T.eq(plan.r, 10)
+  T.eq(plan.p + plan.q + plan.r, 100)
+  T.eq(plan.p, 80)
+  -- the step: a first batch on every workload gives the sizes, then only the
+  -- workloads still short run, in batches that never overshoot
+  local sizes = { w1 = 1000, w2 = 4e8, w3 = 3e8 }
+  local calls = {}
+  local function measure(_, opts, purpose)
+    T.eq(purpose, "finalist")
+    calls[#calls + 1] = opts
+    local by = {}
+    local ws = opts.workloads == "all" and { "w1", "w2", "w3" } or opts.workloads
+    for _, u in ipairs(ws) do by[u] = { status = "PASSED", elements = sizes[u] } end
+    return { summary = { ok = true, passed = #ws, total = #ws, by_uuid = by },
+      ids = { "e" .. #calls } }
+  end
+  local g = assert(gate.finalist(measure, "cand", "host", { finalist_elements = 2e10 }))
+  T.eq(g.pass, true)
+  T.eq(calls[1].workloads, "all")
+  T.eq(calls[1].trials, 10)
+  local seen = {}
+  for i, c in ipairs(calls) do
+    T.ok(c.trials <= 25, "batch " .. i)
+    local ws = c.workloads == "all" and { "w1", "w2", "w3" } or c.workloads
+    for _, u in ipairs(ws) do seen[u] = (seen[u] or 0) + c.trials end
+    T.ok(c.seed ~= (calls[i - 1] or {}).seed, "fresh seeds per batch")
+  end
+  T.eq(seen.w1, 100)
+  T.eq(seen, g.seeds_by_workload)
+  -- (2e10 - 1e5) / 2 for each large one: w3 33, w2 (2e10 - 1e5 - 9.9e9) / 4e8 = 25
+  T.eq(seen.w3, 33)
+  T.eq(seen.w2, 25)
+  T.match(g.reason, "over 25 to 100 seeds each %(158 in all")
+  -- a failure in a later batch rejects, naming the batch
+  calls = {}
+  g = assert(gate.finalist(function(s, opts, p)
+    local r = measure(s, opts, p)
+    if #calls == 3 then
+      r.summary.ok = false
+      r.summary.failed = { status = "INCORRECT_NUMERICAL", workload = "w1" }
+    end
+    return r
+  end, "cand", "host", {}))
+  T.eq(g.pass, false)
+  T.match(g.reason, "seed batch 3")
 end)
 
 T.test("model specs: parsing, keys, replay fallback and the ladder", function()
