@@ -137,7 +137,7 @@ kh_status kh_profile_task_spec(const kh_task_def *d, const kh_task_solution *sol
         const kh_task_tensor *t = is_in ? &d->inputs[i] : &d->outputs[i - d->ninputs];
         if (t->is_scalar)
             continue;
-        int64_t b;
+        int64_t b = 0;
         if ((st = tensor_bytes(d, t, w->axes, &b, err)))
             break;
         json_t *bj = json_pack("{s:s, s:I, s:s}", "name", t->name, "bytes", (json_int_t)b,

@@ -41,7 +41,9 @@ int kh_pyref_available(const kh_task_def *d);
  * d->inputs[i] (NULL for a workload scalar, whose value is in the job's
  * "scalars").  base: the folder safetensors paths are relative to.
  * dsa_kcache: FlashInfer-Bench's DSA top-k k-cache generator for a random
- * k_index_cache_fp8.  Free each with kh_tensor_free. */
+ * k_index_cache_fp8, for the pages block_table and seq_lens can reach (the
+ * others zero: nothing reachable reads them).  Free each with
+ * kh_tensor_free. */
 kh_status kh_pyref_inputs(kh_engine *e, const kh_task_def *d, const kh_task_workload *w,
                           const char *base, uint64_t seed, int dsa_kcache, kh_tensor **ins,
                           kh_err *err);

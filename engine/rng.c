@@ -137,6 +137,28 @@ kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint
     return KH_OK;
 }
 
+kh_status kh_rng_fill_dsa_kcache_pages(kh_engine *e, kh_tensor *t, uint64_t seed,
+                                       uint32_t stream, const int64_t *pages, size_t npages,
+                                       kh_err *err)
+{
+    if (t->dtype != KH_DTYPE_I8 || t->ndim != 4 || t->shape[2] != 1 || t->shape[3] < 5 ||
+        t->shape[1] < 1 || t->shape[1] > 0xFFFFFFFF || t->shape[3] > 0xFFFFFFFF)
+        return kh_err_set(err, KH_EINVAL,
+                          "a DSA k cache is int8 [num_pages, page_size, 1, head_dim + 4], "
+                          "not %s with %d dimensions", kh_dtype_name(t->dtype), t->ndim);
+    uint32_t ps = (uint32_t)t->shape[1], D = (uint32_t)t->shape[3] - 4;
+    for (size_t i = 0; i < npages; i++) {
+        if (pages[i] < 0 || pages[i] >= t->shape[0])
+            return kh_err_set(err, KH_EINVAL, "k cache page %lld is outside [0, %lld)",
+                              (long long)pages[i], (long long)t->shape[0]);
+        if (e && (i & 0xFF) == 0xFF && kh_engine_stop_requested(e))
+            return kh_err_set(err, KH_EINTR, "k cache generation interrupted");
+        for (uint64_t k = (uint64_t)pages[i] * ps; k < (uint64_t)(pages[i] + 1) * ps; k++)
+            kh_rng_dsa_kcache_token(seed, stream, k, ps, D, t->data);
+    }
+    return KH_OK;
+}
+
 kh_status kh_rng_fill_softmax(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
                               kh_err *err)
 {

@@ -46,6 +46,13 @@ kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream
 kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
                                  kh_err *err);
 
+/* The same bits for the listed pages only (each token is drawn on its own,
+ * so a page's bytes do not depend on the others); the other pages are left
+ * as they are.  Pages outside [0, num_pages) are an error. */
+kh_status kh_rng_fill_dsa_kcache_pages(kh_engine *e, kh_tensor *t, uint64_t seed,
+                                       uint32_t stream, const int64_t *pages, size_t npages,
+                                       kh_err *err);
+
 /* A sampling task's probs, as FlashInfer-Bench makes them: softmax over the
  * last dimension of a float32 randn tensor drawn from (seed, stream) as
  * kh_rng_fill does.  Host only (the coordinator sends the bytes). */

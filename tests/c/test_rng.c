@@ -271,6 +271,28 @@ static void test_dsa_kcache(void **state)
         }
         assert_true(at448 >= 1);
     }
+    /* the listed pages alone: the same bytes as the whole cache's there,
+     * the other pages untouched; a page out of range is refused */
+    kh_tensor *part;
+    assert_int_equal(kh_tensor_new(&part, KH_DTYPE_I8, 4, shape, &err), KH_OK);
+    int64_t pages[2] = {3, 1};
+    assert_int_equal(kh_rng_fill_dsa_kcache_pages(NULL, part, base_seed, 3, pages, 2, &err),
+                     KH_OK);
+    size_t page_bytes = (size_t)PS * (D + 4);
+    for (int pg = 0; pg < P; pg++) {
+        const uint8_t *x = (const uint8_t *)part->data + pg * page_bytes;
+        if (pg == 3 || pg == 1) {
+            assert_memory_equal(x, b + pg * page_bytes, page_bytes);
+        } else {
+            for (size_t i = 0; i < page_bytes; i++)
+                assert_int_equal(x[i], 0);
+        }
+    }
+    int64_t outside[1] = {P};
+    assert_int_equal(kh_rng_fill_dsa_kcache_pages(NULL, part, base_seed, 3, outside, 1, &err),
+                     KH_EINVAL);
+    assert_non_null(strstr(err.msg, "outside [0, 5)"));
+    kh_tensor_free(part);
     kh_tensor_free(k);
     int64_t bad[3] = {2, 4, 20};
     assert_int_equal(kh_tensor_new(&k, KH_DTYPE_I8, 3, bad, &err), KH_OK);
