@@ -3,7 +3,9 @@
 -- workspace, atomics) is compared with the host C reference: the inputs are
 -- drawn on the device and on the host from the same seeds, so they must be
 -- the same bits; it passes every workload with the hardened checks and a
--- timed, verified run; the same candidate under --parity passes too.
+-- timed, verified run; the same candidate under --parity passes too; a CUDA
+-- top-k / top-p sampler passes FIB's mask and TVD test (its repeated batch
+-- copied on the device: gen.tile).
 local T = require "testlib"
 local kh = require "kh"
 
@@ -42,4 +44,23 @@ T.test("--parity: FlashInfer-Bench's checks alone", function()
                                                            parity = true, record = false }))
   T.eq(tr[1].evaluation.status, "PASSED", tostring(tr[1].evaluation.khlua.detail))
   T.eq(tr[1].evaluation.khlua.checks.poison, nil)
+end)
+
+T.test("a cuda sampler: FIB's mask and TVD test through the gpu worker (gen.tile)", function()
+  local TFIX = SRC .. "/tests/fixtures/task/sampling_topk_small"
+  local tr = assert(kh.eval(TFIX, "topk_cuda", { seed = math.random(1, 1 << 40), record = false,
+                                                 warmup = 2, iters = 10 }))
+  T.eq(#tr, 3)
+  for _, t in ipairs(tr) do
+    local e = t.evaluation
+    T.eq(e.status, "PASSED", t.workload.uuid .. " " .. tostring(e.khlua.detail))
+    T.eq(e.khlua.backend, "cuda")
+    local x = e.correctness.extra
+    T.eq(x.thresholding, "top_k_top_p")
+    T.ok(x.tvd < 0.02, tostring(x.tvd))
+    T.eq(x.tvd_samples_per_row, x.tvd_calls * x.tvd_repeat)
+    T.near(x.repeat_rate, x.repeat_rate_expected, 0.01)
+    T.eq(e.khlua.checks.fresh_samples, "ok")
+    T.ok(e.performance.latency_ms > 0)
+  end
 end)
