@@ -2763,6 +2763,7 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                                         hard ? 0xFF : 0, &ra, &ua, err)))
                     goto out;
                 if (ra.status == KH_CHECK_PASSED && hard && json_object_get(tr, "outputs_b") &&
+                    !json_is_true(json_object_get(tr, "outputs_b_same")) &&
                     (st = sampling_call(c, &r.reply, json_object_get(tr, "outputs_b"), NULL, 0x7F,
                                         &ra, &ub, err)))
                     goto out;
@@ -2791,7 +2792,10 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                      ua ? ", elements left as the poison 0xFF" : "", ra.reason);
                 break; /* FlashInfer-Bench returns at the first failing trial */
             }
-            if (hard && json_object_get(tr, "outputs_b")) {
+            /* outputs_b_same: the worker found the second poison's outputs
+             * bit-identical to the first's, judged above */
+            if (hard && json_object_get(tr, "outputs_b") &&
+                !json_is_true(json_object_get(tr, "outputs_b_same"))) {
                 if ((st = compare_set(c, &r.reply, json_object_get(tr, "outputs_b"), ro[t], &rb,
                                       0x7F, &ub, err)))
                     goto out;

@@ -16,12 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
-/* out[i] = 2 * x[i] (float32); mode 1 also writes x[0]; mode 2 writes out[n]. */
+/* out[i] = 2 * x[i] (float32); mode 1 also writes x[0]; mode 2 writes out[n];
+ * mode 3 leaves out[0] unwritten. */
 static const char *SRC =
     "#include <stdint.h>\n"
     "void k(const float *x, float *out, int64_t n, int mode)\n"
     "{\n"
-    "    for (int64_t i = 0; i < n; i++) out[i] = 2.0f * x[i];\n"
+    "    for (int64_t i = mode == 3; i < n; i++) out[i] = 2.0f * x[i];\n"
     "    if (mode == 1) ((float *)x)[0] = 0;\n"
     "    if (mode == 2) out[n] = 1;\n"
     "}\n";
@@ -145,6 +146,9 @@ static void test_outputs_and_checks(void **state)
                              (size_t)n * 4), n, t ? s1 : s0);
         expect_doubled(slice(&m, json_object_get(json_object_get(tr, "outputs_b"), "out"),
                              (size_t)n * 4), n, t ? s1 : s0);
+        /* the same bits under both poisons: one copy in the payload */
+        assert_true(json_is_true(json_object_get(tr, "outputs_b_same")));
+        assert_true(json_equal(json_object_get(tr, "outputs"), json_object_get(tr, "outputs_b")));
         json_t *ck = json_object_get(tr, "checks");
         assert_string_equal(json_string_value(json_object_get(ck, "inputs_unchanged")), "ok");
         assert_string_equal(json_string_value(json_object_get(ck, "guards")), "ok");
@@ -178,11 +182,27 @@ static void test_outputs_and_checks(void **state)
         assert_non_null(f);
         assert_string_equal(json_string_value(json_object_get(f, "check")),
                             mode == 1 ? "inputs_unchanged" : "guards");
+
         assert_non_null(strstr(json_string_value(json_object_get(f, "detail")),
                                mode == 1 ? "input 'x' changed" : "output 'out'"));
         kh_msg_free(&m);
         json_decref(p);
     }
+    /* an element left unwritten differs under the two poisons: both copies
+     * are sent, the first holding 0xFF bytes there, the second 0x7F */
+    p = request(n, 3, s0, s1, 0);
+    assert_int_equal(kh_wproc_call(w, "evaluate", p, so, so_len, 30, &m, &err), KH_OK);
+    json_t *tr0 = json_array_get(json_object_get(json_object_get(m.head, "result"), "trials"), 0);
+    assert_null(json_object_get(tr0, "outputs_b_same"));
+    const float *oa = slice(&m, json_object_get(json_object_get(tr0, "outputs"), "out"),
+                            (size_t)n * 4);
+    const float *ob = slice(&m, json_object_get(json_object_get(tr0, "outputs_b"), "out"),
+                            (size_t)n * 4);
+    assert_int_equal(((const unsigned char *)oa)[0], 0xFF);
+    assert_int_equal(((const unsigned char *)ob)[0], 0x7F);
+    assert_true(oa[1] == ob[1]);
+    kh_msg_free(&m);
+    json_decref(p);
     kh_wproc_stop(w, 2);
 }
 
