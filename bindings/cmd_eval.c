@@ -30,6 +30,8 @@ static void usage(FILE *f)
             "  --workloads all|N|UUID,...  which workloads (default all; N: the first N)\n"
             "  --protocol P      official (default), screen or precise\n"
             "  --no-timing       correctness only\n"
+            "  --no-reference-timing  time the solution only (no reference latency,\n"
+            "                    no speedup)\n"
             "  --parity          FlashInfer-Bench's checks alone (no hardened checks)\n"
             "  --trials N        input sets for correctness (default 3)\n"
             "  --seed N          base seed of the inputs (default fixed; recorded)\n"
@@ -112,6 +114,9 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             takes = 0;
         } else if (!strcmp(a, "--no-timing")) {
             o.timing = 0;
+            takes = 0;
+        } else if (!strcmp(a, "--no-reference-timing")) {
+            o.time_reference = 0;
             takes = 0;
         } else if (!v) {
             fprintf(stderr, "khlua eval: %s: %s\n", a,

@@ -182,7 +182,18 @@ T.test("khlua eval: table, --json Trace JSONL, stored verdicts and samples, exit
   T.eq(#lines, 1)
   local t = kh.json.decode(lines[1])
   T.eq(t.evaluation.status, "PASSED")
+  T.ok(t.evaluation.performance.reference_latency_ms > 0)
+  T.ok(t.evaluation.performance.speedup_factor > 0)
   T.eq(t.evaluation.khlua.stored, "yes")
+  -- --no-reference-timing: the solution's latency alone
+  local o2, c2 = T.khlua("eval", "--task", FIX, "--solution", "rmsnorm_h512_ref_c", "--workloads",
+                         "1", "--warmup", "1", "--iters", "5", "--json", "--warm", "--no-store",
+                         "--no-reference-timing")
+  T.eq(c2, 0, o2)
+  local t2 = kh.json.decode(o2:match("[^\n]+"))
+  T.ok(t2.evaluation.performance.latency_ms > 0)
+  T.eq(t2.evaluation.performance.reference_latency_ms, nil)
+  T.eq(t2.evaluation.performance.speedup_factor, nil)
   T.eq(#t.evaluation.khlua.samples_blob, 32)
   -- the record and its samples are in the store
   local db <close> = assert(kh.store.open(store))
