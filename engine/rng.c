@@ -119,14 +119,22 @@ kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream
     return KH_OK;
 }
 
-kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
-                                 kh_err *err)
+static kh_status kcache_shape_ok(const kh_tensor *t, kh_err *err)
 {
     if (t->dtype != KH_DTYPE_I8 || t->ndim != 4 || t->shape[2] != 1 || t->shape[3] < 5 ||
         t->shape[1] < 1 || t->shape[1] > 0xFFFFFFFF || t->shape[3] > 0xFFFFFFFF)
         return kh_err_set(err, KH_EINVAL,
                           "a DSA k cache is int8 [num_pages, page_size, 1, head_dim + 4], "
                           "not %s with %d dimensions", kh_dtype_name(t->dtype), t->ndim);
+    return KH_OK;
+}
+
+kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
+                                 kh_err *err)
+{
+    kh_status st = kcache_shape_ok(t, err);
+    if (st)
+        return st;
     uint64_t tokens = (uint64_t)t->shape[0] * (uint64_t)t->shape[1];
     uint32_t ps = (uint32_t)t->shape[1], D = (uint32_t)t->shape[3] - 4;
     for (uint64_t k = 0; k < tokens; k++) {
@@ -141,11 +149,9 @@ kh_status kh_rng_fill_dsa_kcache_pages(kh_engine *e, kh_tensor *t, uint64_t seed
                                        uint32_t stream, const int64_t *pages, size_t npages,
                                        kh_err *err)
 {
-    if (t->dtype != KH_DTYPE_I8 || t->ndim != 4 || t->shape[2] != 1 || t->shape[3] < 5 ||
-        t->shape[1] < 1 || t->shape[1] > 0xFFFFFFFF || t->shape[3] > 0xFFFFFFFF)
-        return kh_err_set(err, KH_EINVAL,
-                          "a DSA k cache is int8 [num_pages, page_size, 1, head_dim + 4], "
-                          "not %s with %d dimensions", kh_dtype_name(t->dtype), t->ndim);
+    kh_status st = kcache_shape_ok(t, err);
+    if (st)
+        return st;
     uint32_t ps = (uint32_t)t->shape[1], D = (uint32_t)t->shape[3] - 4;
     for (size_t i = 0; i < npages; i++) {
         if (pages[i] < 0 || pages[i] >= t->shape[0])
