@@ -161,6 +161,7 @@ kh_status kh_check_sorted_scores(const kh_tensor *sol, const kh_tensor *ref,
 #define KH_SAMPLING_TVD_SAMPLES 500000 /* per row (FIB's num_trials) */
 #define KH_SAMPLING_TVD_ROWS 10000     /* the repeated batch (FIB's target_batch_size) */
 #define KH_SAMPLING_TOP_P_EPS 5e-2     /* FIB's slack on the nucleus boundary */
+#define KH_SAMPLING_MAX_CALLS 16384    /* khlua's cap on the TVD test's calls (batches > 305 rows) */
 
 typedef enum kh_sampling_method {
     KH_SAMPLING_NONE,

@@ -955,6 +955,9 @@ static kh_status sampling_probs(wctx *c, const kh_tensor **out, kh_err *err)
         return kh_err_set(err, KH_EINVAL, "sampling evaluator: '%s' needs an input 'probs', "
                           "float32 [batch_size, vocab_size]", c->d->name);
     int64_t shape[2] = {c->w->axes[t->dims[0]], c->w->axes[t->dims[1]]};
+    if (shape[0] < 1 || shape[1] < 1)
+        return kh_err_set(err, KH_EINVAL, "workload %s: probs is [%lld, %lld]: nothing to "
+                          "sample", c->w->uuid, (long long)shape[0], (long long)shape[1]);
     json_t *in = json_object_get(json_object_get(c->w->json, "inputs"), "probs");
     const char *type = json_string_value(json_object_get(in, "type"));
     kh_status st = KH_OK;
@@ -1638,7 +1641,8 @@ static const unsigned char *reply_bytes(const kh_msg *m, const json_t *sl, size_
     if (!json_is_array(sl) || off < 0 || len < 0 || (size_t)len != want ||
         (size_t)off > m->payload_len || (size_t)len > m->payload_len - (size_t)off)
         return NULL;
-    return m->payload + off;
+    static const unsigned char empty[1];
+    return len ? m->payload + off : empty; /* an empty tensor (a batch of 0) is there */
 }
 
 static size_t out_bytes(const kh_task_def *d, const kh_task_tensor *t, const int64_t *axes)
@@ -2403,8 +2407,20 @@ static kh_status sampling_tvd(wctx *c, const kh_task_solution *sol, const art *a
     if (st)
         return st;
     int64_t B = probs->shape[0], V = probs->shape[1];
+    if (B < 1 || V < 1)
+        return kh_err_set(err, KH_EINVAL, "workload %s: probs is [%lld, %lld]: nothing to sample",
+                          c->w->uuid, (long long)B, (long long)V);
     int64_t nucleus = kh_check_sampling_nucleus(probs, mask);
-    if (sqrt((double)nucleus / KH_SAMPLING_TVD_SAMPLES) > c->tvd_threshold) {
+    /* FIB's calls, capped for batches so large that a call holds few copies
+     * of the batch (FIB divides by zero past 10000 rows); the skip rule then
+     * uses the samples actually drawn */
+    int64_t tile = KH_SAMPLING_TVD_ROWS / B;
+    if (tile < 1)
+        tile = 1;
+    uint64_t calls = (KH_SAMPLING_TVD_SAMPLES + (uint64_t)tile - 1) / (uint64_t)tile;
+    if (calls > KH_SAMPLING_MAX_CALLS)
+        calls = KH_SAMPLING_MAX_CALLS;
+    if (sqrt((double)nucleus / (double)(calls * (uint64_t)tile)) > c->tvd_threshold) {
         /* the noise of 500000 samples alone would exceed the bound: the
          * mask check above is the test (FIB's tvd_skipped) */
         json_decref(*extra);
@@ -2431,10 +2447,6 @@ static kh_status sampling_tvd(wctx *c, const kh_task_solution *sol, const art *a
                               "TVD test repeats every tensor input along the batch axis, but "
                               "input '%s' does not start with it", c->d->name, t->name);
     }
-    int64_t tile = KH_SAMPLING_TVD_ROWS / B;
-    if (tile < 1)
-        tile = 1;
-    uint64_t calls = (KH_SAMPLING_TVD_SAMPLES + (uint64_t)tile - 1) / (uint64_t)tile;
     size_t nchunks = (size_t)((calls + SAMPLING_CHUNK - 1) / SAMPLING_CHUNK);
     int64_t *axes = malloc((c->d->naxes + 1) * sizeof *axes);
     uint64_t *counts = calloc((size_t)(B * V), sizeof *counts);

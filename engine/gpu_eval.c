@@ -999,7 +999,7 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
                 first_len = o.n - start;
             } else {
                 int same = first_len == o.n - start &&
-                           !memcmp(o.p + first_off, o.p + start, first_len);
+                           (!first_len || !memcmp(o.p + first_off, o.p + start, first_len));
                 if (det_check)
                     json_object_set_new(tchecks, "deterministic",
                                         json_string(same ? "ok" : "differs"));

@@ -1121,7 +1121,7 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
             /* bit-identical under both poisons (so every byte was written):
              * the second copy is not sent, the coordinator judges it once */
             size_t half = (x.out.len - first_out) / 2;
-            same = !memcmp(x.out.p + first_out, x.out.p + first_out + half, half);
+            same = !half || !memcmp(x.out.p + first_out, x.out.p + first_out + half, half);
             if (same) {
                 x.out.len = first_out + half;
                 json_object_set_new(trial, "outputs_b",

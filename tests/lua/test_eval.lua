@@ -101,6 +101,26 @@ T.test("a Solution file outside the task, and a compile error as a verdict", fun
   os.execute("rm -rf " .. T.quote(dir))
 end)
 
+T.test("an empty batch (batch_size 0): empty outputs pass, they are not 'missing'", function()
+  local dir = T.tmpdir()
+  os.execute("cp -r " .. T.quote(FIX) .. " " .. T.quote(dir .. "/t"))
+  local first = T.read(dir .. "/t/workloads.jsonl"):match("[^\n]+")
+  local w = kh.json.decode(first)
+  w.workload.uuid = "00000000-0000-4000-8000-000000000000"
+  w.workload.axes.batch_size = 0
+  local f = assert(io.open(dir .. "/t/workloads.jsonl", "a"))
+  f:write(kh.json.encode(w) .. "\n")
+  f:close()
+  local tr, msg = kh.eval(dir .. "/t", "rmsnorm_h512_ref_c", { timing = false, record = false,
+                                                              workloads = { w.workload.uuid } })
+  T.ok(tr, tostring(msg))
+  local e = tr[1].evaluation
+  T.eq(e.status, "PASSED", tostring(e.khlua.detail))
+  T.eq(e.khlua.figures.elements, 0)
+  T.eq(e.khlua.checks.poison, "ok")
+  os.execute("rm -rf " .. T.quote(dir))
+end)
+
 T.test("verdicts recorded into an open kh.Store given as opts.store", function()
   local dir = T.tmpdir()
   local db <close> = assert(kh.store.open(dir .. "/s"))

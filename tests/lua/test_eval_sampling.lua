@@ -246,6 +246,20 @@ T.test("top-k / top-p: ignoring the seed fails the fresh-samples check", functio
   T.eq(e.khlua.failed_check, "fresh_samples")
 end)
 
+T.test("an empty batch cannot be sampled: a clear error, not a crash", function()
+  local task = package("empty")
+  local uuid = "5a3d0000-0009-4000-8000-000000000009"
+  local f = assert(io.open(task .. "/workloads.jsonl", "a"))
+  f:write(kh.json.encode({ definition = "sampling_from_probs_small", workload = {
+    uuid = uuid, axes = { batch_size = 0, vocab_size = 4 },
+    inputs = { probs = { type = "random" }, seed = { type = "random" } } } }) .. "\n")
+  f:close()
+  local tr, msg = kh.eval(task, "sample_ref_c", { timing = false, record = false,
+                                                   workloads = { uuid } })
+  T.eq(tr, nil)
+  T.match(msg, "probs is %[0, 4%]: nothing to sample")
+end)
+
 T.test("a thresholded definition without its parameter is refused with the reason", function()
   local topk = package("topk", function(d) d.name = "top_k_sampling_from_probs_small" end)
   local tr, msg = kh.eval(topk, "sample_ref_c", { timing = false, record = false })
