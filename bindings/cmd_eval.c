@@ -12,6 +12,48 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* The progress line on stderr (a terminal, no --json): workloads done of
+ * all, their verdicts so far, elapsed time and ETA. */
+typedef struct progress {
+    double t0;
+    size_t passed, failed;
+    int shown;
+} progress;
+
+static void dur(char *b, size_t n, double s)
+{
+    long x = (long)(s + 0.5);
+    if (x >= 3600)
+        snprintf(b, n, "%ldh%02ldm", x / 3600, x % 3600 / 60);
+    else if (x >= 60)
+        snprintf(b, n, "%ldm%02lds", x / 60, x % 60);
+    else
+        snprintf(b, n, "%lds", x);
+}
+
+static void show_progress(void *ud, size_t done, size_t total, const json_t *trace)
+{
+    progress *pg = ud;
+    const char *st = json_string_value(json_object_get(json_object_get(trace, "evaluation"),
+                                                       "status"));
+    if (st && !strcmp(st, "PASSED"))
+        pg->passed++;
+    else
+        pg->failed++;
+    double spent = kh_now() - pg->t0;
+    char el[32], eta[32] = "--";
+    dur(el, sizeof el, spent);
+    if (done < total)
+        dur(eta, sizeof eta, spent / (double)done * (double)(total - done));
+    fprintf(stderr, "\r\033[Kworkloads %zu/%zu | %zu PASSED", done, total, pg->passed);
+    if (pg->failed)
+        fprintf(stderr, ", %zu not", pg->failed);
+    fprintf(stderr, " | %s | ETA %s", el, done < total ? eta : "0s");
+    fflush(stderr);
+    pg->shown = 1;
+}
 
 static void usage(FILE *f)
 {
@@ -57,6 +99,8 @@ static void usage(FILE *f)
             "                    \"srun -N1 --gres=gpu:1 {exe} worker --role {role}\"\n"
             "  --hosts A,B       hosts for the ssh launch ({host})\n"
             "  --json            FlashInfer-Bench Trace JSONL, one line per workload\n"
+            "On a terminal, stderr shows progress (workloads done, verdicts, ETA); not\n"
+            "with --json.\n"
             "\n"
             "Exit 0 when every workload PASSED, 1 otherwise, 2 on usage errors.\n");
 }
@@ -194,10 +238,17 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         return 2;
     }
     kh_err err;
+    progress pg = {.t0 = kh_now()};
+    if (!as_json && isatty(STDERR_FILENO)) {
+        o.progress = show_progress;
+        o.progress_ud = &pg;
+    }
     kh_eval *ev = kh_eval_new(e, NULL, &err);
     json_t *traces = NULL;
     kh_status st = ev ? kh_eval_run(ev, task, sol, &o, &traces, &err) : err.code;
     kh_eval_free(ev);
+    if (pg.shown) /* the table starts on a clean line */
+        fprintf(stderr, "\r\033[K");
     if (st) {
         fprintf(stderr, "khlua eval: %s\n", err.msg);
         return st == KH_EINTR ? 130 : 1;

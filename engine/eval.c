@@ -3401,6 +3401,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     for (size_t i = 0; i < n; i++)
         groups[i] = -1 - (int)ws_pos[i]; /* dispatch turns it into the GPU group */
     drop_jobs(ev, SIZE_MAX);
+    size_t ndone = 0;
     for (int round = 0; !st; round++) {
         size_t left = 0;
         for (size_t i = 0; i < n && !st; i++) {
@@ -3431,6 +3432,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             } else {
                 outs[i] = tr;
                 drop_jobs(ev, i); /* its replies are no longer needed */
+                ndone++;
+                if (o->progress)
+                    o->progress(o->progress_ud, ndone, n, tr);
             }
         }
         if (st || !left)

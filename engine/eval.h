@@ -93,6 +93,11 @@ typedef struct kh_eval_opts {
     const char *launch;        /* NULL: the evaluator's (cfg.launch, else "local"); "local",
                                   "srun", "ssh", or a template (supervisor.h) */
     const char *hosts;         /* "a,b": {host} of the workers' slots, round robin ("ssh") */
+    /* Called as each workload's verdict is made (done of total; trace: its
+     * Trace object, borrowed for the call), for progress displays; NULL:
+     * none.  Runs on the caller's thread, between worker requests. */
+    void (*progress)(void *ud, size_t done, size_t total, const json_t *trace);
+    void *progress_ud;
 } kh_eval_opts;
 
 void kh_eval_opts_default(kh_eval_opts *o);

@@ -119,3 +119,28 @@ T.test("on a terminal a run shows its progress; through a pipe or with --json, n
   T.ok(not piped:find("\27[K", 1, true) and not piped:find("ETA", 1, true), piped)
   T.match(piped, "round 1  replay:")
 end)
+
+T.test("khlua eval on a terminal: workloads done, verdicts, ETA; none with --json or a pipe",
+       function()
+  local probe = in_tty(T.quote(BIN) .. " " .. T.quote(SRC .. "/tests/lua/lib/isatty_probe.lua"))
+  if not probe then T.skip("neither script nor python3 to make a pseudo-terminal") end
+  local RT = SRC .. "/tests/redteam/host/rmsnorm"
+  local function cmd(...)
+    local parts = { T.quote(BIN), "eval", "--task", T.quote(RT), "--no-store", "--no-timing" }
+    for _, a in ipairs({ ... }) do parts[#parts + 1] = T.quote(a) end
+    return table.concat(parts, " ")
+  end
+  local out = in_tty(cmd("--solution", "rt_input_mutation"))
+  local n = tonumber(out:match("workloads %d+/(%d+)"))
+  T.ok(n and n >= 1, out)
+  T.match(out, "\r\27%[Kworkloads 1/" .. n .. " | ")
+  T.match(out, "\r\27%[Kworkloads " .. n .. "/" .. n .. " | 0 PASSED, " .. n .. " not | %d+s | ETA 0s")
+  -- the table follows on a clean line
+  T.match(out, "\r\27%[Kworkload%s+status")
+  local js = in_tty(cmd("--solution", "rt_input_mutation", "--json"))
+  T.ok(not js:find("\27[K", 1, true) and not js:find("ETA", 1, true), js)
+  local piped = T.khlua("eval", "--task", RT, "--no-store", "--no-timing", "--solution",
+                        "rt_input_mutation")
+  T.ok(not piped:find("\27[K", 1, true) and not piped:find("ETA", 1, true), piped)
+  T.match(piped, "RUNTIME_ERROR%s+inputs_unchanged")
+end)
