@@ -107,7 +107,34 @@ static const char *const eval_keys[] = {
     "max_iters", "timing_timeout_s", "rotate_inputs", "verify_timed_fraction", "cold",
     "deterministic", "deadline_s", "atol", "rtol", "required_matched_ratio",
     "time_reference", "host_memory_bytes", "record", "store", "workloads", "sanitize",
-    "sanitize_deadline_s", "gpus", "workers_per_gpu", "host_workers", "launch", "hosts", NULL};
+    "sanitize_deadline_s", "gpus", "workers_per_gpu", "host_workers", "launch", "hosts",
+    "progress", NULL};
+
+/* opts.progress(done, total, uuid, status), called as each verdict is made.
+ * An error in it stops the calls; kh.eval raises it once the run is over
+ * (the verdicts are recorded by then). */
+typedef struct lprogress {
+    lua_State *L;
+    int fn;     /* stack index of the function */
+    int failed; /* 1: its error message is at the stack top */
+} lprogress;
+
+static void l_progress(void *ud, size_t done, size_t total, const json_t *trace)
+{
+    lprogress *p = ud;
+    if (p->failed)
+        return;
+    lua_State *L = p->L;
+    lua_pushvalue(L, p->fn);
+    lua_pushinteger(L, (lua_Integer)done);
+    lua_pushinteger(L, (lua_Integer)total);
+    lua_pushstring(L, json_string_value(json_object_get(json_object_get(trace, "workload"),
+                                                        "uuid")));
+    lua_pushstring(L, json_string_value(json_object_get(json_object_get(trace, "evaluation"),
+                                                        "status")));
+    if (lua_pcall(L, 4, 0, 0) != LUA_OK)
+        p->failed = 1; /* the message stays on the stack */
+}
 
 static void check_keys(lua_State *L, int t)
 {
@@ -223,10 +250,26 @@ static int l_run(lua_State *L)
         o.workloads = opt_list(L, t, "workloads", "\"all\", a count, a uuid or an array of uuids",
                                0, "a uuid string");
     }
+    lprogress pg = {L, 0, 0};
+    if (!lua_isnoneornil(L, 3)) {
+        int ty = lua_getfield(L, 3, "progress"); /* stays on the stack */
+        if (ty == LUA_TFUNCTION) {
+            pg.fn = lua_gettop(L);
+            o.progress = l_progress;
+            o.progress_ud = &pg;
+        } else if (ty != LUA_TNIL) {
+            luaL_error(L, "opts.progress must be a function (done, total, uuid, status)");
+        }
+    }
     kh_eval *ev = get_eval(L);
     json_t *traces = NULL;
     kh_err err;
-    if (kh_eval_run(ev, task, sol, &o, &traces, &err))
+    kh_status st = kh_eval_run(ev, task, sol, &o, &traces, &err);
+    if (pg.failed) {
+        json_decref(traces);
+        return luaL_error(L, "kh.eval: opts.progress failed: %s", luaL_tolstring(L, -1, NULL));
+    }
+    if (st)
         return kh_lua_fail(L, &err);
     kh_lua_push_json(L, traces);
     json_decref(traces);

@@ -149,10 +149,16 @@ end
 -- evaluation record, return {summary, ids}.
 local function measurer(db, ctx, round_index)
   return function(sol, opts, purpose)
-    if ctx.cfg.progress_line then
-      ctx.cfg.progress_line:update { phase = PHASES[purpose] or purpose }
-    end
     local o = copy(opts)
+    local line = ctx.cfg.progress_line
+    if line then
+      local phase = PHASES[purpose] or purpose
+      line:update { phase = phase }
+      -- workloads done within the step (a sweep of 128 workloads is long)
+      o.progress = function(done, total)
+        if total > 1 then line:update { phase = string.format("%s %d/%d", phase, done, total) } end
+      end
+    end
     for k, v in pairs(ctx.eval_defaults) do if o[k] == nil then o[k] = v end end
     local traces, msg, code = ev.run(ctx.task.path, sol, o)
     if not traces then return nil, msg, code end

@@ -84,6 +84,31 @@ T.test("workload selection: a count, uuids (string or array), unknown uuid", fun
   T.match(msg, "workload 'nope'")
 end)
 
+T.test("opts.progress: called as each verdict is made; its error raised after the run", function()
+  local calls = {}
+  local tr = assert(kh.eval(RT, "rt_input_mutation", quick { timing = false, progress =
+    function(done, total, uuid, status) calls[#calls + 1] = { done, total, uuid, status } end }))
+  T.eq(#calls, #tr)
+  local seen = {}
+  for i, c in ipairs(calls) do
+    T.eq(c[1], i)
+    T.eq(c[2], #tr)
+    T.eq(c[4], "RUNTIME_ERROR")
+    seen[c[3]] = true
+  end
+  for _, t in ipairs(tr) do T.ok(seen[t.workload.uuid], t.workload.uuid) end
+  local n = 0
+  T.raises(function()
+    kh.eval(RT, "rt_input_mutation", quick { timing = false, progress = function()
+      n = n + 1
+      error("boom")
+    end })
+  end, "opts.progress failed: .*boom")
+  T.eq(n, 1) -- not called again after its error
+  T.raises(function() kh.eval(RT, "rt_input_mutation", quick { progress = 1 }) end,
+           "opts.progress must be a function")
+end)
+
 T.test("a Solution file outside the task, and a compile error as a verdict", function()
   local dir = T.tmpdir()
   local sol = kh.json.decode(T.read(RT .. "/solutions/rt_honest_double.json"))

@@ -120,6 +120,21 @@ T.test("on a terminal a run shows its progress; through a pipe or with --json, n
   T.match(piped, "round 1  replay:")
 end)
 
+T.test("with the real evaluator the line counts the workloads of each step", function()
+  local probe = in_tty(T.quote(BIN) .. " " .. T.quote(SRC .. "/tests/lua/lib/isatty_probe.lua"))
+  if not probe then T.skip("neither script nor python3 to make a pseudo-terminal") end
+  local dir = T.tmpdir()
+  local cmd = table.concat({ T.quote(BIN), "--store", T.quote(dir .. "/s"),
+    T.quote(SRC .. "/policies/agent_assisted.lua"), "--task", T.quote(TASK), "--model",
+    T.quote("replay:" .. LADDER .. "/a"), "--rounds", "1" }, " ")
+  local out = in_tty(cmd)
+  -- the seed is measured on the task's 3 workloads: 1/3, 2/3, 3/3
+  for k = 1, 3 do
+    T.match(out, "\27%[Kround 1/1 | candidates 0 | measuring the seed " .. k .. "/3 | ETA ")
+  end
+  T.match(out, "run run%-%S+ done")
+end)
+
 T.test("khlua eval on a terminal: workloads done, verdicts, ETA; none with --json or a pipe",
        function()
   local probe = in_tty(T.quote(BIN) .. " " .. T.quote(SRC .. "/tests/lua/lib/isatty_probe.lua"))
