@@ -9,6 +9,8 @@
  * resolution.  The expression language itself is expr.c's. */
 #include "task.h"
 
+#include "check.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -735,6 +737,35 @@ static int parse_tensors(vctx *v, kh_task_def *d, json_t *root, const char *key,
     return 0;
 }
 
+/* What the sampling evaluator needs of a definition (eval.c refuses the
+ * rest): said at load time, as warnings, so `khlua task check` tells. */
+static void check_sampling_def(vctx *v, const kh_task_def *d)
+{
+    const kh_task_tensor *p = find_input(d, "probs");
+    kh_sampling_method m = kh_check_sampling_method(d->name);
+    if (!p || p->is_scalar || p->rank != 2 || strcmp(p->dtype, "float32")) {
+        VWARN(v, "inputs", "the sampling evaluator needs an input 'probs', float32 "
+              "[batch_size, vocab_size]: kh.eval will refuse this definition");
+        return;
+    }
+    if (d->noutputs < 1 || d->outputs[0].is_scalar || d->outputs[0].rank != 1 ||
+        d->outputs[0].dims[0] != p->dims[0] ||
+        (strcmp(d->outputs[0].dtype, "int32") && strcmp(d->outputs[0].dtype, "int64")))
+        VWARN(v, "outputs", "the sampling evaluator needs a first output of samples, int32 or "
+              "int64 [batch_size] (the first axis of probs): kh.eval will refuse this definition");
+    if ((m == KH_SAMPLING_TOP_K || m == KH_SAMPLING_TOP_K_TOP_P) && !find_input(d, "top_k"))
+        VWARN(v, "inputs", "the name asks for top-k sampling (FlashInfer-Bench's thresholding) "
+              "but there is no input 'top_k': kh.eval will refuse this definition");
+    if ((m == KH_SAMPLING_TOP_P || m == KH_SAMPLING_TOP_K_TOP_P) && !find_input(d, "top_p"))
+        VWARN(v, "inputs", "the name asks for top-p sampling (FlashInfer-Bench's thresholding) "
+              "but there is no input 'top_p': kh.eval will refuse this definition");
+    for (size_t i = 0; i < d->ninputs; i++)
+        if (!d->inputs[i].is_scalar && d->inputs[i].dims[0] != p->dims[0])
+            VWARN(v, "inputs", "input '%s' does not start with the batch axis: the sampling "
+                  "evaluator's TVD test repeats every tensor input along it, and kh.eval will "
+                  "refuse this definition", d->inputs[i].name);
+}
+
 static const char *default_evaluator(const char *name, const char *op_type)
 {
     /* FlashInfer-Bench's evaluators/registry.py matching rules */
@@ -973,6 +1004,8 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
     json_t *k = json_object_get(root, "khlua");
     if (k)
         parse_def_khlua(v, d, k);
+    if (d->evaluator && !strcmp(d->evaluator, "sampling"))
+        check_sampling_def(v, d);
     if (!d->file || !d->evaluator) {
         def_free(d);
         return NULL;

@@ -266,6 +266,12 @@ T.test("a thresholded definition without its parameter is refused with the reaso
   T.eq(tr, nil)
   T.match(msg, "asks for top%-k sampling")
   T.match(msg, "no input 'top_k'")
+  -- khlua task check says so before any run (a warning: the files are valid)
+  local out, code = T.khlua("task", "check", topk)
+  T.eq(code, 0, out)
+  T.match(out, "no input 'top_k': kh.eval will refuse this definition")
+  local ok_out = T.khlua("task", "check", TFIX)
+  T.ok(not ok_out:find("will refuse", 1, true), ok_out)
 end)
 
 T.test("cleanup", function() os.execute("rm -rf " .. T.quote(dir)) end)
