@@ -276,3 +276,13 @@ kh_status kh_gpu_sync(kh_gpu *g, kh_err *err)
 {
     return kh_gpu_check(g, g->cu.cuStreamSynchronize(g->stream), "cuStreamSynchronize", err);
 }
+
+kh_status kh_gpu_htod(kh_gpu *g, CUdeviceptr ptr, const void *src, size_t n, kh_err *err)
+{
+    if (!n)
+        return KH_OK;
+    kh_status st = kh_gpu_check(g, g->cu.cuMemcpyHtoD(ptr, src, n), "cuMemcpyHtoD", err);
+    if (!st)
+        st = kh_gpu_check(g, g->cu.cuCtxSynchronize(), "cuCtxSynchronize", err);
+    return st;
+}

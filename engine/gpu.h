@@ -65,5 +65,10 @@ kh_status kh_gpu_reset_l2_persisting(kh_gpu *g, kh_err *err);
 /* Set every byte of the first n bytes at ptr (async on the stream). */
 kh_status kh_gpu_memset8(kh_gpu *g, CUdeviceptr ptr, unsigned char v, size_t n, kh_err *err);
 kh_status kh_gpu_sync(kh_gpu *g, kh_err *err);
+/* Copy n host bytes to ptr, landed on the device before any later work on
+ * the stream: cuMemcpyHtoD from pageable memory may return before its DMA
+ * is done, and the legacy stream it runs on is not ordered with this
+ * non-blocking one, so the copy is followed by a context sync. */
+kh_status kh_gpu_htod(kh_gpu *g, CUdeviceptr ptr, const void *src, size_t n, kh_err *err);
 
 #endif

@@ -198,20 +198,14 @@ static kh_status generate(kh_gpu_eval *ev, const ev_tensor *t, CUdeviceptr p, ui
     case GEN_SCALAR: {
         unsigned char buf[8] = {0};
         kh_dtype_store(t->dtype, buf, 0, t->scalar);
-        return kh_gpu_check(ev->g, cu->cuMemcpyHtoD(p, buf, t->bytes), "cuMemcpyHtoD", err);
+        return kh_gpu_htod(ev->g, p, buf, t->bytes, err);
     }
     case GEN_BYTES: {
-        /* the first copy from the host, the others doubling on the device.
-         * A copy from pageable memory may return before its DMA is done and
-         * the legacy stream it runs on is not ordered with this worker's
-         * non-blocking one: the context sync orders it before the stream's
-         * work (the doubling copies, the candidate). */
+        /* the first copy from the host (landed before the stream's work:
+         * kh_gpu_htod), the others doubling on the device */
         if (!t->pay_len)
             return KH_OK;
-        kh_status st = kh_gpu_check(ev->g, cu->cuMemcpyHtoD(p, payload + t->pay_off, t->pay_len),
-                                    "cuMemcpyHtoD", err);
-        if (!st)
-            st = kh_gpu_check(ev->g, cu->cuCtxSynchronize(), "cuCtxSynchronize", err);
+        kh_status st = kh_gpu_htod(ev->g, p, payload + t->pay_off, t->pay_len, err);
         for (size_t have = t->pay_len; !st && have < t->bytes;) {
             size_t n = have < t->bytes - have ? have : t->bytes - have;
             st = kh_gpu_check(ev->g, cu->cuMemcpyDtoDAsync(p + have, p, n, kh_gpu_stream(ev->g)),

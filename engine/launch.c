@@ -24,8 +24,7 @@ static kh_status fill_random(kh_gpu *g, kh_gpu_buf *b, uint64_t seed, kh_err *er
             uint32_t e = 0x3F000000u - ((w >> 29) << 23); /* 2^-1 .. 2^-8 */
             h[i] = (w & 0x80000000u) | e | (w & 0x007FFFFFu);
         }
-        st = kh_gpu_check(g, kh_gpu_api(g)->cuMemcpyHtoD(b->ptr + off, h, n), "cuMemcpyHtoD",
-                          err);
+        st = kh_gpu_htod(g, b->ptr + off, h, n, err);
     }
     free(h);
     return st;
