@@ -33,6 +33,50 @@ static void dur(char *b, size_t n, double s)
         snprintf(b, n, "%lds", x);
 }
 
+/* The last line of the table: verdicts by status, and over the PASSED ones
+ * the mean latency and the geometric mean speedup. */
+static void print_summary(const json_t *traces)
+{
+    const char *names[16];
+    size_t counts[16], nn = 0, nlat = 0, nsp = 0;
+    double lat = 0, logsp = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(traces, i, t) {
+        json_t *evj = json_object_get(t, "evaluation");
+        const char *st = json_string_value(json_object_get(evj, "status"));
+        st = st ? st : "?";
+        size_t k = 0;
+        while (k < nn && strcmp(names[k], st))
+            k++;
+        if (k == nn && nn < 16) {
+            names[nn] = st;
+            counts[nn++] = 0;
+        }
+        if (k < nn)
+            counts[k]++;
+        json_t *p = json_object_get(evj, "performance");
+        double ms = json_number_value(json_object_get(p, "latency_ms"));
+        double sp = json_number_value(json_object_get(p, "speedup_factor"));
+        if (!strcmp(st, "PASSED") && ms > 0) {
+            lat += ms;
+            nlat++;
+        }
+        if (!strcmp(st, "PASSED") && sp > 0) {
+            logsp += log(sp);
+            nsp++;
+        }
+    }
+    printf("%zu workload%s:", json_array_size(traces), json_array_size(traces) == 1 ? "" : "s");
+    for (size_t k = 0; k < nn; k++)
+        printf("%s %zu %s", k ? "," : "", counts[k], names[k]);
+    if (nlat)
+        printf("; mean latency %.4f ms", lat / (double)nlat);
+    if (nsp)
+        printf("; speedup (geometric mean) %.2fx", exp(logsp / (double)nsp));
+    printf("\n");
+}
+
 static void show_progress(void *ud, size_t done, size_t total, const json_t *trace)
 {
     progress *pg = ud;
@@ -287,6 +331,8 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         if (status && strcmp(status, "PASSED") && detail && *detail)
             printf("    %.300s\n", detail);
     }
+    if (!as_json)
+        print_summary(traces);
     json_decref(traces);
     return all_ok ? 0 : 1;
 }

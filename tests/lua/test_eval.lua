@@ -219,6 +219,7 @@ T.test("khlua eval: table, --json Trace JSONL, stored verdicts and samples, exit
   T.eq(code, 0, out)
   T.match(out, "workload%s+status")
   T.match(out, "5b0d7a8e%-0002%-4a57%-9a3c%-1d2e3f405161%s+PASSED")
+  T.match(out, "\n2 workloads: 2 PASSED; mean latency [%d.]+ ms; speedup %(geometric mean%) [%d.]+x\n")
   out, code = T.khlua("--store", store, "eval", "--task", FIX, "--solution", "rmsnorm_h512_ref_c",
                       "--workloads", "1", "--warmup", "1", "--iters", "5", "--json", "--warm")
   T.eq(code, 0, out)
@@ -254,6 +255,7 @@ T.test("khlua eval: table, --json Trace JSONL, stored verdicts and samples, exit
                       "--workloads", "1", "--no-timing")
   T.eq(code, 1, out)
   T.match(out, "RUNTIME_ERROR%s+inputs_unchanged")
+  T.match(out, "\n1 workload: 1 RUNTIME_ERROR\n")
   -- usage errors: exit 2
   out, code = T.khlua("eval", "--task", FIX)
   T.eq(code, 2)
