@@ -3,6 +3,8 @@
  * nothing on the machine.  The GPU is looked at from a forked child. */
 #include "doctor.h"
 
+#include "pyref.h"
+
 #include "proc.h"
 
 #include <curl/curl.h>
@@ -289,6 +291,62 @@ static void check_tool(json_t *report, json_t *checks, const char *name, const c
     free(p);
 }
 
+/* The interpreter Python references run with ($KHLUA_PYTHON, else python3)
+ * and whether it has torch: asked in a child with a deadline (importing
+ * torch takes seconds; CUDA is not initialised there either). */
+static void check_python(json_t *report, json_t *checks)
+{
+    const char *asked = NULL;
+    char *py = kh_pyref_python(&asked);
+    json_object_set_new(json_object_get(report, "tools"), "python3",
+                        py ? json_string(py) : json_null());
+    const char *fix = "definitions with only a Python reference (most of FlashInfer-Bench's) "
+                      "need python3 with torch: pip install torch, or set KHLUA_PYTHON to an "
+                      "interpreter that has it";
+    if (!py) {
+        char line[512];
+        snprintf(line, sizeof line, "%s: not found", asked);
+        add_check(checks, "python + torch", "missing", line, fix);
+        json_object_set_new(report, "python", json_pack("{s:n}", "path"));
+        return;
+    }
+    static const char code[] =
+        "import sys\n"
+        "try:\n"
+        "    import torch\n"
+        "    print(sys.version.split()[0], torch.__version__, torch.version.cuda or 'none')\n"
+        "except Exception as e:\n"
+        "    print(sys.version.split()[0], 'none', type(e).__name__)\n";
+    char *argv[] = {py, (char *)"-c", (char *)code, NULL};
+    kh_child_result res;
+    kh_err err;
+    char ver[64] = "", torch[64] = "", cuda[64] = "", line[1024];
+    int ran = kh_proc_run(argv, 60, 4096, &res, &err) == KH_OK;
+    int ok = ran && res.exited && res.exit_code == 0 && res.out &&
+             sscanf(res.out, "%63s %63s %63s", ver, torch, cuda) == 3;
+    if (!ok) {
+        char how[128] = "could not run";
+        if (ran)
+            kh_child_describe(&res, how, sizeof how);
+        snprintf(line, sizeof line, "%s did not answer (%s)", py, how);
+        add_check(checks, "python + torch", "warn", line, fix);
+    } else if (!strcmp(torch, "none")) {
+        snprintf(line, sizeof line, "%s: Python %s without torch (%s)", py, ver, cuda);
+        add_check(checks, "python + torch", "warn", line, fix);
+    } else {
+        snprintf(line, sizeof line, "%s: Python %s, torch %s (CUDA %s)", py, ver, torch, cuda);
+        add_check(checks, "python + torch", "ok", line, NULL);
+    }
+    json_object_set_new(report, "python",
+                        json_pack("{s:s, s:s?, s:s?, s:s?}", "path", py, "version",
+                                  ok ? ver : NULL, "torch",
+                                  ok && strcmp(torch, "none") ? torch : NULL, "torch_cuda",
+                                  ok && strcmp(torch, "none") ? cuda : NULL));
+    if (ran)
+        kh_child_result_free(&res);
+    free(py);
+}
+
 static void check_store(kh_engine *e, json_t *report, json_t *checks)
 {
     const char *path = kh_engine_store_path(e);
@@ -409,9 +467,7 @@ json_t *kh_doctor_report(kh_engine *e, kh_err *err)
                "the trusted nvcc path (baselines) needs the CUDA toolkit's nvcc");
     check_tool(report, checks, "cc", NULL,
                "host-backend candidates need a C compiler: apt-get install gcc");
-    check_tool(report, checks, "python3", NULL,
-               "reference outputs from FlashInfer-Bench's Python definitions need python3 "
-               "with torch");
+    check_python(report, checks);
 
     curl_version_info_data *cv = curl_version_info(CURLVERSION_NOW);
     char line[256];

@@ -37,6 +37,42 @@ T.test("doctor reports checks and GPUs as tables", function()
   T.eq(names["cuda driver"] == "ok", #r.gpus > 0)
 end)
 
+T.test("doctor: the Python references' interpreter and its torch ($KHLUA_PYTHON)", function()
+  local dir = T.tmpdir()
+  local function fake(name, body)
+    local path = dir .. "/" .. name
+    T.write(path, "#!/bin/sh\n" .. body .. "\n")
+    os.execute("chmod +x " .. T.quote(path))
+    return path
+  end
+  local function check(py)
+    local out = T.khlua_env({ KHLUA_PYTHON = py }, "doctor", "--json")
+    local r = kh.json.decode(out)
+    for _, c in ipairs(r.checks) do
+      if c.name == "python + torch" then return c, r.python end
+    end
+    error("no python + torch check in " .. out)
+  end
+  local v = tostring(math.random(100, 999))
+  local c, p = check(fake("with_torch", "echo 3.12.1 2." .. v .. ".0 12.8"))
+  T.eq(c.status, "ok")
+  T.match(c.detail, "Python 3%.12%.1, torch 2%." .. v .. "%.0 %(CUDA 12%.8%)")
+  T.eq(p.torch, "2." .. v .. ".0")
+  T.eq(p.torch_cuda, "12.8")
+  c, p = check(fake("no_torch", "echo 3.12.1 none ModuleNotFoundError"))
+  T.eq(c.status, "warn")
+  T.match(c.detail, "without torch %(ModuleNotFoundError%)")
+  T.match(c.fix, "KHLUA_PYTHON")
+  T.eq(p.torch, kh.json.null)
+  c = check(fake("broken", "exit 3"))
+  T.eq(c.status, "warn")
+  T.match(c.detail, "did not answer %(exit 3%)")
+  c, p = check(dir .. "/nope")
+  T.eq(c.status, "missing")
+  T.match(c.detail, "/nope: not found")
+  os.execute("rm -rf " .. T.quote(dir))
+end)
+
 T.test("monotonic clock and sleep", function()
   local t0 = kh.time.now()
   T.ok(kh.time.sleep(0.05))

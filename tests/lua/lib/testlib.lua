@@ -76,6 +76,19 @@ function T.khlua(...)
   return out, code
 end
 
+-- The same with environment variables set for that run: env = {NAME = value}.
+function T.khlua_env(env, ...)
+  local bin = os.getenv("KHLUA_BIN") or arg[-1]
+  local parts = { "env" }
+  for k, v in pairs(env) do parts[#parts + 1] = T.quote(k .. "=" .. v) end
+  parts[#parts + 1] = T.quote(bin)
+  for _, a in ipairs({ ... }) do parts[#parts + 1] = T.quote(a) end
+  local p = assert(io.popen(table.concat(parts, " ") .. " 2>&1 </dev/null", "r"))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  return out, code
+end
+
 function T.tmpdir()
   local p = assert(io.popen("mktemp -d"))
   local d = p:read("l")
