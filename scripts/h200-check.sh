@@ -8,12 +8,17 @@
 #   bash scripts/h200-check.sh tasks [PACKAGE...]
 #                                       kernels/eval_all.sh: every reference and baseline
 #                                       on every workload, official latency and SoL fraction
+# Build those here first with scripts/h200-prep.sh (it prints what to carry).
 # Outputs go to $OUT (or /tmp/h200-check).  KHLUA_FIB_DATA points gpu_pyref
-# at a FlashInfer-Bench dataset when it is not beside the repository.
+# at a FlashInfer-Bench dataset (default: devdata/flashinfer-trace, made by
+# h200-prep.sh).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export LD_LIBRARY_PATH="$root/build-portable/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -z "${KHLUA_FIB_DATA:-}" ] && [ -d "$root/devdata/flashinfer-trace" ]; then
+  export KHLUA_FIB_DATA="$root/devdata/flashinfer-trace"
+fi
 K="$root/build-portable/khlua"
 out=${OUT:-/tmp/h200-check}
 mkdir -p "$out"
