@@ -46,6 +46,16 @@ local function package(name, edit)
   return task
 end
 
+-- Add a workload of batch B, vocabulary V to a package (probs: `probs`,
+-- default random; a fresh random seed).
+local function add_workload(task, uuid, B, V, probs)
+  local f = assert(io.open(task .. "/workloads.jsonl", "a"))
+  f:write(kh.json.encode({ definition = "sampling_from_probs_small", workload = {
+    uuid = uuid, axes = { batch_size = B, vocab_size = V },
+    inputs = { probs = probs or { type = "random" }, seed = { type = "random" } } } }) .. "\n")
+  f:close()
+end
+
 local plain = package("plain")
 local function eval(task, name, wl)
   local tr, msg, code = kh.eval(task, name, { seed = math.random(1, 1 << 40), timing = false,
@@ -85,11 +95,7 @@ T.test("a vocabulary too large for 500000 samples: FIB's TVD skip, the range che
        function()
   local task = package("wide")
   local uuid = "5a3d0000-0004-4000-8000-000000000004"
-  local f = assert(io.open(task .. "/workloads.jsonl", "a"))
-  f:write(kh.json.encode({ definition = "sampling_from_probs_small", workload = {
-    uuid = uuid, axes = { batch_size = 1, vocab_size = 30000 },
-    inputs = { probs = { type = "random" }, seed = { type = "random" } } } }) .. "\n")
-  f:close()
+  add_workload(task, uuid, 1, 30000)
   local e = eval(task, "sample_ref_c", uuid)
   T.eq(e.status, "PASSED", tostring(e.khlua.detail))
   -- sqrt(30000 / 500000) = 0.245 > 0.2: the test could not tell
@@ -190,12 +196,8 @@ T.test("probs from safetensors are the workload's; a token of probability 0 fail
   kh.tensor.save(task .. "/blob/probs.safetensors", { probs = t })
   t:close()
   local uuid = "5a3d0000-0003-4000-8000-000000000003"
-  local f = assert(io.open(task .. "/workloads.jsonl", "a"))
-  f:write(kh.json.encode({ definition = "sampling_from_probs_small", workload = {
-    uuid = uuid, axes = { batch_size = B, vocab_size = V },
-    inputs = { probs = { type = "safetensors", path = "blob/probs.safetensors",
-                         tensor_key = "probs" }, seed = { type = "random" } } } }) .. "\n")
-  f:close()
+  add_workload(task, uuid, B, V, { type = "safetensors", path = "blob/probs.safetensors",
+                                      tensor_key = "probs" })
   local e = eval(task, "sample_ref_c", uuid)
   T.eq(e.status, "PASSED", tostring(e.khlua.detail))
   T.ok(e.correctness.extra.tvd < 0.2, tostring(e.correctness.extra.tvd))
@@ -249,11 +251,7 @@ end)
 T.test("an empty batch cannot be sampled: a clear error, not a crash", function()
   local task = package("empty")
   local uuid = "5a3d0000-0009-4000-8000-000000000009"
-  local f = assert(io.open(task .. "/workloads.jsonl", "a"))
-  f:write(kh.json.encode({ definition = "sampling_from_probs_small", workload = {
-    uuid = uuid, axes = { batch_size = 0, vocab_size = 4 },
-    inputs = { probs = { type = "random" }, seed = { type = "random" } } } }) .. "\n")
-  f:close()
+  add_workload(task, uuid, 0, 4)
   local tr, msg = kh.eval(task, "sample_ref_c", { timing = false, record = false,
                                                    workloads = { uuid } })
   T.eq(tr, nil)

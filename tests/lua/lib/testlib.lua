@@ -66,21 +66,14 @@ end
 -- Run the khlua under test with a shell-quoted argument list; returns
 -- output (stdout+stderr), exit code.
 function T.quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-function T.khlua(...)
-  local bin = os.getenv("KHLUA_BIN") or arg[-1]
-  local parts = { T.quote(bin) }
-  for _, a in ipairs({ ... }) do parts[#parts + 1] = T.quote(a) end
-  local p = assert(io.popen(table.concat(parts, " ") .. " 2>&1 </dev/null", "r"))
-  local out = p:read("a")
-  local _, _, code = p:close()
-  return out, code
-end
+function T.khlua(...) return T.khlua_env({}, ...) end
 
 -- The same with environment variables set for that run: env = {NAME = value}.
 function T.khlua_env(env, ...)
   local bin = os.getenv("KHLUA_BIN") or arg[-1]
-  local parts = { "env" }
+  local parts = {}
   for k, v in pairs(env) do parts[#parts + 1] = T.quote(k .. "=" .. v) end
+  if #parts > 0 then table.insert(parts, 1, "env") end
   parts[#parts + 1] = T.quote(bin)
   for _, a in ipairs({ ... }) do parts[#parts + 1] = T.quote(a) end
   local p = assert(io.popen(table.concat(parts, " ") .. " 2>&1 </dev/null", "r"))
