@@ -1085,8 +1085,14 @@ static kh_status host_inputs(wctx *c, uint64_t seed, kh_err *err)
     in_free(c);
     if (c->d->ninputs > 64)
         return kh_err_set(err, KH_EUNSUPPORTED, "more than 64 inputs");
+    /* the sampling evaluator makes probs itself (sampling_probs: a softmax,
+     * not the randn these would be) */
+    uint64_t skip = 0;
+    for (size_t i = 0; i < c->d->ninputs && c->evaluator == KH_EVAL_SAMPLING; i++)
+        if (!strcmp(c->d->inputs[i].name, "probs"))
+            skip |= (uint64_t)1 << i;
     kh_status st = kh_pyref_inputs(c->ev->e, c->d, c->w, c->base, seed,
-                                   c->evaluator == KH_EVAL_DSA_TOPK, c->ins, err);
+                                   c->evaluator == KH_EVAL_DSA_TOPK, skip, c->ins, err);
     if (st)
         return st;
     c->in_ok = 1;

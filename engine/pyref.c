@@ -84,8 +84,8 @@ static kh_status dsa_kcache_fill(kh_engine *e, const kh_task_def *d, kh_tensor *
 }
 
 kh_status kh_pyref_inputs(kh_engine *e, const kh_task_def *d, const kh_task_workload *w,
-                          const char *base, uint64_t seed, int dsa_kcache, kh_tensor **ins,
-                          kh_err *err)
+                          const char *base, uint64_t seed, int dsa_kcache, uint64_t skip,
+                          kh_tensor **ins, kh_err *err)
 {
     json_t *wins = json_object_get(w->json, "inputs");
     kh_status st = KH_OK;
@@ -102,6 +102,8 @@ kh_status kh_pyref_inputs(kh_engine *e, const kh_task_def *d, const kh_task_work
             break;
         if (type && !strcmp(type, "scalar"))
             continue; /* passed as the workload's own value */
+        if (i < 64 && (skip >> i & 1))
+            continue;
         if (!type || !strcmp(type, "random")) {
             /* stream = the input's position, seed = the trial's: what the
              * coordinator asks the workers for (eval.c input_gen) */
@@ -139,7 +141,8 @@ kh_status kh_pyref_inputs(kh_engine *e, const kh_task_def *d, const kh_task_work
     for (size_t i = 0; i < d->ninputs && !st && dsa_kcache; i++) {
         json_t *in = json_object_get(wins, d->inputs[i].name);
         const char *type = json_string_value(json_object_get(in, "type"));
-        if (strcmp(d->inputs[i].name, "k_index_cache_fp8") || (type && strcmp(type, "random")))
+        if (strcmp(d->inputs[i].name, "k_index_cache_fp8") || (type && strcmp(type, "random")) ||
+            !ins[i])
             continue;
         st = dsa_kcache_fill(e, d, ins, i, seed, err);
     }
@@ -321,7 +324,7 @@ kh_status kh_pyref_run(kh_engine *e, const kh_task_def *d, const kh_task_workloa
         char ip[4200], op[4200];
         snprintf(ip, sizeof ip, "%s/in_%zu.safetensors", dir, s);
         snprintf(op, sizeof op, "%s/out_%zu.safetensors", dir, s);
-        if ((st = kh_pyref_inputs(e, d, w, base, seeds[s], dsa_kcache, ins, err)))
+        if ((st = kh_pyref_inputs(e, d, w, base, seeds[s], dsa_kcache, 0, ins, err)))
             break;
         size_t m = 0;
         const kh_tensor *tv[256];

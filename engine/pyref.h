@@ -47,11 +47,12 @@ char *kh_pyref_python(const char **asked);
  * "scalars").  base: the folder safetensors paths are relative to.
  * dsa_kcache: FlashInfer-Bench's DSA top-k k-cache generator for a random
  * k_index_cache_fp8, for the pages block_table and seq_lens can reach (the
- * others zero: nothing reachable reads them).  Free each with
- * kh_tensor_free. */
+ * others zero: nothing reachable reads them).  skip: bit i set leaves
+ * ins[i] NULL, not made (a caller that makes that input its own way).  Free
+ * each with kh_tensor_free. */
 kh_status kh_pyref_inputs(kh_engine *e, const kh_task_def *d, const kh_task_workload *w,
-                          const char *base, uint64_t seed, int dsa_kcache, kh_tensor **ins,
-                          kh_err *err);
+                          const char *base, uint64_t seed, int dsa_kcache, uint64_t skip,
+                          kh_tensor **ins, kh_err *err);
 
 /* The cache key of (definition, workload, seed): 32 hex digits over the
  * whole definition (its reference code included), the workload and seed. */

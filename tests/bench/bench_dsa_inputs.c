@@ -42,7 +42,7 @@ int main(int argc, char **argv)
         int64_t pages = 0;
         for (int rep = 0; rep < 2; rep++) {
             double t0 = kh_now();
-            if (kh_pyref_inputs(NULL, d, w, dir, 1000 + (uint64_t)rep, 1, ins, &err)) {
+            if (kh_pyref_inputs(NULL, d, w, dir, 1000 + (uint64_t)rep, 1, 0, ins, &err)) {
                 fprintf(stderr, "bench_dsa_inputs: %s\n", err.msg);
                 return 1;
             }

@@ -5,6 +5,7 @@
  * get problems at the right file, line and field. */
 #include "kh_test.h"
 
+#include "pyref.h"
 #include "task.h"
 
 #include <stdio.h>
@@ -280,6 +281,42 @@ static void test_broken_definitions(void **state)
     free(dir);
 }
 
+/* kh_pyref_inputs makes the workers' inputs; a skipped one stays NULL and
+ * the others are the same bits as without skipping. */
+static void test_pyref_inputs_skip(void **state)
+{
+    (void)state;
+    char *dir = fixture("rmsnorm");
+    kh_task_set *s = load_ok(dir, 0);
+    const kh_task_def *d = kh_task_find_def(s, "rmsnorm_h512");
+    const kh_task_workload *w = kh_task_workload_at(s, 1);
+    assert_int_equal(d->ninputs, 3);
+    kh_tensor *all[3], *some[3], *other[3];
+    kh_err err;
+    uint64_t seed = (uint64_t)rand() << 16 | (uint64_t)rand();
+    if (kh_pyref_inputs(NULL, d, w, dir, seed, 0, 0, all, &err) ||
+        kh_pyref_inputs(NULL, d, w, dir, seed, 0, 1, some, &err) ||
+        kh_pyref_inputs(NULL, d, w, dir, seed + 1, 0, 0, other, &err))
+        fail_msg("%s", err.msg);
+    assert_non_null(all[0]);
+    assert_non_null(all[1]);
+    assert_null(all[2]); /* eps: the workload's scalar */
+    assert_null(some[0]);
+    assert_non_null(some[1]);
+    assert_int_equal(all[0]->nbytes, (size_t)7 * 512 * 2);
+    assert_int_equal(some[1]->nbytes, all[1]->nbytes);
+    assert_memory_equal(some[1]->data, all[1]->data, all[1]->nbytes);
+    /* and the bits depend on the seed */
+    assert_memory_not_equal(other[0]->data, all[0]->data, all[0]->nbytes);
+    for (int i = 0; i < 3; i++) {
+        kh_tensor_free(all[i]);
+        kh_tensor_free(some[i]);
+        kh_tensor_free(other[i]);
+    }
+    kh_task_set_free(s);
+    free(dir);
+}
+
 int main(void)
 {
     srand((unsigned)time(NULL));
@@ -287,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_fixture_package),
         cmocka_unit_test(test_real_dataset),
         cmocka_unit_test(test_broken_definitions),
+        cmocka_unit_test(test_pyref_inputs_skip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
