@@ -33,6 +33,9 @@ int kh_cmd_doctor(kh_engine *e, int argc, char **argv)
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--probe-gpus")) {
+            /* internal: the GPU probe in a fresh process (doctor.h) */
+            return kh_doctor_probe_gpus_main();
         } else {
             fprintf(stderr, "khlua doctor: unknown argument '%s'\n", argv[i]);
             usage(stderr);

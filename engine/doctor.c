@@ -1,6 +1,7 @@
 /* doctor.c: the machine report behind `khlua doctor`.  Owns finding things
  * (libraries, GPUs, tools, keys) and describing them with a fix; it changes
- * nothing on the machine.  The GPU is looked at from a forked child. */
+ * nothing on the machine.  The GPU is looked at from a child process: forked,
+ * or this executable afresh once the driver is loaded here. */
 #include "doctor.h"
 
 #include "pyref.h"
@@ -8,6 +9,8 @@
 #include "proc.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
+#include <errno.h>
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,34 +150,80 @@ static int libs_child(void *arg, int fd)
     return write_json(fd, out);
 }
 
-kh_status kh_doctor_probe_gpus(double timeout_s, json_t **out, kh_err *err)
+/* The probe child's JSON as *out, or its error as the status. */
+static kh_status probe_result(kh_child_result *res, json_t **out, kh_err *err)
 {
-    *out = NULL;
-    kh_child_result res;
-    kh_status st = kh_proc_fork_call(probe_child, NULL, timeout_s, 1 << 20, &res, err);
-    if (st)
-        return st;
-    if (!(res.exited && res.exit_code == 0)) {
+    if (!(res->exited && res->exit_code == 0)) {
         char how[128];
-        kh_child_describe(&res, how, sizeof how);
-        kh_child_result_free(&res);
-        return kh_err_set(err, KH_ECHILD, "the GPU probe process failed (%s)", how);
+        kh_child_describe(res, how, sizeof how);
+        kh_err_set(err, KH_ECHILD, "the GPU probe process failed (%s)%s%.200s", how,
+                   res->out && res->out[0] ? ": " : "", res->out ? res->out : "");
+        kh_child_result_free(res);
+        return KH_ECHILD;
     }
     json_error_t je;
-    json_t *j = json_loads(res.out, 0, &je);
-    kh_child_result_free(&res);
+    json_t *j = json_loads(res->out, 0, &je);
+    kh_child_result_free(res);
     if (!j)
         return kh_err_set(err, KH_EPARSE, "the GPU probe wrote unreadable output: %s", je.text);
     json_t *e = json_object_get(j, "error");
     if (e) {
         const char *code = json_string_value(json_object_get(j, "code"));
-        kh_err_set(err, code && !strcmp(code, "ENODEV") ? KH_ENODEV : KH_ECUDA, "%s",
-                   json_string_value(e));
+        kh_status st = code && !strcmp(code, "ENODEV") ? KH_ENODEV : KH_ECUDA;
+        kh_err_set(err, st, "%s", json_string_value(e));
         json_decref(j);
-        return err ? err->code : KH_ENODEV;
+        return st;
     }
     *out = j;
     return KH_OK;
+}
+
+kh_status kh_doctor_probe_gpus_exec(const char *exe, double timeout_s, json_t **out, kh_err *err)
+{
+    *out = NULL;
+    char self[4096];
+    if (!exe) {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0)
+            return kh_err_set(err, KH_EIO, "cannot find this executable: %s", strerror(errno));
+        self[n] = '\0';
+        exe = self;
+    }
+    char *argv[] = {(char *)exe, "doctor", "--probe-gpus", NULL};
+    kh_child_result res;
+    kh_status st = kh_proc_run(argv, timeout_s, 1 << 20, &res, err);
+    return st ? st : probe_result(&res, out, err);
+}
+
+kh_status kh_doctor_probe_gpus(double timeout_s, json_t **out, kh_err *err)
+{
+    *out = NULL;
+    /* A forked child cannot initialise CUDA once this process has (cuInit
+     * answers CUDA_ERROR_NOT_INITIALIZED): and NVRTC 13 loads and
+     * initialises the driver during an in-process compile (a trusted
+     * reference's), seen on the H200.  Then the probe runs in a fresh
+     * process: this executable, `khlua doctor --probe-gpus`. */
+    void *loaded = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (loaded) {
+        dlclose(loaded);
+        return kh_doctor_probe_gpus_exec(NULL, timeout_s, out, err);
+    }
+    kh_child_result res;
+    kh_err ferr;
+    kh_status st = kh_proc_fork_call(probe_child, NULL, timeout_s, 1 << 20, &res, &ferr);
+    if (!st)
+        st = probe_result(&res, out, &ferr);
+    /* the driver came in under another name: the same answer, afresh */
+    if (st == KH_ECUDA && strstr(ferr.msg, "CUDA_ERROR_NOT_INITIALIZED"))
+        return kh_doctor_probe_gpus_exec(NULL, timeout_s, out, err);
+    if (st && err)
+        *err = ferr;
+    return st;
+}
+
+int kh_doctor_probe_gpus_main(void)
+{
+    return probe_child(NULL, STDOUT_FILENO);
 }
 
 /* ---- the report ---------------------------------------------------------- */
@@ -409,9 +458,8 @@ json_t *kh_doctor_report(kh_engine *e, kh_err *err)
     check_nvrtc(e, report, checks);
 
     /* CUPTI and NVML are asked in a child process too: a driver library
-     * initialised here would break every later forked GPU probe
-     * (cuInit -> CUDA_ERROR_NOT_INITIALIZED in a fork), and the
-     * coordinator never touches the driver. */
+     * initialised here would make every later GPU probe a fresh process
+     * (cuInit -> CUDA_ERROR_NOT_INITIALIZED in a fork). */
     json_t *libs = NULL;
     kh_err lerr;
     {

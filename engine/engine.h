@@ -4,8 +4,11 @@
  * (NVRTC, CUPTI for inspection), the stop request raised by Ctrl-C, and a count
  * of live engine objects that the Lua test runner uses as a leak check.
  *
- * The coordinator never initialises CUDA: nothing here loads or calls the
- * driver.  GPU work happens in child processes (see proc.h, doctor.c). */
+ * The coordinator never calls the CUDA driver: nothing here loads or calls
+ * it.  GPU work happens in child processes (see proc.h, doctor.c).  NVRTC 13
+ * itself loads and initialises the driver during a compile in this process
+ * (seen on the H200), so nothing may count on a forked child being able to
+ * use CUDA: the GPU probe then runs in a fresh process (doctor.h). */
 #ifndef KH_ENGINE_H
 #define KH_ENGINE_H
 

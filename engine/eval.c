@@ -460,7 +460,7 @@ static size_t slurm_gpus(void)
 }
 
 /* ev->gpu_ids from the gpus spec: probed in a child process for local
- * launches (the coordinator never initialises CUDA), counted from the
+ * launches (the coordinator never calls the driver), counted from the
  * allocation for srun, taken as given for remote shells. */
 static kh_status resolve_gpus(kh_eval *ev, kh_err *err)
 {

@@ -1,6 +1,6 @@
 /* proc.h: running work in a child process with a deadline and capturing what
  * it writes.  Used wherever the coordinator must survive what it runs: the
- * GPU probe of `khlua doctor` (the coordinator never initialises CUDA), and
+ * GPU probe of `khlua doctor` (the coordinator never calls the driver), and
  * external tools (nvcc, ncu, agent command lines).  The supervised worker
  * protocol builds on the same primitives. */
 #ifndef KH_PROC_H

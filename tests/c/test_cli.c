@@ -4,6 +4,8 @@
  * own pcall, and inside a blocking C call. */
 #include "kh_test.h"
 
+#include "doctor.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -191,6 +193,35 @@ static void test_doctor(void **state)
     kh_child_result_free(&r);
 }
 
+/* The GPU probe in a fresh process (what a coordinator whose NVRTC has
+ * initialised the driver uses) answers as the forked one does. */
+static void test_probe_gpus_exec(void **state)
+{
+    (void)state;
+    json_t *a = NULL, *b = NULL;
+    kh_err ea = {0}, eb = {0};
+    kh_status sa = kh_doctor_probe_gpus(60, &a, &ea);
+    kh_status sb = kh_doctor_probe_gpus_exec(kh_test_khlua(), 60, &b, &eb);
+    print_message("# fork: %s | exec: %s\n", sa ? ea.msg : "ok", sb ? eb.msg : "ok");
+    assert_int_equal(sa, sb);
+    if (sa) {
+        assert_string_equal(ea.msg, eb.msg);
+    } else {
+        json_t *ga = json_object_get(a, "gpus"), *gb = json_object_get(b, "gpus");
+        assert_int_equal(json_array_size(ga), json_array_size(gb));
+        for (size_t i = 0; i < json_array_size(ga); i++)
+            assert_string_equal(json_string_value(json_object_get(json_array_get(ga, i), "uuid")),
+                                json_string_value(json_object_get(json_array_get(gb, i), "uuid")));
+    }
+    json_decref(a);
+    json_decref(b);
+    /* an executable that is not khlua: a clear error, not a parse of noise */
+    sb = kh_doctor_probe_gpus_exec("/bin/false", 30, &b, &eb);
+    assert_int_equal(sb, KH_ECHILD);
+    assert_non_null(strstr(eb.msg, "GPU probe process failed"));
+    assert_null(b);
+}
+
 /* Start khlua on a script, wait for it to print "ready", send SIGINT, and
  * return its exit status and output. */
 static int interrupt_script(const char *body, char *out, size_t outn)
@@ -285,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_dash_e_and_require_kh),
         cmocka_unit_test(test_version_help_and_usage_errors),
         cmocka_unit_test(test_doctor),
+        cmocka_unit_test(test_probe_gpus_exec),
         cmocka_unit_test(test_ctrl_c),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
