@@ -13,7 +13,10 @@
 # check the rest for correctness in parallel (when device time is short).
 # Writes ${OUT:-kernels/eval-out}/<package>/<solution>.jsonl (Trace JSONL;
 # <solution>.check.jsonl for correctness-only runs) and summary.md.  One
-# package failing never stops the others.
+# package failing never stops the others.  Each package's rows are printed
+# (stderr) as soon as it is done, so a run cut short still shows them;
+# EVAL_BUDGET_S=N starts no new solution after N seconds (the summary then
+# says which were skipped).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 khlua="${1:-$here/../build/khlua}"
@@ -26,6 +29,8 @@ pkgs=("$@")
 if [ ${#pkgs[@]} -eq 0 ]; then
     for d in "$here"/*/definition.json; do pkgs+=("$(basename "$(dirname "$d")")"); done
 fi
+start=$(date +%s)
+skipped=()
 for p in "${pkgs[@]}"; do
     mkdir -p "$out/$p"
     # the reference, the baseline, then any trusted shared object (a cuBLAS anchor)
@@ -44,6 +49,11 @@ PY
     nw=$(grep -c . "$here/$p/workloads.jsonl")
     for sol in $sols; do
         t0=$(date +%s)
+        if [ -n "${EVAL_BUDGET_S:-}" ] && [ $((t0 - start)) -ge "$EVAL_BUDGET_S" ]; then
+            echo "== $p $sol: skipped (EVAL_BUDGET_S=$EVAL_BUDGET_S spent)" >&2
+            skipped+=("$p/$sol")
+            continue
+        fi
         if [ "$sol" = "$ref" ]; then
             echo "== $p $sol (the reference: correctness on $nw workloads)" >&2
             "$khlua" eval --task "$here/$p" --solution "$sol" --json --no-store --no-timing \
@@ -68,5 +78,9 @@ PY
         fi
         echo "   $(( $(date +%s) - t0 )) s" >&2
     done
+    python3 "$here/eval_summary.py" "$out" "$p" | tail -n +3 >&2
 done
 python3 "$here/eval_summary.py" "$out" "${pkgs[@]}" | tee "$out/summary.md"
+if [ ${#skipped[@]} -gt 0 ]; then
+    echo "skipped (time budget): ${skipped[*]}" | tee -a "$out/summary.md"
+fi

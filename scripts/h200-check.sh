@@ -45,8 +45,12 @@ policy)
   "$K" store ls --type promotion --run "$run" 2>&1 | head
   ;;
 tasks)
-  python3 kernels/make_blobs.py --missing
-  OUT="$out" bash kernels/eval_all.sh "$K" "$@"
+  # the device sends back 8 files: the per-solution JSONL go back as one
+  # archive, with the summary beside it (EVAL_BUDGET_S bounds the run)
+  ev=$(mktemp -d)
+  OUT="$ev" EVAL_BUDGET_S=${EVAL_BUDGET_S:-480} bash kernels/eval_all.sh "$K" "$@"
+  cp "$ev/summary.md" "$out/" 2>/dev/null
+  tar -czf "$out/eval-out.tgz" -C "$ev" .
   ;;
 *)
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
