@@ -33,10 +33,19 @@ tests)
 policy)
   export KHLUA_STORE="$out/store"
   task=${POLICY_TASK:-kernels/rmsnorm_h4096}
-  # killed once in round 2, then resumed: the run must end as one run
-  timeout -s KILL "${POLICY_KILL_AFTER:-150}" "$K" policies/plateau_switch.lua --task "$task" \
-    --rounds "${POLICY_ROUNDS:-6}" > "$out/policy-1.txt" 2>&1
-  echo "first part: exit $? (137 = killed on purpose)"
+  # killed once mid-run (once round POLICY_KILL_ROUND is reported, or after
+  # POLICY_KILL_AFTER seconds), then resumed: the run must end as one run
+  "$K" policies/plateau_switch.lua --task "$task" --rounds "${POLICY_ROUNDS:-6}" \
+    > "$out/policy-1.txt" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 "${POLICY_KILL_AFTER:-300}"); do
+    grep -q "^round ${POLICY_KILL_ROUND:-3} " "$out/policy-1.txt" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 1
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid"
+  echo "first part: exit $? (137 = killed on purpose, after round ${POLICY_KILL_ROUND:-3})"
   run=$(grep -o '^run run-[0-9A-Z]*' "$out/policy-1.txt" | head -1 | cut -d' ' -f2)
   [ -n "$run" ] || { cat "$out/policy-1.txt"; exit 1; }
   "$K" policies/plateau_switch.lua --resume "$run" > "$out/policy-2.txt" 2>&1
