@@ -7,6 +7,7 @@
  * default 3; its block_table / seq_lens blobs are in the tree).  Prints
  * seconds per seed for both and the ratio.  Not a test.
  *   bench_dsa_inputs [TASK_DIR] [N]   (from the source tree, or KH_SOURCE_DIR set) */
+#include "bench_dsa.h"
 #include "pyref.h"
 #include "rng.h"
 #include "task.h"
@@ -17,18 +18,12 @@
 
 int main(int argc, char **argv)
 {
-    char def_dir[4096];
-    const char *src = getenv("KH_SOURCE_DIR");
-    snprintf(def_dir, sizeof def_dir, "%s/kernels/dsa_topk_indexer_fp8_h64_d128_topk2048_ps64",
-             src ? src : ".");
-    const char *dir = argc > 1 ? argv[1] : def_dir;
-    int n = argc > 2 ? atoi(argv[2]) : 3;
+    char dir[4096];
+    int n;
     kh_err err;
-    kh_task_set *s = NULL;
-    if (kh_task_load(dir, NULL, &s, &err)) {
-        fprintf(stderr, "bench_dsa_inputs: %s\n", err.msg);
+    kh_task_set *s = bench_dsa_load("bench_dsa_inputs", argc, argv, dir, &n);
+    if (!s)
         return 1;
-    }
     const kh_task_def *d = kh_task_def_at(s, 0);
     printf("bench_dsa_inputs: %s, seconds per seed (best of 2)\n", d->name);
     printf("%-38s %9s %10s %10s %8s\n", "workload", "pages", "reachable", "whole", "ratio");

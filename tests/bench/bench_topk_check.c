@@ -11,6 +11,7 @@
  *   bench_topk_check [TASK_DIR] [N]   (from the source tree, or KH_SOURCE_DIR set) */
 #include "check.h"
 #include "dtype.h"
+#include "bench_dsa.h"
 #include "pyref.h"
 #include "task.h"
 
@@ -65,18 +66,12 @@ static const kh_tensor *named(const kh_task_def *d, kh_tensor **ins, const char 
 
 int main(int argc, char **argv)
 {
-    char def_dir[4096];
-    const char *src = getenv("KH_SOURCE_DIR");
-    snprintf(def_dir, sizeof def_dir, "%s/kernels/dsa_topk_indexer_fp8_h64_d128_topk2048_ps64",
-             src ? src : ".");
-    const char *dir = argc > 1 ? argv[1] : def_dir;
-    int n = argc > 2 ? atoi(argv[2]) : 3;
+    char dir[4096];
+    int n;
     kh_err err;
-    kh_task_set *s = NULL;
-    if (kh_task_load(dir, NULL, &s, &err)) {
-        fprintf(stderr, "bench_topk_check: %s\n", err.msg);
+    kh_task_set *s = bench_dsa_load("bench_topk_check", argc, argv, dir, &n);
+    if (!s)
         return 1;
-    }
     const kh_task_def *d = kh_task_def_at(s, 0);
     int bi = kh_task_axis_index(d, "batch_size");
     /* the workloads with the largest batches */
