@@ -59,7 +59,7 @@ tasks)
   ev=$(mktemp -d)
   OUT="$ev" EVAL_BUDGET_S=${EVAL_BUDGET_S:-480} bash kernels/eval_all.sh "$K" "$@"
   cp "$ev/summary.md" "$out/" 2>/dev/null
-  tar -czf "$out/eval-out.tgz" -C "$ev" .
+  tar -czf "$out/eval-out.tgz" -C "$ev" . && rm -rf "$ev"
   ;;
 *)
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
