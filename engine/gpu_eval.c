@@ -12,6 +12,7 @@
 #include "dtype.h"
 #include "launch.h"
 #include "rng.h"
+#include "worker.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -220,22 +221,6 @@ static kh_status generate(kh_gpu_eval *ev, const ev_tensor *t, CUdeviceptr p, ui
 }
 
 /* ---- request parsing -------------------------------------------------------- */
-static kh_status parse_slice(const json_t *j, size_t payload_len, size_t *off, size_t *len,
-                             const char *what, kh_err *err)
-{
-    if (!json_is_array(j) || json_array_size(j) != 2 ||
-        !json_is_integer(json_array_get(j, 0)) || !json_is_integer(json_array_get(j, 1)))
-        return kh_err_set(err, KH_EINVAL, "%s: payload slice [offset, length] required", what);
-    json_int_t o = json_integer_value(json_array_get(j, 0)),
-               l = json_integer_value(json_array_get(j, 1));
-    if (o < 0 || l < 0 || (size_t)o > payload_len || (size_t)l > payload_len - (size_t)o)
-        return kh_err_set(err, KH_EINVAL, "%s: slice [%lld, %lld] outside the %zu-byte payload",
-                          what, (long long)o, (long long)l, payload_len);
-    *off = (size_t)o;
-    *len = (size_t)l;
-    return KH_OK;
-}
-
 static kh_status parse_tensors(const json_t *arr, size_t payload_len, ev_tensor *ts, size_t *nt,
                                kh_err *err)
 {
@@ -315,20 +300,12 @@ static kh_status parse_tensors(const json_t *arr, size_t payload_len, ev_tensor 
                                       "element", i, name);
             } else if (!strcmp(kind, "bytes")) {
                 t->gen = GEN_BYTES;
-                if (parse_slice(json_object_get(gen, "payload"), payload_len, &t->pay_off,
-                                &t->pay_len, name, err))
-                    return err->code;
-                /* tile: the bytes repeated that many times (the sampling
-                 * TVD test's repeated batch) */
-                json_t *tj = json_object_get(gen, "tile");
-                json_int_t tile = tj ? json_integer_value(tj) : 1;
-                if (tile < 1 || (size_t)tile > t->bytes + 1)
-                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): gen.tile must be a "
-                                      "positive integer", i, name);
-                if (t->pay_len * (size_t)tile != t->bytes)
-                    return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s): %zu payload bytes x "
-                                      "%lld for a %zu-byte tensor", i, name, t->pay_len,
-                                      (long long)tile, t->bytes);
+                char what[160];
+                snprintf(what, sizeof what, "tensors[%zu] (%s)", i, name);
+                kh_status st = kh_worker_gen_bytes(gen, payload_len, t->bytes, &t->pay_off,
+                                                   &t->pay_len, what, err);
+                if (st)
+                    return st;
             } else {
                 return kh_err_set(err, KH_EINVAL, "tensors[%zu] (%s).gen.kind: random, "
                                   "dsa_kcache, scalar or bytes", i, name);
@@ -919,8 +896,8 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
         st = kh_err_set(err, KH_EINVAL, "artifact.kind must be \"cubin\" (or \"so\", a trusted "
                         "shared object with an entry) for the gpu worker");
     if (!st)
-        st = parse_slice(json_object_get(art, "payload"), payload_len, &aoff, &alen, "artifact",
-                         err);
+        st = kh_worker_slice(json_object_get(art, "payload"), payload_len, &aoff, &alen,
+                             "artifact", err);
     if (!st)
         st = parse_tensors(json_object_get(params, "tensors"), payload_len, r->ts, &r->nt, err);
     r->launches = json_object_get(params, "launches");

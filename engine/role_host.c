@@ -452,22 +452,6 @@ typedef struct req {
     double deadline_s;
 } req;
 
-static kh_status slice(const json_t *a, size_t total, size_t *off, size_t *len, const char *what,
-                       kh_err *err)
-{
-    if (!json_is_array(a) || json_array_size(a) != 2 ||
-        !json_is_integer(json_array_get(a, 0)) || !json_is_integer(json_array_get(a, 1)))
-        return kh_err_set(err, KH_EINVAL, "%s: expected [offset, length]", what);
-    json_int_t o = json_integer_value(json_array_get(a, 0)),
-               l = json_integer_value(json_array_get(a, 1));
-    if (o < 0 || l < 0 || (uint64_t)o > total || (uint64_t)l > total - (uint64_t)o)
-        return kh_err_set(err, KH_EINVAL, "%s: [%lld, %lld] is outside the %zu-byte payload",
-                          what, (long long)o, (long long)l, total);
-    *off = (size_t)o;
-    *len = (size_t)l;
-    return KH_OK;
-}
-
 static int tensor_index(const req *r, const char *name)
 {
     for (size_t i = 0; name && i < r->nt; i++)
@@ -534,19 +518,11 @@ static kh_status parse_tensor(req *r, const json_t *j, size_t i, kh_err *err)
             return kh_err_set(err, KH_EINVAL, "tensors[%zu]: a scalar must have one element", i);
     } else if (!strcmp(kind, "bytes")) {
         t->gen = G_BYTES;
-        if ((st = slice(json_object_get(gen, "payload"), r->payload_len, &t->bytes_off,
-                        &t->bytes_len, "gen.payload", err)))
+        char what[160];
+        snprintf(what, sizeof what, "tensors[%zu] '%s'", i, name);
+        if ((st = kh_worker_gen_bytes(gen, r->payload_len, t->nbytes, &t->bytes_off,
+                                      &t->bytes_len, what, err)))
             return st;
-        /* tile: the bytes repeated that many times (the sampling TVD test's
-         * repeated batch) */
-        json_t *tj = json_object_get(gen, "tile");
-        json_int_t tile = tj ? json_integer_value(tj) : 1;
-        if (tile < 1 || (size_t)tile > t->nbytes + 1)
-            return kh_err_set(err, KH_EINVAL, "tensors[%zu] '%s': gen.tile must be a positive "
-                              "integer", i, name);
-        if (t->bytes_len * (size_t)tile != t->nbytes)
-            return kh_err_set(err, KH_EINVAL, "tensors[%zu] '%s': %zu bytes x %lld given, %zu "
-                              "expected", i, name, t->bytes_len, (long long)tile, t->nbytes);
     } else
         return kh_err_set(err, KH_EINVAL, "tensors[%zu].gen.kind: unknown '%s'", i, kind);
     return KH_OK;
@@ -615,7 +591,8 @@ static kh_status parse_req(const json_t *p, const unsigned char *payload, size_t
     if (!kind || strcmp(kind, "so"))
         return kh_err_set(err, KH_EINVAL, "evaluate: artifact.kind must be \"so\" on the host role");
     size_t off, len;
-    if ((st = slice(json_object_get(art, "payload"), n, &off, &len, "artifact.payload", err)))
+    if ((st = kh_worker_slice(json_object_get(art, "payload"), n, &off, &len, "artifact.payload",
+                              err)))
         return st;
     r->so = payload + off;
     r->so_len = len;

@@ -173,3 +173,38 @@ int kh_worker_main(kh_engine *e, const kh_worker_role *role, int in_fd, int out_
     close(out);
     return code;
 }
+
+kh_status kh_worker_slice(const json_t *j, size_t payload_len, size_t *off, size_t *len,
+                          const char *what, kh_err *err)
+{
+    if (!json_is_array(j) || json_array_size(j) != 2 ||
+        !json_is_integer(json_array_get(j, 0)) || !json_is_integer(json_array_get(j, 1)))
+        return kh_err_set(err, KH_EINVAL, "%s: payload slice [offset, length] required", what);
+    json_int_t o = json_integer_value(json_array_get(j, 0)),
+               l = json_integer_value(json_array_get(j, 1));
+    if (o < 0 || l < 0 || (size_t)o > payload_len || (size_t)l > payload_len - (size_t)o)
+        return kh_err_set(err, KH_EINVAL, "%s: slice [%lld, %lld] outside the %zu-byte payload",
+                          what, (long long)o, (long long)l, payload_len);
+    *off = (size_t)o;
+    *len = (size_t)l;
+    return KH_OK;
+}
+
+kh_status kh_worker_gen_bytes(const json_t *gen, size_t payload_len, size_t nbytes, size_t *off,
+                              size_t *len, const char *what, kh_err *err)
+{
+    char field[160];
+    snprintf(field, sizeof field, "%s: gen.payload", what);
+    kh_status st = kh_worker_slice(json_object_get(gen, "payload"), payload_len, off, len, field,
+                                   err);
+    if (st)
+        return st;
+    json_t *tj = json_object_get(gen, "tile");
+    json_int_t tile = tj ? json_integer_value(tj) : 1;
+    if ((tj && !json_is_integer(tj)) || tile < 1 || (size_t)tile > nbytes + 1)
+        return kh_err_set(err, KH_EINVAL, "%s: gen.tile must be a positive integer", what);
+    if (*len * (size_t)tile != nbytes)
+        return kh_err_set(err, KH_EINVAL, "%s: %zu payload bytes x %lld for a %zu-byte tensor",
+                          what, *len, (long long)tile, nbytes);
+    return KH_OK;
+}

@@ -48,6 +48,18 @@ const kh_worker_role *kh_worker_role_find(const char *name);
  * nothing a library prints can corrupt the frames. */
 int kh_worker_main(kh_engine *e, const kh_worker_role *role, int in_fd, int out_fd);
 
+/* A payload slice [offset, length] in a request of payload_len bytes.  what
+ * names the field in the error. */
+kh_status kh_worker_slice(const json_t *j, size_t payload_len, size_t *off, size_t *len,
+                          const char *what, kh_err *err);
+
+/* An input generator {"kind": "bytes", "payload": [offset, length], "tile":
+ * T (default 1)}: the payload slice, repeated T times (the sampling TVD
+ * test's repeated batch), must fill exactly nbytes.  what names the tensor
+ * in the error. */
+kh_status kh_worker_gen_bytes(const json_t *gen, size_t payload_len, size_t nbytes, size_t *off,
+                              size_t *len, const char *what, kh_err *err);
+
 kh_engine *kh_worker_engine(kh_worker *w);
 void *kh_worker_state(kh_worker *w);
 void kh_worker_set_state(kh_worker *w, void *state);
