@@ -664,11 +664,22 @@ kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
     }
     free(row);
 
-    /* recompute and sort the scores at both index sets; a token both name
-     * (every one, for a right answer) is scored once */
+    /* every index names a page the k cache holds (the reference's too) */
     size_t n = (size_t)out->numel;
+    for (size_t i = 0; i < n; i++) {
+        int64_t ts = iget(out, i), tr = iget(ref, i);
+        if ((ts >= 0 && ts / ps >= P) || (tr >= 0 && tr / ps >= P))
+            return kh_err_set(err, KH_EINVAL,
+                              "dsa_topk: row %lld names token %lld beyond the k cache's %lld "
+                              "pages (block_table or reference is inconsistent)",
+                              (long long)(i / (size_t)K), (long long)(ts / ps >= P ? ts : tr),
+                              (long long)P);
+    }
     if (D > 1024)
         return kh_err_set(err, KH_EUNSUPPORTED, "dsa_topk: head dim %lld > 1024", (long long)D);
+
+    /* recompute and sort the scores at both index sets; a token both name
+     * (every one, for a right answer) is scored once */
     topk_scorer sc = {in, ps, D, H, NULL, NULL, {0}};
     float *xs = malloc((n ? n : 1) * sizeof *xs), *ys = malloc((n ? n : 1) * sizeof *ys);
     tok_score *known = malloc((size_t)(K ? K : 1) * sizeof *known);
@@ -688,46 +699,29 @@ kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
         sc.w[i] = kh_tensor_get(in->weights, i);
     for (int c = 0; c < 256; c++)
         sc.f8[c] = kh_dtype_decode(KH_DTYPE_F8E4M3, (uint64_t)c);
-    kh_status bad = KH_OK;
-    for (int64_t b = 0; b < B && !bad; b++) {
+    for (int64_t b = 0; b < B; b++) {
         size_t nk = 0;
-        for (int64_t k = 0; k < K && !bad; k++) {
+        for (int64_t k = 0; k < K; k++) {
             size_t i = (size_t)(b * K + k);
-            int64_t ts = iget(out, i), tr = iget(ref, i);
-            if ((ts >= 0 && ts / ps >= P) || (tr >= 0 && tr / ps >= P)) {
-                bad = kh_err_set(err, KH_EINVAL,
-                                 "dsa_topk: row %lld names token %lld beyond the k cache's "
-                                 "%lld pages (block_table or reference is inconsistent)",
-                                 (long long)b, (long long)(ts / ps >= P ? ts : tr),
-                                 (long long)P);
-                break;
-            }
+            int64_t ts = iget(out, i);
             xs[i] = ts < 0 ? -INFINITY : token_score(&sc, b, ts);
             if (ts >= 0)
                 known[nk++] = (tok_score){ts, xs[i]};
         }
         qsort(known, nk, sizeof *known, cmp_tok);
-        for (int64_t k = 0; k < K && !bad; k++) {
+        for (int64_t k = 0; k < K; k++) {
             size_t i = (size_t)(b * K + k);
-            int64_t tr = iget(ref, i);
-            tok_score key = {tr, 0}, *hit = NULL;
-            if (tr >= 0)
+            tok_score key = {iget(ref, i), 0}, *hit = NULL;
+            if (key.t >= 0)
                 hit = bsearch(&key, known, nk, sizeof *known, cmp_tok);
-            ys[i] = tr < 0 ? -INFINITY : hit ? hit->v : token_score(&sc, b, tr);
+            ys[i] = key.t < 0 ? -INFINITY : hit ? hit->v : token_score(&sc, b, key.t);
         }
-        if (!bad) {
-            qsort(xs + b * K, (size_t)K, sizeof *xs, cmp_desc);
-            qsort(ys + b * K, (size_t)K, sizeof *ys, cmp_desc);
-        }
+        qsort(xs + b * K, (size_t)K, sizeof *xs, cmp_desc);
+        qsort(ys + b * K, (size_t)K, sizeof *ys, cmp_desc);
     }
     free(known);
     free(sc.q);
     free(sc.w);
-    if (bad) {
-        free(xs);
-        free(ys);
-        return bad;
-    }
     kh_check_result_init(r);
     sorted_scores(xs, ys, n, o, r);
     free(xs);

@@ -209,16 +209,8 @@ kh_status kh_doctor_probe_gpus(double timeout_s, json_t **out, kh_err *err)
         return kh_doctor_probe_gpus_exec(NULL, timeout_s, out, err);
     }
     kh_child_result res;
-    kh_err ferr;
-    kh_status st = kh_proc_fork_call(probe_child, NULL, timeout_s, 1 << 20, &res, &ferr);
-    if (!st)
-        st = probe_result(&res, out, &ferr);
-    /* the driver came in under another name: the same answer, afresh */
-    if (st == KH_ECUDA && strstr(ferr.msg, "CUDA_ERROR_NOT_INITIALIZED"))
-        return kh_doctor_probe_gpus_exec(NULL, timeout_s, out, err);
-    if (st && err)
-        *err = ferr;
-    return st;
+    kh_status st = kh_proc_fork_call(probe_child, NULL, timeout_s, 1 << 20, &res, err);
+    return st ? st : probe_result(&res, out, err);
 }
 
 int kh_doctor_probe_gpus_main(void)
