@@ -31,6 +31,14 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 fi
 start=$(date +%s)
 skipped=()
+# run_eval OUT LOG ARGS...: khlua eval of $p $sol as Trace JSONL into OUT,
+# stderr into LOG; says so when not every workload PASSED
+run_eval() {
+    local o="$1" l="$2"
+    shift 2
+    "$khlua" eval --task "$here/$p" --solution "$sol" --json --no-store "$@" > "$o" 2> "$l" ||
+        echo "   (not every workload PASSED: see $l)" >&2
+}
 for p in "${pkgs[@]}"; do
     mkdir -p "$out/$p"
     # the reference, the baseline, then any trusted shared object (a cuBLAS anchor)
@@ -56,25 +64,19 @@ PY
         fi
         if [ "$sol" = "$ref" ]; then
             echo "== $p $sol (the reference: correctness on $nw workloads)" >&2
-            "$khlua" eval --task "$here/$p" --solution "$sol" --json --no-store --no-timing \
-                --workers-per-gpu "${EVAL_PAR:-4}" \
-                > "$out/$p/$sol.check.jsonl" 2> "$out/$p/$sol.log" ||
-                echo "   (not every workload PASSED: see $out/$p/$sol.log)" >&2
+            run_eval "$out/$p/$sol.check.jsonl" "$out/$p/$sol.log" --no-timing \
+                --workers-per-gpu "${EVAL_PAR:-4}"
         else
             timed=${EVAL_TIMED:-$nw}
             [ "$timed" -gt "$nw" ] && timed=$nw
             if [ "$timed" -lt "$nw" ]; then
                 echo "== $p $sol (correctness on $nw workloads)" >&2
-                "$khlua" eval --task "$here/$p" --solution "$sol" --json --no-store --no-timing \
-                    --workers-per-gpu "${EVAL_PAR:-4}" \
-                    > "$out/$p/$sol.check.jsonl" 2> "$out/$p/$sol.check.log" ||
-                    echo "   (not every workload PASSED: see $out/$p/$sol.check.log)" >&2
+                run_eval "$out/$p/$sol.check.jsonl" "$out/$p/$sol.check.log" --no-timing \
+                    --workers-per-gpu "${EVAL_PAR:-4}"
             fi
             echo "== $p $sol (official timing on $timed of $nw workloads)" >&2
-            "$khlua" eval --task "$here/$p" --solution "$sol" --json --no-store \
-                --no-reference-timing --workloads "$timed" \
-                > "$out/$p/$sol.jsonl" 2> "$out/$p/$sol.log" ||
-                echo "   (not every workload PASSED: see $out/$p/$sol.log)" >&2
+            run_eval "$out/$p/$sol.jsonl" "$out/$p/$sol.log" --no-reference-timing \
+                --workloads "$timed"
         fi
         echo "   $(( $(date +%s) - t0 )) s" >&2
     done
