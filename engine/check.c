@@ -583,6 +583,46 @@ static int cmp_tok(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Rows [lo, hi) of the scores at both index sets, each row sorted
+ * descending: out's scores into xs, ref's into ys (a token out names too
+ * is looked up, not scored again).  Nonzero when out of memory. */
+typedef struct topk_rows {
+    const topk_scorer *sc;
+    const kh_tensor *out, *ref;
+    int64_t K;
+    float *xs, *ys;
+} topk_rows;
+
+static int score_rows(void *arg, uint64_t lo, uint64_t hi)
+{
+    const topk_rows *a = arg;
+    int64_t K = a->K;
+    tok_score *known = malloc((size_t)(K ? K : 1) * sizeof *known);
+    if (!known)
+        return 1;
+    for (int64_t b = (int64_t)lo; b < (int64_t)hi; b++) {
+        size_t nk = 0;
+        float *xs = a->xs + b * K, *ys = a->ys + b * K;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t ts = iget(a->out, (uint64_t)(b * K + k));
+            xs[k] = ts < 0 ? -INFINITY : token_score(a->sc, b, ts);
+            if (ts >= 0)
+                known[nk++] = (tok_score){ts, xs[k]};
+        }
+        qsort(known, nk, sizeof *known, cmp_tok);
+        for (int64_t k = 0; k < K; k++) {
+            tok_score key = {iget(a->ref, (uint64_t)(b * K + k)), 0}, *hit = NULL;
+            if (key.t >= 0)
+                hit = bsearch(&key, known, nk, sizeof *known, cmp_tok);
+            ys[k] = key.t < 0 ? -INFINITY : hit ? hit->v : token_score(a->sc, b, key.t);
+        }
+        qsort(xs, (size_t)K, sizeof *xs, cmp_desc);
+        qsort(ys, (size_t)K, sizeof *ys, cmp_desc);
+    }
+    free(known);
+    return 0;
+}
+
 kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
                             const kh_check_topk_inputs *in, const kh_check_opts *o,
                             kh_check_result *r, kh_err *err)
@@ -678,17 +718,16 @@ kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
     if (D > 1024)
         return kh_err_set(err, KH_EUNSUPPORTED, "dsa_topk: head dim %lld > 1024", (long long)D);
 
-    /* recompute and sort the scores at both index sets; a token both name
-     * (every one, for a right answer) is scored once */
+    /* recompute and sort the scores at both index sets, rows split across
+     * the cores; a token both name (every one, for a right answer) is
+     * scored once */
     topk_scorer sc = {in, ps, D, H, NULL, NULL, {0}};
     float *xs = malloc((n ? n : 1) * sizeof *xs), *ys = malloc((n ? n : 1) * sizeof *ys);
-    tok_score *known = malloc((size_t)(K ? K : 1) * sizeof *known);
     sc.q = malloc((size_t)(B * H * D + 1) * sizeof *sc.q);
     sc.w = malloc((size_t)(B * H + 1) * sizeof *sc.w);
-    if (!xs || !ys || !known || !sc.q || !sc.w) {
+    if (!xs || !ys || !sc.q || !sc.w) {
         free(xs);
         free(ys);
-        free(known);
         free(sc.q);
         free(sc.w);
         return kh_err_set(err, KH_ENOMEM, "out of memory for %zu scores", n);
@@ -699,29 +738,16 @@ kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
         sc.w[i] = kh_tensor_get(in->weights, i);
     for (int c = 0; c < 256; c++)
         sc.f8[c] = kh_dtype_decode(KH_DTYPE_F8E4M3, (uint64_t)c);
-    for (int64_t b = 0; b < B; b++) {
-        size_t nk = 0;
-        for (int64_t k = 0; k < K; k++) {
-            size_t i = (size_t)(b * K + k);
-            int64_t ts = iget(out, i);
-            xs[i] = ts < 0 ? -INFINITY : token_score(&sc, b, ts);
-            if (ts >= 0)
-                known[nk++] = (tok_score){ts, xs[i]};
-        }
-        qsort(known, nk, sizeof *known, cmp_tok);
-        for (int64_t k = 0; k < K; k++) {
-            size_t i = (size_t)(b * K + k);
-            tok_score key = {iget(ref, i), 0}, *hit = NULL;
-            if (key.t >= 0)
-                hit = bsearch(&key, known, nk, sizeof *known, cmp_tok);
-            ys[i] = key.t < 0 ? -INFINITY : hit ? hit->v : token_score(&sc, b, key.t);
-        }
-        qsort(xs + b * K, (size_t)K, sizeof *xs, cmp_desc);
-        qsort(ys + b * K, (size_t)K, sizeof *ys, cmp_desc);
-    }
-    free(known);
+    topk_rows rows = {&sc, out, ref, K, xs, ys};
+    int nomem = kh_parallel_for((uint64_t)B, 2, 1, score_rows, &rows);
     free(sc.q);
     free(sc.w);
+    if (nomem) {
+        free(xs);
+        free(ys);
+        return kh_err_set(err, KH_ENOMEM, "out of memory for the scores of %lld rows",
+                          (long long)B);
+    }
     kh_check_result_init(r);
     sorted_scores(xs, ys, n, o, r);
     free(xs);

@@ -2,10 +2,12 @@
  * declared in kh.h.  Module-specific code lives in its own unit. */
 #include "kh.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *const status_names[KH_STATUS_COUNT] = {
     [KH_OK] = "OK",           [KH_EINVAL] = "EINVAL",     [KH_ENOMEM] = "ENOMEM",
@@ -154,4 +156,56 @@ char *kh_strdup(const char *s)
     if (d)
         memcpy(d, s, n);
     return d;
+}
+
+typedef struct range_job {
+    kh_range_fn fn;
+    void *ctx;
+    uint64_t lo, hi;
+    int stopped;
+} range_job;
+
+static void *range_run(void *arg)
+{
+    range_job *j = arg;
+    j->stopped = j->fn(j->ctx, j->lo, j->hi);
+    return NULL;
+}
+
+#define KH_PAR_MAX_THREADS 32
+
+int kh_parallel_for(uint64_t n, uint64_t min_per, uint64_t align, kh_range_fn fn, void *ctx)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t nt = min_per ? n / min_per : n;
+    if (align < 1)
+        align = 1;
+    if (cpus < 1)
+        cpus = 1;
+    if (nt > (uint64_t)cpus)
+        nt = (uint64_t)cpus;
+    if (nt > KH_PAR_MAX_THREADS)
+        nt = KH_PAR_MAX_THREADS;
+    if (nt < 1)
+        nt = 1;
+    range_job jobs[KH_PAR_MAX_THREADS];
+    pthread_t tid[KH_PAR_MAX_THREADS];
+    int started[KH_PAR_MAX_THREADS] = {0};
+    uint64_t per = (n / nt + align) / align * align;
+    for (uint64_t k = 0; k < nt; k++) {
+        uint64_t lo = k * per, hi = lo + per;
+        jobs[k] = (range_job){fn, ctx, lo < n ? lo : n, hi < n && k + 1 < nt ? hi : n, 0};
+        if (k > 0 && pthread_create(&tid[k], NULL, range_run, &jobs[k]) == 0)
+            started[k] = 1;
+    }
+    range_run(&jobs[0]);
+    int stopped = jobs[0].stopped;
+    for (uint64_t k = 1; k < nt; k++) {
+        if (started[k])
+            pthread_join(tid[k], NULL);
+        else
+            range_run(&jobs[k]);
+        stopped |= jobs[k].stopped;
+    }
+    return stopped;
 }

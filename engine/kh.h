@@ -62,6 +62,15 @@ char *kh_utf8_sanitize(const char *src, size_t len, size_t *out_len);
 double kh_now(void);
 double kh_wall_now(void);
 
+/* Run fn(ctx, lo, hi) over the items [0, n), split into shares of at least
+ * min_per items whose boundaries are multiples of align (>= 1), one thread
+ * per online core (32 at most); the calling thread does the first share, and
+ * any share whose thread cannot start.  fn returns nonzero to say it stopped
+ * early (interrupted); the result is nonzero when any share did.  For work
+ * whose result does not depend on the split (disjoint writes). */
+typedef int (*kh_range_fn)(void *ctx, uint64_t lo, uint64_t hi);
+int kh_parallel_for(uint64_t n, uint64_t min_per, uint64_t align, kh_range_fn fn, void *ctx);
+
 /* Duplicate a string; NULL in, NULL out.  Caller frees. */
 char *kh_strdup(const char *s);
 

@@ -6,11 +6,9 @@
 #include "rng_core.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 void kh_rng_philox(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4])
 {
@@ -50,71 +48,33 @@ uint64_t kh_rng_code_at(kh_dtype t, uint64_t seed, uint32_t stream, uint64_t idx
     return bits == 64 ? c : c & ((1ull << bits) - 1u);
 }
 
-/* One thread's share of a fill: elements [lo, hi), lo and hi even so that
- * two threads never write the two nibbles of one float4 byte. */
-typedef struct fill_job {
+typedef struct fill_ctx {
     kh_engine *e;
     kh_tensor *t;
-    uint64_t seed, lo, hi;
+    uint64_t seed;
     uint32_t stream;
-    int interrupted;
-} fill_job;
+    const int64_t *pages; /* DSA k cache: the pages to fill, or NULL: every token */
+} fill_ctx;
 
-static void *fill_range(void *arg)
+static int fill_elems(void *arg, uint64_t lo, uint64_t hi)
 {
-    fill_job *j = arg;
-    for (uint64_t i = j->lo; i < j->hi; i++) {
-        if (j->e && (i & 0xFFFFF) == 0xFFFFF && kh_engine_stop_requested(j->e)) {
-            j->interrupted = 1;
-            break;
-        }
-        kh_dtype_set_code(j->t->dtype, j->t->data, i,
-                          kh_rng_code_at(j->t->dtype, j->seed, j->stream, i));
+    fill_ctx *f = arg;
+    for (uint64_t i = lo; i < hi; i++) {
+        if (f->e && (i & 0xFFFFF) == 0xFFFFF && kh_engine_stop_requested(f->e))
+            return 1;
+        kh_dtype_set_code(f->t->dtype, f->t->data, i,
+                          kh_rng_code_at(f->t->dtype, f->seed, f->stream, i));
     }
-    return NULL;
+    return 0;
 }
-
-#define KH_RNG_MAX_THREADS 32
-#define KH_RNG_MIN_PER_THREAD (1u << 18)
 
 kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
                       kh_err *err)
 {
     if (kh_rng_kind(t->dtype) < 0)
         return kh_err_set(err, KH_EINVAL, "cannot generate dtype %d", (int)t->dtype);
-    /* counter-based: any split of the index range gives the same bits */
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t nt = t->numel / KH_RNG_MIN_PER_THREAD;
-    if (cpus < 1)
-        cpus = 1;
-    if (nt > (uint64_t)cpus)
-        nt = (uint64_t)cpus;
-    if (nt > KH_RNG_MAX_THREADS)
-        nt = KH_RNG_MAX_THREADS;
-    if (nt < 1)
-        nt = 1;
-    fill_job jobs[KH_RNG_MAX_THREADS];
-    pthread_t tid[KH_RNG_MAX_THREADS];
-    int started[KH_RNG_MAX_THREADS] = {0};
-    uint64_t per = (t->numel / nt + 1) & ~(uint64_t)1;
-    for (uint64_t k = 0; k < nt; k++) {
-        uint64_t lo = k * per, hi = lo + per;
-        jobs[k] = (fill_job){e, t, seed, lo < t->numel ? lo : t->numel,
-                             hi < t->numel && k + 1 < nt ? hi : t->numel, stream, 0};
-        /* thread k > 0 runs alone; if it cannot start, this thread does its share */
-        if (k > 0 && pthread_create(&tid[k], NULL, fill_range, &jobs[k]) == 0)
-            started[k] = 1;
-    }
-    fill_range(&jobs[0]);
-    int interrupted = jobs[0].interrupted;
-    for (uint64_t k = 1; k < nt; k++) {
-        if (started[k])
-            pthread_join(tid[k], NULL);
-        else
-            fill_range(&jobs[k]);
-        interrupted |= jobs[k].interrupted;
-    }
-    if (interrupted)
+    fill_ctx f = {e, t, seed, stream, NULL};
+    if (kh_parallel_for(t->numel, 1u << 18, 2, fill_elems, &f))
         return kh_err_set(err, KH_EINTR, "input generation interrupted");
     return KH_OK;
 }
@@ -129,19 +89,31 @@ static kh_status kcache_shape_ok(const kh_tensor *t, kh_err *err)
     return KH_OK;
 }
 
+/* Items are pages (f->pages[lo..hi), or page numbers lo..hi when NULL). */
+static int fill_kcache_pages(void *arg, uint64_t lo, uint64_t hi)
+{
+    fill_ctx *f = arg;
+    uint64_t ps = (uint64_t)f->t->shape[1];
+    uint32_t D = (uint32_t)f->t->shape[3] - 4;
+    for (uint64_t i = lo; i < hi; i++) {
+        if (f->e && (i & 0xFF) == 0xFF && kh_engine_stop_requested(f->e))
+            return 1;
+        uint64_t pg = f->pages ? (uint64_t)f->pages[i] : i;
+        for (uint64_t k = pg * ps; k < (pg + 1) * ps; k++)
+            kh_rng_dsa_kcache_token(f->seed, f->stream, k, (uint32_t)ps, D, f->t->data);
+    }
+    return 0;
+}
+
 kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream,
                                  kh_err *err)
 {
     kh_status st = kcache_shape_ok(t, err);
     if (st)
         return st;
-    uint64_t tokens = (uint64_t)t->shape[0] * (uint64_t)t->shape[1];
-    uint32_t ps = (uint32_t)t->shape[1], D = (uint32_t)t->shape[3] - 4;
-    for (uint64_t k = 0; k < tokens; k++) {
-        if (e && (k & 0xFFFF) == 0xFFFF && kh_engine_stop_requested(e))
-            return kh_err_set(err, KH_EINTR, "k cache generation interrupted");
-        kh_rng_dsa_kcache_token(seed, stream, k, ps, D, t->data);
-    }
+    fill_ctx f = {e, t, seed, stream, NULL};
+    if (kh_parallel_for((uint64_t)t->shape[0], 16, 1, fill_kcache_pages, &f))
+        return kh_err_set(err, KH_EINTR, "k cache generation interrupted");
     return KH_OK;
 }
 
@@ -152,16 +124,27 @@ kh_status kh_rng_fill_dsa_kcache_pages(kh_engine *e, kh_tensor *t, uint64_t seed
     kh_status st = kcache_shape_ok(t, err);
     if (st)
         return st;
-    uint32_t ps = (uint32_t)t->shape[1], D = (uint32_t)t->shape[3] - 4;
+    /* checked before any thread starts; a page listed twice would be written
+     * by two threads at once (same bytes, still a race) */
+    unsigned char *seen = calloc((size_t)t->shape[0], 1);
+    if (!seen)
+        return kh_err_set(err, KH_ENOMEM, "out of memory for the k cache's page list");
     for (size_t i = 0; i < npages; i++) {
-        if (pages[i] < 0 || pages[i] >= t->shape[0])
+        if (pages[i] < 0 || pages[i] >= t->shape[0]) {
+            free(seen);
             return kh_err_set(err, KH_EINVAL, "k cache page %lld is outside [0, %lld)",
                               (long long)pages[i], (long long)t->shape[0]);
-        if (e && (i & 0xFF) == 0xFF && kh_engine_stop_requested(e))
-            return kh_err_set(err, KH_EINTR, "k cache generation interrupted");
-        for (uint64_t k = (uint64_t)pages[i] * ps; k < (uint64_t)(pages[i] + 1) * ps; k++)
-            kh_rng_dsa_kcache_token(seed, stream, k, ps, D, t->data);
+        }
+        if (seen[pages[i]]++) {
+            free(seen);
+            return kh_err_set(err, KH_EINVAL, "k cache page %lld is listed twice",
+                              (long long)pages[i]);
+        }
     }
+    free(seen);
+    fill_ctx f = {e, t, seed, stream, pages};
+    if (kh_parallel_for(npages, 4, 1, fill_kcache_pages, &f))
+        return kh_err_set(err, KH_EINTR, "k cache generation interrupted");
     return KH_OK;
 }
 

@@ -48,7 +48,8 @@ kh_status kh_rng_fill_dsa_kcache(kh_engine *e, kh_tensor *t, uint64_t seed, uint
 
 /* The same bits for the listed pages only (each token is drawn on its own,
  * so a page's bytes do not depend on the others); the other pages are left
- * as they are.  Pages outside [0, num_pages) are an error. */
+ * as they are.  Pages outside [0, num_pages) or listed twice are an error.
+ * Both fills split the pages across the machine's cores. */
 kh_status kh_rng_fill_dsa_kcache_pages(kh_engine *e, kh_tensor *t, uint64_t seed,
                                        uint32_t stream, const int64_t *pages, size_t npages,
                                        kh_err *err);

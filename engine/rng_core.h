@@ -294,6 +294,10 @@ enum {
     KH_RK_I64, KH_RK_I32, KH_RK_I16, KH_RK_I8, KH_RK_BOOL
 };
 
+/* The longest DSA k-cache token (head_dim) whose codes are kept between the
+   two passes of kh_rng_dsa_kcache_token instead of being drawn again. */
+enum { KH_DSA_KEEP = 256 };
+
 /* The code (bit pattern, zero-extended) of element idx.  FlashInfer-Bench's
    distributions (fib-harness.md, "Inputs (gen_inputs / _rand_tensor)"):
    floats randn (drawn as float32, then rounded to the dtype); fp8/fp4
@@ -364,8 +368,16 @@ KH_FN void kh_rng_dsa_kcache_token(uint64_t seed, uint32_t stream, uint64_t toke
     unsigned char *pg = cache + page * (uint64_t)page_size * (D + 4u);
     double amax = 0.0;
     uint32_t d;
+    /* each code drawn once when the token fits (every real head_dim does),
+       twice otherwise: the draw is nearly all of the cost */
+    uint32_t codes[KH_DSA_KEEP];
+    int keep = D <= (uint32_t)KH_DSA_KEEP;
     for (d = 0; d < D; d++) {
-        double v = kh_bf16_value(kh_rng_code(KH_RK_BF16, seed, stream, token * D + d));
+        uint64_t c = kh_rng_code(KH_RK_BF16, seed, stream, token * D + d);
+        double v;
+        if (keep)
+            codes[d] = (uint32_t)c;
+        v = kh_bf16_value(c);
         if (v < 0.0)
             v = kh_dsub(0.0, v);
         if (v > amax)
@@ -376,7 +388,8 @@ KH_FN void kh_rng_dsa_kcache_token(uint64_t seed, uint32_t stream, uint64_t toke
     double scale = kh_round_f32(kh_ddiv(amax, 448.0));
     double inv = kh_round_f32(kh_ddiv(1.0, scale));
     for (d = 0; d < D; d++) {
-        double v = kh_bf16_value(kh_rng_code(KH_RK_BF16, seed, stream, token * D + d));
+        double v = kh_bf16_value(keep ? (uint64_t)codes[d]
+                                      : kh_rng_code(KH_RK_BF16, seed, stream, token * D + d));
         pg[off * D + d] = (unsigned char)kh_fp_encode(kh_round_f32(kh_dmul(v, inv)), 4, 3,
                                                       KH_FPM_FN_NAN);
     }

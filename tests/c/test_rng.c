@@ -288,6 +288,10 @@ static void test_dsa_kcache(void **state)
                 assert_int_equal(x[i], 0);
         }
     }
+    int64_t twice[3] = {0, 2, 0};
+    assert_int_equal(kh_rng_fill_dsa_kcache_pages(NULL, part, base_seed, 3, twice, 3, &err),
+                     KH_EINVAL);
+    assert_non_null(strstr(err.msg, "page 0 is listed twice"));
     int64_t outside[1] = {P};
     assert_int_equal(kh_rng_fill_dsa_kcache_pages(NULL, part, base_seed, 3, outside, 1, &err),
                      KH_EINVAL);
@@ -304,6 +308,75 @@ static void test_dsa_kcache(void **state)
     assert_true(kh_rng_derive_seed(base_seed, 1, 2) != kh_rng_derive_seed(base_seed, 1, 3));
     assert_true(kh_rng_derive_seed(base_seed, 1, 2) != kh_rng_derive_seed(base_seed, 2, 2));
     assert_true(kh_rng_derive_seed(base_seed, 1, 2) != kh_rng_derive_seed(base_seed + 1, 1, 2));
+}
+
+/* A cache large enough to be split across threads: the whole fill, the
+ * pages listed in reverse (another split) and the single-token scale rule
+ * agree. */
+static void test_dsa_kcache_threaded(void **state)
+{
+    enum { P = 203, PS = 8, D = 32 };
+    int64_t shape[4] = {P, PS, 1, D + 4};
+    kh_tensor *whole, *listed;
+    kh_err err;
+    assert_int_equal(kh_tensor_new(&whole, KH_DTYPE_I8, 4, shape, &err), KH_OK);
+    assert_int_equal(kh_tensor_new(&listed, KH_DTYPE_I8, 4, shape, &err), KH_OK);
+    assert_int_equal(kh_rng_fill_dsa_kcache(NULL, whole, base_seed, 5, &err), KH_OK);
+    int64_t pages[P];
+    for (int i = 0; i < P; i++)
+        pages[i] = P - 1 - i;
+    assert_int_equal(kh_rng_fill_dsa_kcache_pages(NULL, listed, base_seed, 5, pages, P, &err),
+                     KH_OK);
+    assert_memory_equal(whole->data, listed->data, whole->nbytes);
+    const uint8_t *b = whole->data;
+    for (int t = 0; t < P * PS; t += 97) {
+        double amax = 0;
+        for (int d = 0; d < D; d++)
+            amax = fmax(amax, fabs(kh_dtype_decode(
+                                  KH_DTYPE_BF16, kh_rng_code_at(KH_DTYPE_BF16, base_seed, 5,
+                                                                (uint64_t)(t * D + d)))));
+        float scale;
+        memcpy(&scale, b + (t / PS) * PS * (D + 4) + PS * D + (t % PS) * 4, 4);
+        assert_true(scale == (float)(amax / 448.0));
+    }
+    kh_tensor_free(whole);
+    kh_tensor_free(listed);
+}
+
+/* kh_parallel_for: every item exactly once, shares aligned, a stop reported */
+typedef struct par_rec {
+    unsigned char *hits;
+    uint64_t align, stop_at;
+    int misaligned;
+} par_rec;
+
+static int par_mark(void *arg, uint64_t lo, uint64_t hi)
+{
+    par_rec *r = arg;
+    if (lo % r->align)
+        __atomic_store_n(&r->misaligned, 1, __ATOMIC_RELAXED);
+    for (uint64_t i = lo; i < hi; i++)
+        __atomic_add_fetch(&r->hits[i], 1, __ATOMIC_RELAXED);
+    return lo <= r->stop_at && r->stop_at < hi;
+}
+
+static void test_parallel_for(void **state)
+{
+    const uint64_t ns[] = {0, 1, 7, 1000, 100003};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+        for (uint64_t align = 1; align <= 4; align *= 2) {
+            par_rec r = {calloc(ns[k] + 1, 1), align, UINT64_MAX, 0};
+            assert_int_equal(kh_parallel_for(ns[k], 3, align, par_mark, &r), 0);
+            for (uint64_t i = 0; i < ns[k]; i++)
+                assert_int_equal(r.hits[i], 1);
+            assert_int_equal(r.misaligned, 0);
+            if (ns[k]) {
+                memset(r.hits, 0, ns[k]);
+                r.stop_at = ns[k] - 1;
+                assert_int_not_equal(kh_parallel_for(ns[k], 3, align, par_mark, &r), 0);
+            }
+            free(r.hits);
+        }
 }
 
 static void test_device_source_compiles(void **state)
@@ -363,6 +436,8 @@ int main(void)
         cmocka_unit_test(test_integer_ranges),
         cmocka_unit_test(test_fp4_packing_and_scalar),
         cmocka_unit_test(test_dsa_kcache),
+        cmocka_unit_test(test_dsa_kcache_threaded),
+        cmocka_unit_test(test_parallel_for),
         cmocka_unit_test(test_device_source_compiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
