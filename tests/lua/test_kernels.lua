@@ -26,6 +26,26 @@ T.test("the library holds the packages issue 12 asks for first", function()
   end
 end)
 
+T.test("the contest five are there, each with a trusted reference and a baseline packed", function()
+  local have = {}
+  for _, p in ipairs(PKGS) do have[base(p)] = p end
+  for _, want in ipairs({ "gdn_decode_qk4_v8_d128_k_last", "gdn_prefill_qk4_v8_d128_k_last",
+                          "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64",
+                          "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64",
+                          "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048" }) do
+    T.ok(have[want], "kernels/" .. want .. " is missing")
+  end
+  for _, p in ipairs(PKGS) do
+    local k = decode_file(p .. "/definition.json").khlua
+    for _, role in ipairs({ "reference", "baseline" }) do
+      T.ok(k[role], p .. ": definition.khlua." .. role .. " is not set")
+      local f = io.open(p .. "/solutions/" .. tostring(k[role]) .. ".json", "r")
+      T.ok(f, p .. ": the " .. role .. " '" .. tostring(k[role]) .. "' is not under solutions/")
+      if f then f:close() end
+    end
+  end
+end)
+
 T.test("every package passes khlua task check with no errors", function()
   for _, p in ipairs(PKGS) do
     local out, code = T.khlua("task", "check", p)
