@@ -8,6 +8,10 @@
 #   bash scripts/h200-check.sh tasks [PACKAGE...]
 #                                       kernels/eval_all.sh: every reference and baseline
 #                                       on every workload, official latency and SoL fraction
+#   bash scripts/h200-check.sh verify [PACKAGE...]
+#                                       kernels/verify.py: each reference and baseline
+#                                       against the definition's Python reference (torch);
+#                                       the records (VERIFY.md per package) as one archive
 # Build those here first with scripts/h200-prep.sh (it prints what to carry).
 # Outputs go to $OUT (or /tmp/h200-check).  KHLUA_FIB_DATA points gpu_pyref
 # at a FlashInfer-Bench dataset (default: devdata/flashinfer-trace, made by
@@ -61,8 +65,20 @@ tasks)
   cp "$ev/summary.md" "$out/" 2>/dev/null
   tar -czf "$out/eval-out.tgz" -C "$ev" . && rm -rf "$ev"
   ;;
+verify)
+  # VERIFY_WORKLOADS per package (default 4), VERIFY_TIMEOUT seconds each
+  # (default 150), VERIFY_BUDGET_S in all (default 500: the records written
+  # by then are archived); no rough latencies (the official ones come from
+  # `tasks`)
+  vo=$(mktemp -d)
+  pk=$(IFS=,; echo "$*")
+  timeout "${VERIFY_BUDGET_S:-500}" python3 kernels/verify.py --out "$vo" --workloads "${VERIFY_WORKLOADS:-4}" --no-timing \
+    --timeout "${VERIFY_TIMEOUT:-150}" ${pk:+--packages "$pk"} 2>&1 | tee "$out/verify.txt" |
+    grep -v '^{'
+  tar -czf "$out/verify-out.tgz" -C "$vo" . && rm -rf "$vo"
+  ;;
 *)
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
   ;;
 esac
