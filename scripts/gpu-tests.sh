@@ -5,7 +5,8 @@
 # Runs tests/c/test_gpu_* binaries and tests/lua/gpu_*.lua; exit 1 if any failed.
 # KH_GPU_SKIP="gpu_kernels test_gpu_timing ..." leaves the named tests out (long ones);
 # KH_GPU_ONLY="..." runs only the named ones; KH_GPU_TEST_TIMEOUT (s, default 450)
-# bounds each test.
+# bounds each test.  KH_KERNELS_ONLY="pkg1,pkg2" limits gpu_kernels to those task
+# packages.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-portable}
