@@ -854,11 +854,13 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
 }
 
 /* ---- requests ------------------------------------------------------------- */
-/* Where a workload's Python reference outputs came from, across rounds. */
+/* Where a workload's Python reference outputs came from, and the
+ * coordinator's own seconds on it (coord_s), across rounds. */
 typedef struct pyref_stat {
     const char *source;
     double seconds;
     int runs, cached;
+    double coord_s;
 } pyref_stat;
 
 typedef struct wctx {
@@ -879,6 +881,9 @@ typedef struct wctx {
     const char *pyref_source; /* "memory", "store", "python" (the last one used) */
     double pyref_seconds;
     int pyref_runs, pyref_cached;
+    /* seconds this workload spent in the coordinator making inputs and
+     * checking outputs (all rounds): khlua.coordinator_seconds */
+    double coord_s;
     /* the inputs of (in_w, in_seed) regenerated here, for evaluators that
      * need them (DSA top-k: reachability and scores); freed by in_free */
     kh_tensor *ins[64];
@@ -1082,6 +1087,7 @@ static kh_status host_inputs(wctx *c, uint64_t seed, kh_err *err)
 {
     if (c->in_ok && c->in_w == c->w && c->in_seed == seed)
         return KH_OK;
+    double t0 = kh_now();
     in_free(c);
     if (c->d->ninputs > 64)
         return kh_err_set(err, KH_EUNSUPPORTED, "more than 64 inputs");
@@ -1093,6 +1099,7 @@ static kh_status host_inputs(wctx *c, uint64_t seed, kh_err *err)
             skip |= (uint64_t)1 << i;
     kh_status st = kh_pyref_inputs(c->ev->e, c->d, c->w, c->base, seed,
                                    c->evaluator == KH_EVAL_DSA_TOPK, skip, c->ins, err);
+    c->coord_s += kh_now() - t0;
     if (st)
         return st;
     c->in_ok = 1;
@@ -2109,9 +2116,9 @@ static int untouched(const kh_tensor *t, int64_t idx, unsigned pat)
 
 /* Compare the outputs at slices `outs` of the reply with the reference ro.
  * Returns 1 when they pass; fills r with the merged result. */
-static kh_status compare_set(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
-                             kh_check_result *merged, unsigned poison, int *untouched_fail,
-                             kh_err *err)
+static kh_status compare_outputs(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
+                                 kh_check_result *merged, unsigned poison, int *untouched_fail,
+                                 kh_err *err)
 {
     kh_check_result_init(merged);
     *untouched_fail = 0;
@@ -2355,9 +2362,9 @@ static kh_status sanitize(wctx *c, const kh_task_solution *sol, const art *a, ve
  * reply; tile copies of the batch in the TVD phase) checked against [0,
  * vocab_size) and the valid mask and, when counts is not NULL, counted per
  * row.  *untouched_fail: the first bad id still holds the poison. */
-static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uint64_t *counts,
-                               unsigned poison, kh_check_result *r, int *untouched_fail,
-                               kh_err *err)
+static kh_status sampling_check(wctx *c, const kh_msg *m, const json_t *outs, uint64_t *counts,
+                                unsigned poison, kh_check_result *r, int *untouched_fail,
+                                kh_err *err)
 {
     *untouched_fail = 0;
     const kh_task_tensor *ot = &c->d->outputs[0];
@@ -2395,6 +2402,28 @@ static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uin
     }
     kh_tensor_free(tx);
     return KH_OK;
+}
+
+/* The two checks above, their time (inputs made on the way included, once)
+ * added to the workload's coordinator seconds. */
+static kh_status compare_set(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
+                             kh_check_result *merged, unsigned poison, int *untouched_fail,
+                             kh_err *err)
+{
+    double t0 = kh_now(), before = c->coord_s;
+    kh_status st = compare_outputs(c, m, outs, ro, merged, poison, untouched_fail, err);
+    c->coord_s = before + (kh_now() - t0);
+    return st;
+}
+
+static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uint64_t *counts,
+                               unsigned poison, kh_check_result *r, int *untouched_fail,
+                               kh_err *err)
+{
+    double t0 = kh_now(), before = c->coord_s;
+    kh_status st = sampling_check(c, m, outs, counts, poison, r, untouched_fail, err);
+    c->coord_s = before + (kh_now() - t0);
+    return st;
 }
 
 /* FIB's TVD phase (check.h): skipped when the nucleus is too large for
@@ -3086,6 +3115,7 @@ verdict:
         json_object_set_new(ev, "log", json_string(v.detail));
     json_object_set_new(kl, "checks", v.checks);
     v.checks = NULL;
+    json_object_set_new(kl, "coordinator_seconds", json_real(c->coord_s));
     json_object_set_new(kl, "failed_check", v.failed ? json_string(v.failed) : json_null());
     json_object_set_new(kl, "detail", json_string(v.detail));
     if (v.has_correctness)
@@ -3429,8 +3459,10 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             c.pyref_seconds = pys[i].seconds;
             c.pyref_runs = pys[i].runs;
             c.pyref_cached = pys[i].cached;
+            c.coord_s = pys[i].coord_s;
             kh_status wst = eval_workload(&c, sol, ref, sol_hash, &tr, err);
-            pys[i] = (pyref_stat){c.pyref_source, c.pyref_seconds, c.pyref_runs, c.pyref_cached};
+            pys[i] = (pyref_stat){c.pyref_source, c.pyref_seconds, c.pyref_runs, c.pyref_cached,
+                                  c.coord_s};
             if (c.pending) {
                 left++;
             } else if (wst) {

@@ -50,11 +50,19 @@ local function eval(name)
 end
 
 T.test("the reference passes under the dsa_topk_indexer evaluator", function()
+  local t0 = kh.time.now()
   local tr, msg, code = eval("topk_ref_c")
+  local wall = kh.time.now() - t0
   T.ok(tr, tostring(code) .. " " .. tostring(msg))
   local e = tr[1].evaluation
   T.eq(e.khlua.evaluator, "dsa_topk_indexer")
   T.eq(e.status, "PASSED", tostring(e.khlua.detail))
+  -- the coordinator regenerated three seeds' inputs and rescored them: its
+  -- own time is there, and within the call's
+  local cs = e.khlua.coordinator_seconds
+  T.ok(type(cs) == "number" and cs > 0, "coordinator_seconds: " .. tostring(cs))
+  T.ok(cs <= wall, "coordinator_seconds " .. tostring(cs) .. " > the call's " .. wall .. " s")
+  T.ok(type(e.khlua.worker_seconds) == "number", "worker_seconds")
 end)
 
 T.test("the same indices in another order pass: order is free", function()
