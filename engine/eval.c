@@ -881,9 +881,10 @@ typedef struct wctx {
     const char *pyref_source; /* "memory", "store", "python" (the last one used) */
     double pyref_seconds;
     int pyref_runs, pyref_cached;
-    /* seconds this workload spent in the coordinator making inputs and
-     * checking outputs (all rounds): khlua.coordinator_seconds */
-    double coord_s;
+    /* seconds this workload's earlier eval_workload calls took, and when
+     * this one began: the coordinator's own work on it (its requests wait
+     * between rounds, outside), khlua.coordinator_seconds */
+    double coord_s, call_t0;
     /* the inputs of (in_w, in_seed) regenerated here, for evaluators that
      * need them (DSA top-k: reachability and scores); freed by in_free */
     kh_tensor *ins[64];
@@ -1087,7 +1088,6 @@ static kh_status host_inputs(wctx *c, uint64_t seed, kh_err *err)
 {
     if (c->in_ok && c->in_w == c->w && c->in_seed == seed)
         return KH_OK;
-    double t0 = kh_now();
     in_free(c);
     if (c->d->ninputs > 64)
         return kh_err_set(err, KH_EUNSUPPORTED, "more than 64 inputs");
@@ -1099,7 +1099,6 @@ static kh_status host_inputs(wctx *c, uint64_t seed, kh_err *err)
             skip |= (uint64_t)1 << i;
     kh_status st = kh_pyref_inputs(c->ev->e, c->d, c->w, c->base, seed,
                                    c->evaluator == KH_EVAL_DSA_TOPK, skip, c->ins, err);
-    c->coord_s += kh_now() - t0;
     if (st)
         return st;
     c->in_ok = 1;
@@ -2116,9 +2115,9 @@ static int untouched(const kh_tensor *t, int64_t idx, unsigned pat)
 
 /* Compare the outputs at slices `outs` of the reply with the reference ro.
  * Returns 1 when they pass; fills r with the merged result. */
-static kh_status compare_outputs(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
-                                 kh_check_result *merged, unsigned poison, int *untouched_fail,
-                                 kh_err *err)
+static kh_status compare_set(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
+                             kh_check_result *merged, unsigned poison, int *untouched_fail,
+                             kh_err *err)
 {
     kh_check_result_init(merged);
     *untouched_fail = 0;
@@ -2362,9 +2361,9 @@ static kh_status sanitize(wctx *c, const kh_task_solution *sol, const art *a, ve
  * reply; tile copies of the batch in the TVD phase) checked against [0,
  * vocab_size) and the valid mask and, when counts is not NULL, counted per
  * row.  *untouched_fail: the first bad id still holds the poison. */
-static kh_status sampling_check(wctx *c, const kh_msg *m, const json_t *outs, uint64_t *counts,
-                                unsigned poison, kh_check_result *r, int *untouched_fail,
-                                kh_err *err)
+static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uint64_t *counts,
+                               unsigned poison, kh_check_result *r, int *untouched_fail,
+                               kh_err *err)
 {
     *untouched_fail = 0;
     const kh_task_tensor *ot = &c->d->outputs[0];
@@ -2402,28 +2401,6 @@ static kh_status sampling_check(wctx *c, const kh_msg *m, const json_t *outs, ui
     }
     kh_tensor_free(tx);
     return KH_OK;
-}
-
-/* The two checks above, their time (inputs made on the way included, once)
- * added to the workload's coordinator seconds. */
-static kh_status compare_set(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
-                             kh_check_result *merged, unsigned poison, int *untouched_fail,
-                             kh_err *err)
-{
-    double t0 = kh_now(), before = c->coord_s;
-    kh_status st = compare_outputs(c, m, outs, ro, merged, poison, untouched_fail, err);
-    c->coord_s = before + (kh_now() - t0);
-    return st;
-}
-
-static kh_status sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uint64_t *counts,
-                               unsigned poison, kh_check_result *r, int *untouched_fail,
-                               kh_err *err)
-{
-    double t0 = kh_now(), before = c->coord_s;
-    kh_status st = sampling_check(c, m, outs, counts, poison, r, untouched_fail, err);
-    c->coord_s = before + (kh_now() - t0);
-    return st;
 }
 
 /* FIB's TVD phase (check.h): skipped when the nucleus is too large for
@@ -3115,7 +3092,7 @@ verdict:
         json_object_set_new(ev, "log", json_string(v.detail));
     json_object_set_new(kl, "checks", v.checks);
     v.checks = NULL;
-    json_object_set_new(kl, "coordinator_seconds", json_real(c->coord_s));
+    json_object_set_new(kl, "coordinator_seconds", json_real(c->coord_s + kh_now() - c->call_t0));
     json_object_set_new(kl, "failed_check", v.failed ? json_string(v.failed) : json_null());
     json_object_set_new(kl, "detail", json_string(v.detail));
     if (v.has_correctness)
@@ -3460,7 +3437,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             c.pyref_runs = pys[i].runs;
             c.pyref_cached = pys[i].cached;
             c.coord_s = pys[i].coord_s;
+            c.call_t0 = kh_now();
             kh_status wst = eval_workload(&c, sol, ref, sol_hash, &tr, err);
+            c.coord_s += kh_now() - c.call_t0;
             pys[i] = (pyref_stat){c.pyref_source, c.pyref_seconds, c.pyref_runs, c.pyref_cached,
                                   c.coord_s};
             if (c.pending) {
