@@ -38,12 +38,41 @@ static kh_status tensor_shape(const kh_task_tensor *t, const int64_t *axes, int 
     return KH_OK;
 }
 
+kh_status kh_pyref_dsa_pages(const kh_tensor *block_table, const kh_tensor *seq_lens,
+                             int64_t num_pages, int64_t page_size, int64_t **pages, size_t *n,
+                             kh_err *err)
+{
+    int64_t B = block_table->shape[0], M = block_table->shape[1];
+    unsigned char *seen = calloc((size_t)num_pages + 1, 1);
+    int64_t *list = malloc(((size_t)(B * M) + 1) * sizeof *list);
+    *pages = NULL;
+    *n = 0;
+    if (!seen || !list) {
+        free(seen);
+        free(list);
+        return kh_err_set(err, KH_ENOMEM, "out of memory for the k cache's page list");
+    }
+    for (int64_t b = 0; b < B; b++) {
+        int64_t len = (int64_t)kh_tensor_get(seq_lens, (uint64_t)b);
+        for (int64_t m = 0; m < M && m * page_size < len; m++) {
+            int64_t pg = (int64_t)kh_tensor_get(block_table, (uint64_t)(b * M + m));
+            if (pg >= 0 && pg < num_pages && !seen[pg]) {
+                seen[pg] = 1;
+                list[(*n)++] = pg;
+            }
+        }
+    }
+    free(seen);
+    *pages = list;
+    return KH_OK;
+}
+
 /* The DSA top-k k cache (ins[ki], allocated zeroed): only the pages some
- * batch row can reach (block_table[b, m] for m * page_size < seq_lens[b]),
- * which is all a score recomputed at a reachable index reads; the rest stay
- * zero (fp8 0 with scale 0: a zero score, never NaN).  A workload of 12k
- * pages regenerated whole took 13.5 s per seed on the build machine, for
- * 32 reachable pages.  Without block_table / seq_lens: every page. */
+ * batch row can reach (kh_pyref_dsa_pages), which is all a score
+ * recomputed at a reachable index reads; the rest stay zero (fp8 0 with
+ * scale 0: a zero score, never NaN).  A workload of 12k pages regenerated
+ * whole took 13.5 s per seed on the build machine, for 32 reachable pages.
+ * Without block_table / seq_lens: every page. */
 static kh_status dsa_kcache_fill(kh_engine *e, const kh_task_def *d, kh_tensor **ins, size_t ki,
                                  uint64_t seed, kh_err *err)
 {
@@ -58,27 +87,12 @@ static kh_status dsa_kcache_fill(kh_engine *e, const kh_task_def *d, kh_tensor *
     if (!bt || !sl || bt->ndim != 2 || sl->ndim != 1 || bt->shape[0] != sl->shape[0] ||
         k->ndim != 4 || k->shape[1] < 1)
         return kh_rng_fill_dsa_kcache(e, k, seed, (uint32_t)ki, err);
-    int64_t B = bt->shape[0], M = bt->shape[1], P = k->shape[0], ps = k->shape[1];
-    unsigned char *seen = calloc((size_t)P + 1, 1);
-    int64_t *pages = malloc(((size_t)(B * M) + 1) * sizeof *pages);
-    size_t n = 0;
-    if (!seen || !pages) {
-        free(seen);
-        free(pages);
-        return kh_err_set(err, KH_ENOMEM, "out of memory for the k cache's page list");
-    }
-    for (int64_t b = 0; b < B; b++) {
-        int64_t len = (int64_t)kh_tensor_get(sl, (uint64_t)b);
-        for (int64_t m = 0; m < M && m * ps < len; m++) {
-            int64_t pg = (int64_t)kh_tensor_get(bt, (uint64_t)(b * M + m));
-            if (pg >= 0 && pg < P && !seen[pg]) {
-                seen[pg] = 1;
-                pages[n++] = pg;
-            }
-        }
-    }
-    kh_status st = kh_rng_fill_dsa_kcache_pages(e, k, seed, (uint32_t)ki, pages, n, err);
-    free(seen);
+    int64_t *pages;
+    size_t n;
+    kh_status st = kh_pyref_dsa_pages(bt, sl, k->shape[0], k->shape[1], &pages, &n, err);
+    if (st)
+        return st;
+    st = kh_rng_fill_dsa_kcache_pages(e, k, seed, (uint32_t)ki, pages, n, err);
     free(pages);
     return st;
 }

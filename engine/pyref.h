@@ -54,6 +54,13 @@ kh_status kh_pyref_inputs(kh_engine *e, const kh_task_def *d, const kh_task_work
                           const char *base, uint64_t seed, int dsa_kcache, uint64_t skip,
                           kh_tensor **ins, kh_err *err);
 
+/* The DSA top-k k-cache pages some batch row can reach: block_table[b, m]
+ * for m * page_size < seq_lens[b], within [0, num_pages), each once, in the
+ * order first reached.  *pages is malloc'ed (the caller frees it). */
+kh_status kh_pyref_dsa_pages(const kh_tensor *block_table, const kh_tensor *seq_lens,
+                             int64_t num_pages, int64_t page_size, int64_t **pages, size_t *n,
+                             kh_err *err);
+
 /* The cache key of (definition, workload, seed): 32 hex digits over the
  * whole definition (its reference code included), the workload and seed. */
 void kh_pyref_key(const kh_task_def *d, const kh_task_workload *w, uint64_t seed, int dsa_kcache,

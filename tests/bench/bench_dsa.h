@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Load the package; on failure print "name: why" and return NULL. */
 static inline kh_task_set *bench_dsa_load(const char *name, int argc, char **argv,
@@ -27,6 +28,16 @@ static inline kh_task_set *bench_dsa_load(const char *name, int argc, char **arg
         return NULL;
     }
     return s;
+}
+
+/* The position of input `name` in d's inputs (0 when absent: the package
+ * has them all). */
+static inline size_t bench_dsa_input(const kh_task_def *d, const char *name)
+{
+    for (size_t i = 0; i < d->ninputs; i++)
+        if (!strcmp(d->inputs[i].name, name))
+            return i;
+    return 0;
 }
 
 #endif

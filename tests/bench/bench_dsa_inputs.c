@@ -14,7 +14,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 int main(int argc, char **argv)
 {
@@ -43,10 +42,7 @@ int main(int argc, char **argv)
             }
             double t1 = kh_now();
             /* the anchor: the same inputs, then the whole cache */
-            size_t ki = 0;
-            for (size_t i = 0; i < d->ninputs; i++)
-                if (!strcmp(d->inputs[i].name, "k_index_cache_fp8"))
-                    ki = i;
+            size_t ki = bench_dsa_input(d, "k_index_cache_fp8");
             pages = ins[ki]->shape[0];
             double t2 = kh_now();
             if (kh_rng_fill_dsa_kcache(NULL, ins[ki], 1000 + (uint64_t)rep, (uint32_t)ki, &err)) {

@@ -79,31 +79,18 @@ int main(int argc, char **argv)
             return 1;
         }
         double t_all = kh_now() - t0;
-        size_t ki = 0, bi = 0, si = 0;
-        for (size_t i = 0; i < d->ninputs; i++) {
-            if (!strcmp(d->inputs[i].name, "k_index_cache_fp8"))
-                ki = i;
-            else if (!strcmp(d->inputs[i].name, "block_table"))
-                bi = i;
-            else if (!strcmp(d->inputs[i].name, "seq_lens"))
-                si = i;
-        }
+        size_t ki = bench_dsa_input(d, "k_index_cache_fp8");
         kh_tensor *k = ins[ki];
-        int64_t B = ins[bi]->shape[0], M = ins[bi]->shape[1], P = k->shape[0];
         uint32_t ps = (uint32_t)k->shape[1], D = (uint32_t)k->shape[3] - 4;
-        /* the same page list pyref.c makes */
-        unsigned char *seen = calloc((size_t)P, 1);
-        int64_t *pages = malloc((size_t)(B * M + 1) * sizeof *pages);
-        size_t np = 0;
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t m = 0; m < M && m * ps < (int64_t)kh_tensor_get(ins[si], (uint64_t)b);
-                 m++) {
-                int64_t pg = (int64_t)kh_tensor_get(ins[bi], (uint64_t)(b * M + m));
-                if (pg >= 0 && pg < P && !seen[pg]) {
-                    seen[pg] = 1;
-                    pages[np++] = pg;
-                }
-            }
+        /* the pages pyref.c fills */
+        int64_t *pages;
+        size_t np;
+        if (kh_pyref_dsa_pages(ins[bench_dsa_input(d, "block_table")],
+                               ins[bench_dsa_input(d, "seq_lens")], k->shape[0], ps, &pages, &np,
+                               &err)) {
+            fprintf(stderr, "bench_kcache_fill: %s\n", err.msg);
+            return 1;
+        }
         /* the fill alone, timed; then the anchor into a second cache */
         double t1 = kh_now();
         if (kh_rng_fill_dsa_kcache_pages(NULL, k, seed, (uint32_t)ki, pages, np, &err)) {
@@ -130,7 +117,6 @@ int main(int argc, char **argv)
         printf("%-38s %6zu %7.3fs %8.3fs %7.1fx  (all inputs %.3f s)\n", w->uuid, np, t_new,
                t_old, t_old / t_new, t_all);
         free(old);
-        free(seen);
         free(pages);
         for (size_t i = 0; i < d->ninputs; i++)
             kh_tensor_free(ins[i]);

@@ -56,14 +56,6 @@ static double old_scores(const kh_check_topk_inputs *in, const kh_tensor *out,
     return sink;
 }
 
-static const kh_tensor *named(const kh_task_def *d, kh_tensor **ins, const char *name)
-{
-    for (size_t i = 0; i < d->ninputs; i++)
-        if (!strcmp(d->inputs[i].name, name))
-            return ins[i];
-    return NULL;
-}
-
 int main(int argc, char **argv)
 {
     char dir[4096];
@@ -96,9 +88,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_topk_check: %s\n", err.msg);
             return 1;
         }
-        kh_check_topk_inputs in = {named(d, ins, "q_index_fp8"),
-                                   named(d, ins, "k_index_cache_fp8"), named(d, ins, "weights"),
-                                   named(d, ins, "seq_lens"), named(d, ins, "block_table")};
+        kh_check_topk_inputs in = {ins[bench_dsa_input(d, "q_index_fp8")],
+                                   ins[bench_dsa_input(d, "k_index_cache_fp8")], ins[bench_dsa_input(d, "weights")],
+                                   ins[bench_dsa_input(d, "seq_lens")], ins[bench_dsa_input(d, "block_table")]};
         int64_t B = in.q->shape[0], K = w->axes[d->outputs[0].dims[1]];
         int64_t M = in.block_table->shape[1], ps = in.k_cache->shape[1];
         int64_t shape[2] = {B, K};
