@@ -89,6 +89,10 @@ static void test_blob_roundtrip(void **state)
     fixture *f = *state;
     size_t sizes[] = {0, 1, 1000, 65536, (1u << 20) - 1, 1u << 20, (1u << 20) + 1,
                       3 * (1u << 20) + 12345};
+    /* distinct contents put: the empty blob twice, and a 1-byte random blob
+     * may draw the 1-byte text's byte (1 in 256) */
+    kh_hash seen[2 * KH_ARRAY_LEN(sizes)];
+    size_t distinct = 0;
     for (size_t i = 0; i < KH_ARRAY_LEN(sizes); i++) {
         for (int kind = 0; kind < 2; kind++) {
             size_t n = sizes[i];
@@ -99,6 +103,11 @@ static void test_blob_roundtrip(void **state)
             assert_int_equal(kh_store_put_blob(f->s, buf, n, &h, &err), KH_OK);
             kh_hash_bytes(buf, n, &h2);
             assert_memory_equal(h.b, h2.b, 16);
+            size_t k = 0;
+            while (k < distinct && memcmp(seen[k].b, h.b, 16))
+                k++;
+            if (k == distinct)
+                seen[distinct++] = h;
             void *got;
             size_t gn;
             assert_int_equal(kh_store_get_blob(f->s, &h, &got, &gn, &err), KH_OK);
@@ -115,7 +124,7 @@ static void test_blob_roundtrip(void **state)
     json_t *st;
     kh_err err;
     assert_int_equal(kh_store_stats(f->s, &st, &err), KH_OK);
-    assert_int_equal(json_integer_value(json_object_get(st, "blobs")), 2 * KH_ARRAY_LEN(sizes) - 1);
+    assert_int_equal(json_integer_value(json_object_get(st, "blobs")), distinct);
     /* text compresses, so fewer bytes are stored than raw */
     assert_true(json_integer_value(json_object_get(st, "blob_bytes_stored")) <
                 json_integer_value(json_object_get(st, "blob_bytes_raw")));
