@@ -120,11 +120,14 @@ static void usage(FILE *f)
             "                    no speedup)\n"
             "  --parity          FlashInfer-Bench's checks alone (no hardened checks)\n"
             "  --trials N        input sets for correctness (default 3)\n"
-            "  --seed N          base seed of the inputs (default fixed; recorded)\n"
+            "  --seed N          base seed of every input and of which timed calls are\n"
+            "                    verified (default: drawn from the OS per run; recorded as\n"
+            "                    khlua.base_seed: pass it back to reproduce a run)\n"
             "  --warmup N, --iters N, --timing-trials N   protocol overrides\n"
             "  --rotate N        timing input sets (default 3)\n"
             "  --warm            no cache flush before timed calls (default: flush)\n"
-            "  --verify F        share of timed calls whose outputs are checked (default 0.1)\n"
+            "  --verify F        share of timed calls whose outputs are checked (default 1:\n"
+            "                    all, fewer where their outputs pass 256 MiB a workload)\n"
             "  --deadline S      seconds per workload and worker request (default 300)\n"
             "  --host-memory MB  memory limit of the host worker (default 8192)\n"
             "  --atol X, --rtol X, --ratio X   tolerance overrides (required matched ratio)\n"
@@ -227,13 +230,22 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             o.launch = v;
         else if (!strcmp(a, "--hosts"))
             o.hosts = v;
-        else if (!num_arg(v, &x)) {
+        else if (!strcmp(a, "--seed")) {
+            /* exact: a seed past 2^53 must not round */
+            char *end;
+            errno = 0;
+            unsigned long long sv = strtoull(v, &end, 0);
+            if (errno || end == v || *end || *v == '-' || sv > INT64_MAX) {
+                fprintf(stderr, "khlua eval: --seed: expected an integer from 0 to 2^63-1 "
+                        "(a trace's khlua.base_seed), got '%s'\n", v);
+                return 2;
+            }
+            o.seed = (uint64_t)sv;
+        } else if (!num_arg(v, &x)) {
             fprintf(stderr, "khlua eval: %s: expected a number, got '%s'\n", a, v);
             return 2;
         } else if (!strcmp(a, "--trials"))
             o.trials = (int)x;
-        else if (!strcmp(a, "--seed"))
-            o.seed = (uint64_t)x;
         else if (!strcmp(a, "--warmup"))
             o.warmup = (int)x;
         else if (!strcmp(a, "--iters"))

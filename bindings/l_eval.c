@@ -202,8 +202,8 @@ static int l_run(lua_State *L)
         o.trials = opt_int(L, t, "trials", o.trials);
         int ty = lua_getfield(L, t, "seed");
         if (ty != LUA_TNIL) {
-            if (!lua_isinteger(L, -1))
-                luaL_error(L, "opts.seed must be an integer");
+            if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+                luaL_error(L, "opts.seed must be an integer >= 0 (a trace's khlua.base_seed)");
             o.seed = (uint64_t)lua_tointeger(L, -1);
         }
         lua_pop(L, 1);

@@ -154,6 +154,8 @@ static kh_status timed_batch_inner(batch_ctx *b, size_t n, double *samples, doub
             t1[i] = kh_cupti_timestamp(b->c);
             if (!st)
                 st = kh_gpu_sync(b->g, err);
+            if (!st && b->t->after)
+                st = b->t->after(b->t->ctx, err);
         }
         kh_status dst = kh_cupti_disable(b->c, err);
         if (!st)
@@ -197,7 +199,8 @@ static kh_status timed_batch_inner(batch_ctx *b, size_t n, double *samples, doub
             (st = kh_gpu_check(b->g, cu->cuEventRecord(b->e0, s), "cuEventRecord", err)) ||
             (st = b->t->call(b->t->ctx, err)) ||
             (st = kh_gpu_check(b->g, cu->cuEventRecord(b->e1, s), "cuEventRecord", err)) ||
-            (st = kh_gpu_check(b->g, cu->cuEventSynchronize(b->e1), "cuEventSynchronize", err)))
+            (st = kh_gpu_check(b->g, cu->cuEventSynchronize(b->e1), "cuEventSynchronize", err)) ||
+            (b->t->after && (st = b->t->after(b->t->ctx, err))))
             return st;
         float ms = 0;
         if ((st = kh_gpu_check(b->g, cu->cuEventElapsedTime(&ms, b->e0, b->e1),
@@ -216,6 +219,8 @@ static kh_status untimed(batch_ctx *b, int n, int flush, kh_err *err)
 {
     for (int i = 0; i < n; i++) {
         kh_status st;
+        if (b->t->before && (st = b->t->before(b->t->ctx, err)))
+            return st;
         if (flush && (st = kh_gpu_flush_l2(b->g, err)))
             return st;
         if ((st = b->t->call(b->t->ctx, err)))

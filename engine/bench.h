@@ -29,9 +29,14 @@ typedef struct kh_bench_target {
     /* Optional: told when the timed calls start (1) and end (0), so a target
      * can tell timed calls from warm-up ones (to verify their outputs). */
     void (*phase)(void *ctx, int timed);
-    /* Optional: enqueue work before each timed call, ahead of its L2 flush and
-     * outside its timing window (the gpu worker poisons the outputs here). */
+    /* Optional: work before EVERY call, warm-up ones included, ahead of its
+     * L2 flush and outside any timing window (the gpu worker refills the
+     * call's inputs and poisons its outputs here), so a kernel cannot tell
+     * warm-up calls from timed ones by what it is given. */
     kh_status (*before)(void *ctx, kh_err *err);
+    /* Optional: after each timed call has finished (synchronised, its window
+     * closed): the gpu worker copies a verified call's outputs back here. */
+    kh_status (*after)(void *ctx, kh_err *err);
     void *ctx;
 } kh_bench_target;
 

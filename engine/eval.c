@@ -82,6 +82,7 @@ typedef struct peak {
 struct job;
 
 #define MAX_GPUS 64
+#define KH_MAX_VERIFIED 256 /* verified timed calls per request, at most */
 #define MAX_HOSTS 64
 
 struct kh_eval {
@@ -154,6 +155,37 @@ kh_eval *kh_eval_new(kh_engine *e, const kh_eval_config *cfg, kh_err *err)
     return ev;
 }
 
+static void refs_free(kh_eval *ev)
+{
+    for (refout *r = ev->refs, *n; r; r = n) {
+        n = r->next;
+        for (size_t i = 0; i < r->n; i++) {
+            free(r->names[i]);
+            free(r->bytes[i]);
+        }
+        free(r->names);
+        free(r->bytes);
+        free(r->lens);
+        free(r->def);
+        free(r->uuid);
+        free(r);
+    }
+    ev->refs = NULL;
+}
+
+/* Reference outputs are kept between runs for the seeds a run shares with
+ * an earlier one (a fixed --seed); runs with fresh seeds share none, so
+ * past a size the whole cache goes, before a run starts. */
+static void refs_trim(kh_eval *ev)
+{
+    size_t total = 0;
+    for (refout *r = ev->refs; r; r = r->next)
+        for (size_t i = 0; i < r->n; i++)
+            total += r->lens[i];
+    if (total > (size_t)512 << 20)
+        refs_free(ev);
+}
+
 void kh_eval_free(kh_eval *ev)
 {
     if (!ev)
@@ -174,19 +206,7 @@ void kh_eval_free(kh_eval *ev)
         free(a->log);
         free(a);
     }
-    for (refout *r = ev->refs, *n; r; r = n) {
-        n = r->next;
-        for (size_t i = 0; i < r->n; i++) {
-            free(r->names[i]);
-            free(r->bytes[i]);
-        }
-        free(r->names);
-        free(r->bytes);
-        free(r->lens);
-        free(r->def);
-        free(r->uuid);
-        free(r);
-    }
+    refs_free(ev);
     for (refperf *p = ev->perfs, *n; p; p = n) {
         n = p->next;
         free(p->def);
@@ -205,10 +225,10 @@ void kh_eval_opts_default(kh_eval_opts *o)
     o->protocol = "official";
     o->timing = 1;
     o->trials = 3;
-    o->seed = 0x6b686c7561ull; /* "khlua" */
+    o->seed = KH_EVAL_SEED_RANDOM;
     o->warmup = o->iters = o->timing_trials = -1;
     o->rotate_inputs = 3;
-    o->verify_timed_fraction = 0.1;
+    o->verify_timed_fraction = 1.0;
     o->cold = 1;
     o->deterministic = -1;
     o->deadline_s = 300;
@@ -871,6 +891,11 @@ typedef struct wctx {
     const char *base;        /* safetensors paths are relative to this */
     uint64_t seeds[KH_TASK_MAX_SAMPLING_TRIALS]; /* 64 at most, but for sampling */
     size_t ntrials;
+    /* the run's base seed (opts.seed, else drawn from the OS CSPRNG) and,
+     * derived from it per workload, the seed of the timing inputs and of
+     * the schedule of verified timed calls: secret to the candidate */
+    uint64_t base_seed, timing_seed, sample_seed;
+    int timed_refs; /* ref_outputs is fetching verified timed calls' references */
     kh_check_evaluator evaluator;
     kh_check_opts copts;
     /* payload under construction: artifact first, then safetensors bytes */
@@ -1361,13 +1386,71 @@ static kh_status make_request(wctx *c, const kh_task_solution *sol, const art *a
     return KH_OK;
 }
 
+static size_t out_bytes(const kh_task_def *d, const kh_task_tensor *t, const int64_t *axes);
+
+/* How many timed calls the protocol makes (official: known; screen and
+ * precise stop adaptively: their cap, precise's taken as 1000). */
+static double expected_timed_calls(const wctx *c, const json_t *t)
+{
+    kh_protocol proto = KH_PROTO_OFFICIAL;
+    kh_protocol_parse(c->o->protocol, &proto);
+    kh_bench_opts bo;
+    kh_bench_defaults(proto, &bo);
+    json_t *v;
+    if ((v = json_object_get(t, "iters")))
+        bo.iters = (int)json_integer_value(v);
+    if ((v = json_object_get(t, "trials")))
+        bo.trials = (int)json_integer_value(v);
+    if ((v = json_object_get(t, "max_iters")))
+        bo.max_iters = (int)json_integer_value(v);
+    if (proto == KH_PROTO_OFFICIAL)
+        return (double)(bo.iters > 0 ? bo.iters : 1) * (bo.trials > 0 ? bo.trials : 1);
+    double n = bo.max_iters > 0 ? bo.max_iters : 200;
+    return proto == KH_PROTO_PRECISE && n > 1000 ? 1000 : n;
+}
+
+/* The verified timed calls (docs/evaluation.md, "Which timed calls are
+ * verified"): every one by default; fewer where their outputs would pass
+ * verify_bytes, or where each costs the coordinator a regeneration of
+ * inputs (DSA top-k) or a Python run.  The worker picks them by the secret
+ * sample_seed, so a candidate cannot tell which; it stops at max_verified. */
+static void verify_plan(const wctx *c, const json_t *t, int verify, double *p, int *cap)
+{
+    const kh_eval_opts *o = c->o;
+    *p = 0;
+    *cap = 0;
+    if (!verify || o->verify_timed_fraction <= 0)
+        return;
+    const int64_t *axes = c->axes_over ? c->axes_over : c->w->axes;
+    double ob = 0;
+    for (size_t i = 0; i < c->d->noutputs; i++)
+        ob += (double)out_bytes(c->d, &c->d->outputs[i], axes);
+    double budget = o->verify_bytes > 0 ? o->verify_bytes : 256.0 * 1024 * 1024;
+    double most = ob > 0 ? floor(budget / ob) : KH_MAX_VERIFIED;
+    if (most > KH_MAX_VERIFIED)
+        most = KH_MAX_VERIFIED;
+    if (c->evaluator == KH_EVAL_DSA_TOPK && most > 8)
+        most = 8; /* each seed's k cache is regenerated here */
+    else if (!c->d->reference && c->evaluator != KH_EVAL_SAMPLING && most > 32)
+        most = 32; /* each seed is a Python reference run */
+    if (most < 1)
+        most = 1;
+    double n = expected_timed_calls(c, t);
+    *p = o->verify_timed_fraction;
+    if (*p > 1)
+        *p = 1;
+    if (*p * n > most)
+        *p = most / n;
+    *cap = (int)most;
+}
+
 static void add_timing(wctx *c, json_t *p, int verify)
 {
     const kh_eval_opts *o = c->o;
-    json_t *t = json_pack("{s:s, s:b, s:i, s:f, s:I}", "protocol", o->protocol, "cold", o->cold,
-                          "rotate_inputs", o->parity ? 1 : o->rotate_inputs,
-                          "verify_timed_fraction", verify ? o->verify_timed_fraction : 0.0,
-                          "sample_seed", (json_int_t)kh_rng_derive_seed(c->seeds[0], 7, 7));
+    json_t *t = json_pack("{s:s, s:b, s:i, s:I, s:I}", "protocol", o->protocol, "cold", o->cold,
+                          "rotate_inputs", o->parity ? 1 : o->rotate_inputs, "seed",
+                          (json_int_t)c->timing_seed, "sample_seed",
+                          (json_int_t)c->sample_seed);
     /* The contest's per-definition flags (GDN prefill: 1 / 5 / 3) unless the
      * caller chose counts. */
     kh_protocol proto;
@@ -1393,6 +1476,11 @@ static void add_timing(wctx *c, json_t *p, int verify)
         json_object_set_new(t, "max_iters", json_integer(o->max_iters));
     if (o->timing_timeout_s > 0)
         json_object_set_new(t, "timeout_s", json_real(o->timing_timeout_s));
+    double vp;
+    int vcap;
+    verify_plan(c, t, verify, &vp, &vcap);
+    json_object_set_new(t, "verify_timed_fraction", json_real(vp));
+    json_object_set_new(t, "max_verified", json_integer(vcap));
     json_object_set_new(p, "timing", t);
 }
 
@@ -1690,7 +1778,9 @@ static kh_status ref_outputs_for(wctx *c, const kh_task_solution *ref, const uin
     memcpy(saved, c->seeds, sizeof saved);
     memcpy(c->seeds, seeds, n * sizeof *seeds);
     c->ntrials = n;
+    c->timed_refs = 1;
     kh_status st = ref_outputs(c, ref, outs, hash, err);
+    c->timed_refs = 0;
     memcpy(c->seeds, saved, sizeof saved);
     c->ntrials = saved_n;
     return st;
@@ -1926,8 +2016,8 @@ static kh_status pyput_fn(kh_store_txn *tx, void *arg, kh_err *err)
 static kh_status py_ref_outputs(wctx *c, refout **outs, kh_err *err)
 {
     kh_store *s = cache_store(c);
-    uint64_t need[64];
-    size_t idx[64], nn = 0;
+    uint64_t need[KH_TASK_MAX_SAMPLING_TRIALS];
+    size_t idx[KH_TASK_MAX_SAMPLING_TRIALS], nn = 0;
     int dsa = c->evaluator == KH_EVAL_DSA_TOPK;
     for (size_t t = 0; t < c->ntrials; t++) {
         if (outs[t])
@@ -1969,8 +2059,9 @@ static kh_status py_ref_outputs(wctx *c, refout **outs, kh_err *err)
         }
         outs[idx[j]] = ro;
     }
-    if (!st && s) {
-        /* a cache: a store that refuses the write costs a rerun, not the verdict */
+    if (!st && s && !c->timed_refs) {
+        /* a cache: a store that refuses the write costs a rerun, not the
+         * verdict.  Timed calls' seeds are not kept: each is used once */
         kh_err e2;
         pyput p = {.c = c, .res = &res, .seeds = need, .n = nn, .python = res.python};
         (void)kh_store_update(s, pyput_fn, &p, &e2);
@@ -2663,6 +2754,7 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     for (size_t t = 0; t < c->ntrials; t++)
         json_array_append_new(seeds, json_integer((json_int_t)c->seeds[t]));
     json_object_set_new(kl, "seeds", seeds);
+    json_object_set_new(kl, "base_seed", json_integer((json_int_t)c->base_seed));
     json_object_set_new(kl, "protocol", json_string(o->timing ? o->protocol : "none"));
     json_object_set_new(kl, "parity", json_boolean(o->parity));
     json_object_set_new(kl, "backend",
@@ -2889,7 +2981,7 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
              * the trial whose inputs it used ("set" alone, the host worker's
              * sets are the trials' inputs).  Seeds not seen in correctness
              * (the gpu worker's timing sets) get reference outputs now. */
-            uint64_t tseeds[64];
+            uint64_t tseeds[KH_MAX_VERIFIED];
             size_t ntseeds = 0;
             json_array_foreach(tos, ti, to) {
                 json_t *sj = json_object_get(to, "seed");
@@ -2899,10 +2991,10 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                 int have = 0;
                 for (size_t k = 0; k < ntseeds; k++)
                     have |= tseeds[k] == sd;
-                if (!have && ntseeds < 64)
+                if (!have && ntseeds < KH_MAX_VERIFIED)
                     tseeds[ntseeds++] = sd;
             }
-            refout *tro[64] = {0};
+            refout *tro[KH_MAX_VERIFIED] = {0};
             char unused[33];
             if (c->evaluator == KH_EVAL_SAMPLING) {
                 /* a sample has no reference to match: in range is the check */
@@ -3189,6 +3281,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     kh_status pst = place(ev, o, err);
     if (pst)
         return pst;
+    refs_trim(ev);
     kh_task_set *P = NULL, *S = NULL;
     kh_task_opts to = {0};
     kh_status st = kh_task_load(task_path, &to, &P, err);
@@ -3331,6 +3424,11 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         c.base = base;
     }
     c.ntrials = (size_t)o->trials;
+    c.base_seed = o->seed & INT64_MAX;
+    if (o->seed == KH_EVAL_SEED_RANDOM && (st = kh_secure_seed(&c.base_seed, err))) {
+        free(ws);
+        goto out;
+    }
     c.evaluator = kh_check_evaluator_for(d->name, d->op_type, &c.copts);
     if (d->evaluator) {
         static const struct { const char *n; kh_check_evaluator e; } evs[] = {
@@ -3430,7 +3528,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             c.last = c.ref_timing = NULL;
             uint64_t wh = fnv(ws[i]->uuid);
             for (size_t t = 0; t < c.ntrials; t++)
-                c.seeds[t] = kh_rng_derive_seed(o->seed, wh, t) & INT64_MAX; /* JSON, Lua: signed */
+                c.seeds[t] = kh_rng_derive_seed(c.base_seed, wh, t) & INT64_MAX; /* JSON, Lua */
+            c.timing_seed = kh_rng_derive_seed(c.base_seed, wh, 0x71AE) & INT64_MAX;
+            c.sample_seed = kh_rng_derive_seed(c.base_seed, wh, 0x5A3E) & INT64_MAX;
             json_t *tr = NULL;
             c.pyref_source = pys[i].source;
             c.pyref_seconds = pys[i].seconds;

@@ -56,13 +56,21 @@ typedef struct kh_eval_opts {
     int timing;                /* 1 (default through kh_eval_opts_default): time PASSED ones */
     int parity;                /* FlashInfer-Bench's checks alone: no hardened checks */
     int trials;                /* correctness trials (input sets); 3 */
-    uint64_t seed;             /* base seed; trial seeds derive from (seed, workload, trial) */
+    uint64_t seed;             /* base seed: every seed of the run (correctness trials, timing
+                                  inputs, which timed calls are verified) derives from it and
+                                  the workload; KH_EVAL_SEED_RANDOM (the default): drawn from
+                                  the OS CSPRNG per run.  Recorded (khlua.base_seed), so
+                                  passing it back reproduces the run's inputs exactly */
     int warmup, iters;         /* -1: the protocol's */
     int timing_trials;         /* official: -1: 3 */
     int max_iters;             /* screen / precise cap on timed calls; 0: the protocol's */
     double timing_timeout_s;   /* precise: stop after this long; 0: the protocol's (15 s) */
     int rotate_inputs;         /* timing input sets (values and addresses); 3, at most trials */
-    double verify_timed_fraction; /* share of timed calls whose outputs are verified; 0.1 */
+    double verify_timed_fraction; /* share of timed calls whose outputs are verified (1: every
+                                     one, the default), lowered per workload so the verified
+                                     outputs fit verify_bytes; a secret random schedule */
+    double verify_bytes;       /* output bytes the verified timed calls of one workload may
+                                  return in all; 0: 256 MiB */
     int cold;                  /* flush caches before each timed call; 1 */
     int deterministic;         /* -1: host on, cuda off (atomics reorder float sums); 0/1 */
     double deadline_s;         /* per workload and per worker request; 300 */
@@ -99,6 +107,8 @@ typedef struct kh_eval_opts {
     void (*progress)(void *ud, size_t done, size_t total, const json_t *trace);
     void *progress_ud;
 } kh_eval_opts;
+
+#define KH_EVAL_SEED_RANDOM UINT64_MAX
 
 void kh_eval_opts_default(kh_eval_opts *o);
 

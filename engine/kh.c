@@ -2,11 +2,14 @@
  * declared in kh.h.  Module-specific code lives in its own unit. */
 #include "kh.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 static const char *const status_names[KH_STATUS_COUNT] = {
@@ -208,4 +211,22 @@ int kh_parallel_for(uint64_t n, uint64_t min_per, uint64_t align, kh_range_fn fn
         stopped |= jobs[k].stopped;
     }
     return stopped;
+}
+
+kh_status kh_secure_seed(uint64_t *out, kh_err *err)
+{
+    uint64_t v = 0;
+    unsigned char *p = (unsigned char *)&v;
+    size_t got = 0;
+    while (got < sizeof v) {
+        ssize_t n = getrandom(p + got, sizeof v - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return kh_err_set(err, KH_EIO, "cannot draw a seed from the OS (getrandom): %s",
+                              n < 0 ? strerror(errno) : "no bytes");
+        got += (size_t)n;
+    }
+    *out = v & INT64_MAX; /* exact in JSON and as a Lua integer */
+    return KH_OK;
 }

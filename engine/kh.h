@@ -74,6 +74,10 @@ int kh_parallel_for(uint64_t n, uint64_t min_per, uint64_t align, kh_range_fn fn
 /* Duplicate a string; NULL in, NULL out.  Caller frees. */
 char *kh_strdup(const char *s);
 
+/* A 63-bit seed from the OS CSPRNG (getrandom): what an adversary who has
+ * read the source cannot predict.  KH_EIO when the kernel cannot give one. */
+kh_status kh_secure_seed(uint64_t *out, kh_err *err);
+
 #define KH_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

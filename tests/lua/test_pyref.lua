@@ -95,7 +95,7 @@ local STORE = dir .. "/store"
 local base_env = { KHLUA_PYTHON = STUB, STUB_LOG = LOG, KHLUA_STORE = STORE }
 
 T.test("the stub's outputs from khlua's inputs pass; one interpreter run for both seeds", function()
-  local tr, out, code = eval(base_env)
+  local tr, out, code = eval(base_env, "--seed", "777")
   T.ok(tr, out)
   T.eq(code, 0, out)
   local e = tr.evaluation
@@ -106,10 +106,11 @@ T.test("the stub's outputs from khlua's inputs pass; one interpreter run for bot
   T.eq(lines(LOG), 1)
   T.eq(T.read(LOG), "2\n") -- both trial seeds in one job
   T.eq(e.khlua.stored, "yes")
+  T.eq(e.khlua.base_seed, 777)
 end)
 
 T.test("a second process finds them in the store and runs no interpreter", function()
-  local tr, out, code = eval(base_env)
+  local tr, out, code = eval(base_env, "--seed", "777")
   T.eq(code, 0, out)
   T.eq(tr.evaluation.status, "PASSED")
   T.eq(tr.evaluation.khlua.reference.source, "store")
@@ -120,10 +121,18 @@ T.test("a second process finds them in the store and runs no interpreter", funct
   tr = eval(base_env, "--seed", "12345")
   T.eq(tr.evaluation.status, "PASSED")
   T.eq(lines(LOG), 2)
+  -- no --seed: each run draws its own base seed from the OS, so nothing
+  -- an earlier run stored predicts its inputs
+  local a = eval(base_env)
+  local b = eval(base_env)
+  T.eq(lines(LOG), 4)
+  T.eq(a.evaluation.khlua.reference.source, "python")
+  T.ok(a.evaluation.khlua.base_seed ~= b.evaluation.khlua.base_seed)
+  T.ok(a.evaluation.khlua.base_seed ~= 777 and a.evaluation.khlua.base_seed ~= 12345)
   -- --no-store: nothing read from nor written to the store
-  tr = eval(base_env, "--no-store")
+  tr = eval(base_env, "--no-store", "--seed", "777")
   T.eq(tr.evaluation.khlua.reference.source, "python")
-  T.eq(lines(LOG), 3)
+  T.eq(lines(LOG), 5)
 end)
 
 T.test("outputs that differ from the candidate's make INCORRECT_NUMERICAL", function()
