@@ -1067,6 +1067,23 @@ static kh_status tensor_bytes(const kh_task_tensor *t, const int64_t *axes, int6
     return KH_OK;
 }
 
+kh_status kh_task_io_bytes(const kh_task_def *d, const int64_t *axes, int64_t *bytes, kh_err *err)
+{
+    int64_t sum = 0, b = 0;
+    kh_status st;
+    for (size_t i = 0; i < d->ninputs + d->noutputs; i++) {
+        const kh_task_tensor *t = i < d->ninputs ? &d->inputs[i] : &d->outputs[i - d->ninputs];
+        if (!t->valid)
+            return kh_err_set(err, KH_EINVAL, "tensor %s of %s is malformed", t->name, d->name);
+        if ((st = tensor_bytes(t, axes, &b, err)))
+            return st;
+        if (__builtin_add_overflow(sum, b, &sum))
+            return kh_err_set(err, KH_EINVAL, "total tensor size overflows 64 bits");
+    }
+    *bytes = sum;
+    return KH_OK;
+}
+
 kh_status kh_task_speed_of_light(const kh_task_def *d, const int64_t *axes, int64_t *bytes,
                                  int64_t *flops, kh_err *err)
 {
@@ -1075,18 +1092,8 @@ kh_status kh_task_speed_of_light(const kh_task_def *d, const int64_t *axes, int6
     if (d->sol_bytes) {
         if ((st = kh_task_eval(d, axes, d->sol_bytes, NULL, NULL, bytes, err)))
             return kh_err_prefix(err, "khlua.speed_of_light.bytes: ");
-    } else {
-        int64_t sum = 0, b = 0;
-        for (size_t i = 0; i < d->ninputs + d->noutputs; i++) {
-            const kh_task_tensor *t = i < d->ninputs ? &d->inputs[i] : &d->outputs[i - d->ninputs];
-            if (!t->valid)
-                return kh_err_set(err, KH_EINVAL, "tensor %s of %s is malformed", t->name, d->name);
-            if ((st = tensor_bytes(t, axes, &b, err)))
-                return st;
-            if (__builtin_add_overflow(sum, b, &sum))
-                return kh_err_set(err, KH_EINVAL, "total tensor size overflows 64 bits");
-        }
-        *bytes = sum;
+    } else if ((st = kh_task_io_bytes(d, axes, bytes, err))) {
+        return st;
     }
     if (d->sol_flops && (st = kh_task_eval(d, axes, d->sol_flops, NULL, NULL, flops, err)))
         return kh_err_prefix(err, "khlua.speed_of_light.flops: ");

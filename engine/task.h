@@ -194,6 +194,11 @@ int kh_task_dtype_bits(const char *dtype);
 kh_status kh_task_eval(const kh_task_def *d, const int64_t *axes, const kh_expr *e,
                        kh_expr_lookup_fn data_lookup, void *data_ctx, int64_t *out, kh_err *err);
 
+/* The bytes of all inputs and outputs for one set of axis values (a scalar
+ * input counts its dtype's size), whatever the definition's speed-of-light
+ * expression says. */
+kh_status kh_task_io_bytes(const kh_task_def *d, const int64_t *axes, int64_t *bytes, kh_err *err);
+
 /* Speed-of-light bounds for one set of axis values: minimum bytes moved (the
  * definition's expression, else the sum of all input and output sizes) and
  * FLOPs (-1 when the definition gives none). */
