@@ -120,6 +120,8 @@ static void usage(FILE *f)
             "                    no speedup)\n"
             "  --parity          FlashInfer-Bench's checks alone (no hardened checks)\n"
             "  --trials N        input sets for correctness (default 3)\n"
+            "  --shapes N        also check correctness on N admissible shapes that are not\n"
+            "                    in the workload list (drawn from the base seed; 0 to 64)\n"
             "  --seed N          base seed of every input and of which timed calls are\n"
             "                    verified (default: drawn from the OS per run; recorded as\n"
             "                    khlua.base_seed: pass it back to reproduce a run)\n"
@@ -244,6 +246,13 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         } else if (!num_arg(v, &x)) {
             fprintf(stderr, "khlua eval: %s: expected a number, got '%s'\n", a, v);
             return 2;
+        } else if (!strcmp(a, "--shapes")) {
+            if (x < 0 || x > 64 || x != floor(x)) {
+                fprintf(stderr, "khlua eval: --shapes: expected an integer from 0 to 64, got "
+                        "'%s'\n", v);
+                return 2;
+            }
+            o.shapes = (int)x;
         } else if (!strcmp(a, "--trials"))
             o.trials = (int)x;
         else if (!strcmp(a, "--warmup"))

@@ -103,7 +103,7 @@ static const char *opt_list(lua_State *L, int t, const char *key, const char *wh
 /* Every option kh.eval reads: a key outside this list is a typo that would
  * otherwise be ignored in silence (a `deadline` meant as `deadline_s`). */
 static const char *const eval_keys[] = {
-    "protocol", "timing", "parity", "trials", "seed", "warmup", "iters", "timing_trials",
+    "protocol", "timing", "parity", "trials", "shapes", "seed", "verify_bytes", "warmup", "iters", "timing_trials",
     "max_iters", "timing_timeout_s", "rotate_inputs", "verify_timed_fraction", "cold",
     "deterministic", "deadline_s", "atol", "rtol", "required_matched_ratio",
     "time_reference", "host_memory_bytes", "record", "store", "workloads", "sanitize",
@@ -200,6 +200,10 @@ static int l_run(lua_State *L)
         o.timing = opt_bool(L, t, "timing", o.timing);
         o.parity = opt_bool(L, t, "parity", o.parity);
         o.trials = opt_int(L, t, "trials", o.trials);
+        o.shapes = opt_int(L, t, "shapes", o.shapes);
+        if (o.shapes < 0 || o.shapes > 64)
+            luaL_error(L, "opts.shapes must be 0 to 64");
+        o.verify_bytes = opt_num(L, t, "verify_bytes", o.verify_bytes);
         int ty = lua_getfield(L, t, "seed");
         if (ty != LUA_TNIL) {
             if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)

@@ -19,6 +19,7 @@
 #include "rng.h"
 #include "safetensors.h"
 #include "sanitizer.h"
+#include "shapes.h"
 #include "store.h"
 #include "supervisor.h"
 #include "task.h"
@@ -896,6 +897,10 @@ typedef struct wctx {
      * the schedule of verified timed calls: secret to the candidate */
     uint64_t base_seed, timing_seed, sample_seed;
     int timed_refs; /* ref_outputs is fetching verified timed calls' references */
+    /* a drawn shape (opts.shapes): the listed workload it came from; its
+     * check is correctness alone */
+    const kh_task_workload *shape_of;
+    json_t *shapes_info; /* {asked, drawn, note} when shapes were asked for */
     kh_check_evaluator evaluator;
     kh_check_opts copts;
     /* payload under construction: artifact first, then safetensors bytes */
@@ -2755,7 +2760,12 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
         json_array_append_new(seeds, json_integer((json_int_t)c->seeds[t]));
     json_object_set_new(kl, "seeds", seeds);
     json_object_set_new(kl, "base_seed", json_integer((json_int_t)c->base_seed));
-    json_object_set_new(kl, "protocol", json_string(o->timing ? o->protocol : "none"));
+    const int timed = o->timing && !c->shape_of;
+    json_object_set_new(kl, "protocol", json_string(timed ? o->protocol : "none"));
+    if (c->shape_of)
+        json_object_set_new(kl, "shape_of", json_string(c->shape_of->uuid));
+    if (c->shapes_info)
+        json_object_set_new(kl, "shapes", json_incref(c->shapes_info));
     json_object_set_new(kl, "parity", json_boolean(o->parity));
     json_object_set_new(kl, "backend",
                         json_string(is_host(sol) ? "host" : is_so(sol) ? "cuda_so" : "cuda"));
@@ -2789,9 +2799,18 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     c->pl_len = 0;
     size_t off = 0;
     json_t *p = NULL;
-    if ((st = pl_add(c, a->bytes, a->len, &off, err)) || (st = make_request(c, sol, a, 0, &p, err)))
+    if ((st = pl_add(c, a->bytes, a->len, &off, err)))
         goto out;
-    if (o->timing)
+    if ((st = make_request(c, sol, a, 0, &p, err))) {
+        if (!c->shape_of || st == KH_ENOMEM)
+            goto out;
+        /* the candidate's manifest does not resolve on an admissible shape */
+        st = KH_OK;
+        fail(&v, "RUNTIME_ERROR", "shapes", "on shape %s (from workload %s): %s", c->w->uuid,
+             c->shape_of->uuid, err->msg);
+        goto verdict;
+    }
+    if (timed)
         add_timing(c, p, !o->parity);
     call_worker(c, is_host(sol), p, a, &r);
     json_decref(p);
@@ -3142,6 +3161,15 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     }
 
 verdict:
+    if (c->shape_of && v.failed && strcmp(v.failed, "shapes")) {
+        /* a drawn shape: the check that decided is the shape check; the
+         * detail keeps which comparison failed there */
+        char d2[sizeof v.detail];
+        snprintf(d2, sizeof d2, "on shape %s (from workload %s), %s: %s", c->w->uuid,
+                 c->shape_of->uuid, v.failed, v.detail);
+        snprintf(v.detail, sizeof v.detail, "%s", d2);
+        v.failed = "shapes";
+    }
     /* where the reference outputs came from (timed outputs' seeds included) */
     if (!ref)
         json_object_set_new(kl, "reference",
@@ -3429,6 +3457,40 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         free(ws);
         goto out;
     }
+    /* admissible shapes not in the list, checked for correctness after the
+     * listed workloads (drawn from the secret base seed) */
+    kh_shapes shapes = KH_SHAPES_INIT;
+    const kh_task_workload **shape_from = NULL;
+    size_t nlisted = n;
+    if (o->shapes > 0) {
+        const kh_task_workload **all = calloc(nw ? nw : 1, sizeof *all);
+        size_t na = 0;
+        for (size_t i = 0; all && i < nw; i++)
+            all[na++] = kh_task_workload_at(P, i);
+        st = all ? kh_shapes_draw(d, all, na, (size_t)o->shapes,
+                                  kh_rng_derive_seed(c.base_seed, 0x5BA9E, 0), &shapes, err)
+                 : kh_err_set(err, KH_ENOMEM, "out of memory");
+        free(all);
+        const kh_task_workload **grown = st ? NULL : realloc(ws, (n + shapes.n) * sizeof *ws);
+        shape_from = st ? NULL : calloc(n + shapes.n, sizeof *shape_from);
+        if (!st && (!grown || !shape_from))
+            st = kh_err_set(err, KH_ENOMEM, "out of memory");
+        if (grown)
+            ws = grown;
+        if (st) {
+            free(ws);
+            free(shape_from);
+            kh_shapes_free(&shapes);
+            goto out;
+        }
+        for (size_t i = 0; i < shapes.n; i++) {
+            ws[n + i] = &shapes.w[i];
+            shape_from[n + i] = shapes.from[i];
+        }
+        n += shapes.n;
+        c.shapes_info = json_pack("{s:i, s:I, s:s}", "asked", o->shapes, "drawn",
+                                  (json_int_t)shapes.n, "note", shapes.note);
+    }
     c.evaluator = kh_check_evaluator_for(d->name, d->op_type, &c.copts);
     if (d->evaluator) {
         static const struct { const char *n; kh_check_evaluator e; } evs[] = {
@@ -3475,6 +3537,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
                       "of probs), and an input does not start with it";
         if (why) {
             free(ws);
+            free(shape_from);
+            kh_shapes_free(&shapes);
+            json_decref(c.shapes_info);
             st = kh_err_set(err, KH_EUNSUPPORTED, "definition '%s' (sampling evaluator): %s",
                             d->name, why);
             goto out;
@@ -3506,6 +3571,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         free(groups);
         free(ws_pos);
         free(ws);
+        free(shape_from);
+        kh_shapes_free(&shapes);
+        json_decref(c.shapes_info);
         st = kh_err_set(err, KH_ENOMEM, "out of memory");
         goto out;
     }
@@ -3524,6 +3592,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             }
             c.w = ws[i];
             c.wl = i;
+            c.shape_of = shape_from && i >= nlisted ? shape_from[i] : NULL;
             c.pending = 0;
             c.last = c.ref_timing = NULL;
             uint64_t wh = fnv(ws[i]->uuid);
@@ -3579,6 +3648,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     in_free(&c);
     probs_free(&c);
     free(ws);
+    free(shape_from);
+    kh_shapes_free(&shapes);
+    json_decref(c.shapes_info);
     *traces = arr;
 out:
     kh_task_set_free(S);

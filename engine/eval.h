@@ -56,6 +56,9 @@ typedef struct kh_eval_opts {
     int timing;                /* 1 (default through kh_eval_opts_default): time PASSED ones */
     int parity;                /* FlashInfer-Bench's checks alone: no hardened checks */
     int trials;                /* correctness trials (input sets); 3 */
+    int shapes;                /* also check correctness (no timing) on this many admissible
+                                  shapes not in the workload list (engine/shapes.h: drawn
+                                  from the base seed); their traces carry khlua.shape_of */
     uint64_t seed;             /* base seed: every seed of the run (correctness trials, timing
                                   inputs, which timed calls are verified) derives from it and
                                   the workload; KH_EVAL_SEED_RANDOM (the default): drawn from
