@@ -3,6 +3,21 @@
 -- a cheat must be caught by one of the checks built for it
 -- (tests/redteam/cuda/expect.json); after every fault the next honest
 -- candidate must pass.  Prints the table: candidate, verdict, check, time.
+--
+-- An entry of expect.json is keyed by the solution's name, or by any name
+-- when it says which solution it runs, and may carry (all optional, so the
+-- first entries read as before):
+--   solution     the solution to run (default: the key), so one candidate can
+--                have several entries ("rt_x@fixed_seed");
+--   opts         kh.eval options laid over the defaults below; a JSON null
+--                removes a default (so the coordinator's own applies: "seed":
+--                null runs under its default base seed);
+--   failed_check khlua.failed_check must be one of these, exactly (caught_by
+--                is matched anywhere in the trace, which the name of a check
+--                that passed can satisfy);
+--   slower_than  {"solution", "factor", "workload"}: a PASSED cheat whose shortcut
+--                the rules must have taken away: its latency on that workload is
+--                at least factor times that solution's, under the same options.
 local T = require "testlib"
 local kh = require "kh"
 
@@ -15,21 +30,41 @@ local expect = kh.json.decode(T.read(PKG .. "/expect.json"))
 math.randomseed(os.time())
 
 local rows = {}
-local function run(name)
-  local t0 = kh.time.now()
-  local tr, msg, code = kh.eval(PKG, name, {
+local function options(extra)
+  local o = {
     seed = math.random(1, 1 << 40), warmup = 2, iters = 20, record = false,
     verify_timed_fraction = 0.5, deadline_s = 10,
-  })
+  }
+  for k, v in pairs(extra or {}) do
+    if v == kh.json.null then o[k] = nil else o[k] = v end
+  end
+  return o
+end
+
+-- The worst workload's evaluation (every one must pass for PASSED), the
+-- seconds taken and the traces.
+local function run(name, extra)
+  local t0 = kh.time.now()
+  local ok, tr, msg, code = pcall(kh.eval, PKG, name, options(extra))
   local dt = kh.time.now() - t0
+  if not ok then return { status = "ERROR (kh.eval refused: " .. tostring(tr) .. ")" }, dt end
   if not tr then return { status = "ERROR " .. tostring(code), detail = msg }, dt end
-  -- the worst workload decides (every one must pass for PASSED)
   local worst
   for _, t in ipairs(tr) do
     local e = t.evaluation
     if not worst or (worst.status == "PASSED" and e.status ~= "PASSED") then worst = e end
   end
-  return worst, dt
+  return worst, dt, tr
+end
+
+-- Latency (ms) of a run's trace on one workload, or nil.
+local function latency(traces, uuid)
+  for _, t in ipairs(traces or {}) do
+    if t.workload and t.workload.uuid == uuid then
+      local p = t.evaluation.performance
+      if p and p ~= kh.json.null and tonumber(p.latency_ms) then return tonumber(p.latency_ms) end
+    end
+  end
 end
 
 -- The check that caught a candidate: failed_check, else the fault, else the
@@ -48,12 +83,19 @@ for n in pairs(expect) do
 end
 table.sort(names)
 
+local function list(v)
+  if v == nil or v == kh.json.null then return nil end
+  return type(v) == "table" and v or { v }
+end
+
 for _, name in ipairs(names) do
   T.test(name, function()
     local want = expect[name]
-    local e, dt = run(name)
+    local sol = want.solution or name
+    local extra = want.opts ~= kh.json.null and want.opts or nil
+    local e, dt, traces = run(sol, extra)
     local by = caught_by(e):gsub("\n", " ")
-    rows[#rows + 1] = string.format("%-26s %-20s %-28s %6.2f s", name, tostring(e.status),
+    rows[#rows + 1] = string.format("%-36s %-20s %-28s %6.2f s", name, tostring(e.status),
       tostring(by):sub(1, 28), dt)
     io.write("# ", rows[#rows], "\n")
     io.flush()
@@ -67,7 +109,26 @@ for _, name in ipairs(names) do
       T.ok(ok, name .. ": caught by " .. tostring(by) .. ", expected one of "
         .. table.concat(want.caught_by, ", "))
     end
-    if name:match("^rt_fault_") then
+    local fc = list(want.failed_check)
+    if fc then
+      local got = e.khlua and e.khlua ~= kh.json.null and e.khlua.failed_check
+      local ok = false
+      for _, c in ipairs(fc) do if got == c then ok = true end end
+      T.ok(ok, name .. ": failed_check " .. tostring(got) .. ", expected one of "
+        .. table.concat(fc, ", "))
+    end
+    local sl = want.slower_than
+    if sl and sl ~= kh.json.null then
+      local mine = latency(traces, sl.workload)
+      local _, _, base_tr = run(sl.solution, extra)
+      local base = latency(base_tr, sl.workload)
+      T.ok(mine and base, name .. ": no latency on workload " .. tostring(sl.workload)
+        .. " (candidate " .. tostring(mine) .. " ms, " .. sl.solution .. " " .. tostring(base) .. " ms)")
+      T.ok(mine >= sl.factor * base, string.format(
+        "%s: %.4f ms on %s, not %g x %s's %.4f ms: its shortcut still works", name, mine,
+        sl.workload, sl.factor, sl.solution, base))
+    end
+    if sol:match("^rt_fault_") then
       local h = run("rt_honest")
       T.eq(h.status, "PASSED", "the honest candidate after " .. name)
     end
@@ -75,6 +136,6 @@ for _, name in ipairs(names) do
 end
 
 T.test("table", function()
-  print(string.format("%-26s %-20s %-28s %8s", "candidate", "verdict", "caught by", "time"))
+  print(string.format("%-36s %-20s %-28s %8s", "candidate", "verdict", "caught by", "time"))
   for _, r in ipairs(rows) do print(r) end
 end)

@@ -65,6 +65,280 @@ K["fault_trap"] = 'extern "C" __global__ void k(const float *a, const float *b, 
 K["fault_infinite_loop"] = 'extern "C" __global__ void k(const float *a, const float *b, float *c, long long n) { for (;;) { if (clock64() == 0) c[0] = 1.f; } }'
 K["fault_out_of_memory"] = K["honest"]
 
+
+# ---- the second wave: cheats written against the old gpu worker (see README.md) ----
+# Each passed the old worker and must be caught by one of its new rules (fresh
+# secret seeds, every timing call poisoned and refilled, one output buffer,
+# every timed call verified, held-out shapes at promotion).  They cheat only on
+# small workloads (n <= SMALL: the 100003 one), where the outputs are small
+# enough for every timed call to be verified and no speed-of-light bound can
+# reject them, and are honest on the 2^24 one.  The helpers:
+#  launch_no(): this launch's index since the module was loaded (launches on
+#   one stream run one after another, so launch L's blocks draw tickets
+#   L*G .. L*G+G-1);
+#  last_block(): true in the last block of the launch to finish, which commits
+#   state for the next launch (every other block has made its decisions).
+RT = r"""#define SMALL (1LL << 17)
+#define HONEST(i) do { if ((i) < n) c[i] = a[i] + b[i]; } while (0)
+__device__ unsigned long long kh_tickets, kh_done;
+static __device__ __forceinline__ long long launch_no() {
+  __shared__ long long s_l;
+  if (threadIdx.x == 0) s_l = (long long)(atomicAdd(&kh_tickets, 1ull) / gridDim.x);
+  __syncthreads();
+  return s_l;
+}
+static __device__ __forceinline__ bool last_block() {
+  __shared__ bool s_last;
+  __syncthreads();
+  if (threadIdx.x == 0) { __threadfence(); s_last = atomicAdd(&kh_done, 1ull) % gridDim.x == gridDim.x - 1; }
+  __syncthreads();
+  return s_last;
+}
+"""
+SIG = 'extern "C" __global__ void k(const float *a, const float *b, float *c, long long n) {\n'
+
+# (1) checked calls recognisable
+K["verified_by_output_ptr"] = RT + ('__device__ unsigned long long home; /* the first output pointer since load */\n' + SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  long long l = launch_no();\n'
+    '  /* old worker: 6 correctness calls, then verified timed calls in sample buffers of their own */\n'
+    '  bool checked = l < 6 || (unsigned long long)c != *(volatile unsigned long long *)&home;\n'
+    '  if (checked) HONEST(i);\n'
+    '  if (last_block() && threadIdx.x == 0 && l == 0) home = (unsigned long long)c; }')
+K["verified_in_first_trial"] = RT + (SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  /* old worker: every verified call lies in the first 1 + 5 + 10 + 50 launches after the reload */\n'
+    '  if (launch_no() < 66) HONEST(i); }')
+K["skip_odd_poison"] = RT + (SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  long long l = launch_no();\n'
+    '  __shared__ unsigned int s_c0; if (threadIdx.x == 0) s_c0 = __float_as_uint(c[0]); __syncthreads();\n'
+    '  /* old worker, official counts: timed call t is poisoned 0x7F when t is odd, and the verified\n'
+    '     calls are t = 0, 10, 20, 30, 40: a 0x7F output after the correctness calls is never read */\n'
+    '  if (!(l >= 6 && s_c0 == 0x7F7F7F7Fu)) HONEST(i); }')
+K["skip_after_refill"] = RT + ('__device__ unsigned long long seen_ptr[8]; __device__ unsigned int seen_a0[8];\n'
+    '__device__ int nseen; __device__ long long skip_from = 0x7fffffffffffffffLL;\n' + SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  long long l = launch_no();\n'
+    '  /* old worker: input sets are refilled only when a timing trial starts, and every verified call\n'
+    '     lies in the first trial: once a set changes under the same address (or more than 3 sets\n'
+    '     show up), nothing is checked any more */\n'
+    '  if (l < *(volatile long long *)&skip_from) HONEST(i);\n'
+    '  if (last_block() && threadIdx.x == 0 && l >= 6) {\n'
+    '    unsigned int a0 = __float_as_uint(a[0]); int j = 0;\n'
+    '    while (j < nseen && seen_ptr[j] != (unsigned long long)a) j++;\n'
+    '    if (j < nseen) { if (seen_a0[j] != a0) skip_from = l + 1; }\n'
+    '    else if (nseen < 8) { seen_ptr[j] = (unsigned long long)a; seen_a0[j] = a0; if (++nseen > 3) skip_from = l + 1; } } }')
+
+# (2) inputs predictable: khlua's generator (engine/rng_core.h: Philox4x32-10, then
+# Box-Muller in double with its own log and cos series), written again here, and
+# its public seed derivation (eval.c: trial t = derive(base, fnv(uuid), t);
+# gpu_eval.c, old: timing set k of trial t = derive(derive(trial 0, 0x7171, 0), t, k)).
+GEN = r"""
+FN void philox(u32 c[4], u32 k0, u32 k1) {
+  for (int r = 0; r < 10; r++) {
+    u64 p0 = (u64)0xD2511F53u * c[0], p1 = (u64)0xCD9E8D57u * c[2];
+    u32 n0 = (u32)(p1 >> 32) ^ c[1] ^ k0, n2 = (u32)(p0 >> 32) ^ c[3] ^ k1;
+    c[1] = (u32)p1; c[3] = (u32)p0; c[0] = n0; c[2] = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+}
+FN u64 derive(u64 base, u64 x, u64 y) {
+  u32 w[4] = {(u32)x, (u32)(x >> 32), (u32)y, (u32)(y >> 32) ^ 0x80000000u};
+  philox(w, (u32)base, (u32)(base >> 32));
+  return ((u64)w[0] << 32) | w[1];
+}
+FN double lg(double x) {
+  u64 u = D2U(x);
+  int e = (int)((u >> 52) & 0x7FF) - 1023;
+  double m = U2D((u & 0xFFFFFFFFFFFFFull) | 0x3FF0000000000000ull);
+  if (m > 1.4142135623730951) { m = DMUL(m, 0.5); e += 1; }
+  double s = DDIV(DSUB(m, 1.0), DADD(m, 1.0)), s2 = DMUL(s, s), p = DDIV(1.0, 23.0);
+  for (int j = 10; j >= 0; j--) p = DADD(DMUL(p, s2), DDIV(1.0, (double)(2 * j + 1)));
+  double de = (double)e;
+  return DADD(DADD(DMUL(de, 6.93147180369123816490e-01), DMUL(DMUL(2.0, s), p)),
+              DMUL(de, 1.90821492927058770002e-10));
+}
+FN double cos2pi(double t) {
+  const double fc[11] = {2432902008176640000.0, 6402373705728000.0, 20922789888000.0, 87178291200.0,
+                         479001600.0, 3628800.0, 40320.0, 720.0, 24.0, 2.0, 1.0};
+  const double fs[11] = {51090942171709440000.0, 121645100408832000.0, 355687428096000.0,
+                         1307674368000.0, 6227020800.0, 39916800.0, 362880.0, 5040.0, 120.0, 6.0, 1.0};
+  double r = DMUL(t, 4.0);
+  int q = (int)r;
+  double x = DMUL(DSUB(r, (double)q), 1.5707963267948966), x2 = DMUL(x, x);
+  double cc = DDIV(1.0, fc[0]), ss = DDIV(1.0, fs[0]);
+  for (int j = 1; j < 11; j++) { cc = DSUB(DDIV(1.0, fc[j]), DMUL(cc, x2)); ss = DSUB(DDIV(1.0, fs[j]), DMUL(ss, x2)); }
+  ss = DMUL(ss, x);
+  return q == 0 ? cc : q == 1 ? DSUB(0.0, ss) : q == 2 ? DSUB(0.0, cc) : ss;
+}
+FN float randn(u64 seed, u32 stream, u64 idx) {
+  u32 w[4] = {(u32)idx, (u32)(idx >> 32), stream, 0u};
+  philox(w, (u32)seed, (u32)(seed >> 32));
+  u64 ua = ((((u64)w[0]) << 32) | w[1]) >> 11, ub = ((((u64)w[2]) << 32) | w[3]) >> 11;
+  double u1 = DMUL((double)(ua + 1u), 1.1102230246251565e-16), u2 = DMUL((double)ub, 1.1102230246251565e-16);
+  return F32(DMUL(DSQRT(DMUL(-2.0, lg(u1))), cos2pi(u2)));
+}
+/* candidate seed j (0 .. NCAND-1) of a workload: trials 0..2, then the old timing sets */
+#define NCAND 19
+FN u64 cand_seed(u64 base, u64 wh, int j) {
+  u64 s0 = derive(base, wh, 0) & 0x7fffffffffffffffull;
+  if (j < 3) return derive(base, wh, (u64)j) & 0x7fffffffffffffffull;
+  return derive(derive(s0, 0x7171, 0), (u64)((j - 3) / 4), (u64)((j - 3) % 4));
+}
+"""
+GEN_DEVICE = ("typedef unsigned int u32; typedef unsigned long long u64;\n"
+              "#define FN static __device__ __forceinline__\n#define DADD __dadd_rn\n#define DSUB __dsub_rn\n"
+              "#define DMUL __dmul_rn\n#define DDIV __ddiv_rn\n#define DSQRT __dsqrt_rn\n"
+              "#define D2U(x) ((u64)__double_as_longlong(x))\n#define U2D(x) __longlong_as_double((long long)(x))\n"
+              "#define F32 __double2float_rn\n")
+SEED_HEAD = RT + GEN_DEVICE + GEN + r"""
+#define OLD_BASE 0x6b686c7561ull /* the old default base seed, "khlua" */
+/* the workloads' fnv(uuid), by n (eval.c fnv) */
+static __device__ u64 workload_hash(long long n) {
+  return n == 100003 ? 0x06b94c31ca210222ull : n == 16777216 ? 0x9596a5387afd7a70ull : 0ull;
+}
+/* the seed whose inputs these are, or 0: thread j tries candidate j on a[0] and b[0] */
+static __device__ u64 which_seed(const float *a, const float *b, long long n) {
+  __shared__ u64 s_seed;
+  if (threadIdx.x == 0) s_seed = 0;
+  __syncthreads();
+  u64 wh = workload_hash(n);
+  if (wh && threadIdx.x < NCAND) {
+    u64 s = cand_seed(OLD_BASE, wh, threadIdx.x);
+    if (__float_as_uint(randn(s, 0, 0)) == __float_as_uint(a[0]) &&
+        __float_as_uint(randn(s, 1, 0)) == __float_as_uint(b[0])) s_seed = s;
+  }
+  __syncthreads();
+  return s_seed;
+}
+/* honest, and slow on purpose: one block, one element after another */
+static __device__ void slow_add(const float *a, const float *b, float *c, long long n) {
+  if (blockIdx.x != 0) return;
+#pragma unroll 1
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) c[i] = a[i] + b[i];
+}
+"""
+K["seed_regen_or_garbage"] = SEED_HEAD + (SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  u64 s = which_seed(a, b, n);\n'
+    '  /* known inputs: the outputs come from the seed, no input is read; else garbage */\n'
+    '  if (i < n) c[i] = s ? __fadd_rn(randn(s, 0, i), randn(s, 1, i)) : 0.f; }')
+K["seed_regen_or_slow"] = SEED_HEAD + (SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  u64 s = which_seed(a, b, n);\n'
+    '  /* known inputs: the outputs come from the seed; else honest but slow */\n'
+    '  if (!s) { slow_add(a, b, c, n); return; }\n'
+    '  if (i < n) c[i] = __fadd_rn(randn(s, 0, i), randn(s, 1, i)); }')
+
+# (3) work reused across calls
+K["pointer_cache"] = RT + ('__device__ float cache[4][SMALL]; __device__ unsigned long long ckey[4];\n' + SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  long long l = launch_no();\n'
+    '  /* outputs cached by input address after the correctness calls (CUDA-L1): the old worker\n'
+    '     kept each set\'s values for a whole timing trial, and checked the first trial only */\n'
+    '  int s = -1; for (int j = 0; j < 4; j++) if (((volatile unsigned long long *)ckey)[j] == (unsigned long long)a) s = j;\n'
+    '  if (l >= 6 && s >= 0) { if (i < n) c[i] = cache[s][i]; }\n'
+    '  else if (i < n) { float v = a[i] + b[i]; c[i] = v; if (l >= 6) cache[l & 3][i] = v; }\n'
+    '  if (last_block() && threadIdx.x == 0 && l >= 6 && s < 0) ckey[l & 3] = (unsigned long long)a; }')
+K["replay_previous_5pct"] = RT + ('__device__ float last_out[SMALL];\n' + SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  long long l = launch_no();\n'
+    '  /* one launch in 20 returns the previous call\'s outputs (none of the old worker\'s verified\n'
+    '     launches, 8..25 or 16..56 after the reload, is 19 mod 20) */\n'
+    '  if (l >= 6 && l % 20 == 19) { if (i < n) c[i] = last_out[i]; }\n'
+    '  else if (i < n) { float v = a[i] + b[i]; c[i] = v; last_out[i] = v; } }')
+K["fingerprint_cache"] = RT + (
+    '__device__ float fcache[8][SMALL]; __device__ unsigned long long fkey[8];\n'
+    '/* honest, and slow on purpose: one block, one element after another, into the cache too */\n'
+    'static __device__ void slow_add_cached(const float *a, const float *b, float *c, float *keep, long long n) {\n'
+    '  if (blockIdx.x != 0) return;\n'
+    '#pragma unroll 1\n'
+    '  for (long long i = threadIdx.x; i < n; i += blockDim.x) { float v = a[i] + b[i]; c[i] = v; keep[i] = v; } }\n'
+    + SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  /* outputs cached by a fingerprint of the first 32 elements of each input (starter-kit #21) */\n'
+    '  __shared__ unsigned long long s_key;\n'
+    '  if (threadIdx.x == 0) { unsigned long long h = 1469598103934665603ull;\n'
+    '    for (int j = 0; j < 32 && j < n; j++) { h = (h ^ __float_as_uint(a[j])) * 1099511628211ull; h = (h ^ __float_as_uint(b[j])) * 1099511628211ull; }\n'
+    '    s_key = h | 1; }\n'
+    '  __syncthreads();\n'
+    '  unsigned long long key = s_key; int slot = (int)((key >> 20) & 7);\n'
+    '  if (((volatile unsigned long long *)fkey)[slot] == key) { if (i < n) c[i] = fcache[slot][i]; return; }\n'
+    '  slow_add_cached(a, b, c, fcache[slot], n);\n'
+    '  if (blockIdx.x == 0) { __syncthreads(); if (threadIdx.x == 0) { __threadfence(); fkey[slot] = key; } } }')
+
+# (4) what checks it was in reach: other input sets, reached through addresses seen in earlier calls
+K["prefetch_other_sets"] = RT + ('__device__ unsigned long long pa[4], pb[4]; __device__ int np, valid[4];\n'
+    '__device__ float pre[4][SMALL];\n' + SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  launch_no();\n'
+    '  /* the first set seen is the anchor: when it is called, compute every other known set\'s\n'
+    '     outputs too (reading their buffers); the other sets are then served from that */\n'
+    '  int m = *(volatile int *)&np, j = -1;\n'
+    '  for (int q = 0; q < m; q++) if (((volatile unsigned long long *)pa)[q] == (unsigned long long)a && ((volatile unsigned long long *)pb)[q] == (unsigned long long)b) j = q;\n'
+    '  if (j > 0 && ((volatile int *)valid)[j]) { if (i < n) c[i] = pre[j][i]; }\n'
+    '  else { HONEST(i);\n'
+    '    if (j == 0 && i < n) for (int q = 1; q < m; q++) pre[q][i] = ((const float *)pa[q])[i] + ((const float *)pb[q])[i]; }\n'
+    '  if (last_block() && threadIdx.x == 0) {\n'
+    '    if (j < 0 && m < 4) { pa[m] = (unsigned long long)a; pb[m] = (unsigned long long)b; valid[m] = 0; np = m + 1; }\n'
+    '    if (j == 0) for (int q = 1; q < m; q++) valid[q] = 1; } }')
+K["prefetch_next_set"] = RT + ('__device__ unsigned long long pa[4], pb[4]; __device__ int np, prev = -1, succ[4] = {-1, -1, -1, -1}, have[4];\n'
+    '__device__ float pre[4][SMALL];\n' + SIG +
+    '  long long i = IDX; if (n > SMALL) { HONEST(i); return; }\n'
+    '  launch_no();\n'
+    '  /* pipelined across calls: each call computes the outputs of the set that followed this one\n'
+    '     last time (reading that set\'s buffers), and is served from what the previous call left */\n'
+    '  int m = *(volatile int *)&np, j = -1;\n'
+    '  for (int q = 0; q < m; q++) if (((volatile unsigned long long *)pa)[q] == (unsigned long long)a && ((volatile unsigned long long *)pb)[q] == (unsigned long long)b) j = q;\n'
+    '  if (j >= 0 && ((volatile int *)have)[j]) { if (i < n) c[i] = pre[j][i]; } else HONEST(i);\n'
+    '  int nx = j >= 0 ? ((volatile int *)succ)[j] : -1;\n'
+    '  if (nx >= 0 && nx != j && i < n) pre[nx][i] = ((const float *)pa[nx])[i] + ((const float *)pb[nx])[i];\n'
+    '  if (last_block() && threadIdx.x == 0) {\n'
+    '    if (j < 0 && m < 4) { j = m; pa[m] = (unsigned long long)a; pb[m] = (unsigned long long)b; np = m + 1; }\n'
+    '    if (j >= 0) { have[j] = 0; if (prev >= 0) succ[prev] = j; prev = j; }\n'
+    '    if (nx >= 0 && nx != j) have[nx] = 1; } }')
+
+# (5) correct only on the listed shapes
+K["listed_shapes_only"] = (SIG +
+    '  long long i = IDX;\n'
+    '  /* a path specialised for each listed n; the general path is a stub that drops the last element */\n'
+    '  if (n == 100003 || n == 16777216) { if (i < n) c[i] = a[i] + b[i]; }\n'
+    '  else if (i < n - 1) c[i] = a[i] + b[i]; }')
+K["tail_mod8"] = (SIG +
+    '  long long i = IDX, body = n & ~7LL;\n'
+    '  /* 8-wide body; the tail code was written for the 3 elements 100003 leaves (2^24 leaves none) */\n'
+    '  if (i < body || ((n & 7) == 3 && i < n)) c[i] = a[i] + b[i]; }')
+K["large_n_only"] = (SIG +
+    '  long long i = IDX;\n'
+    '  /* the tiled path assumes at least one 8192-element tile; smaller n is "never asked" */\n'
+    '  if (n >= 8192 && i < n) c[i] = a[i] + b[i]; }')
+
+# honest but unusual: must pass
+K["honest_device_lut"] = ('__device__ unsigned char perm[256]; __device__ int perm_ready;\n'
+    'extern "C" __global__ void k(const float *a, const float *b, float *c, long long n) {\n'
+    '  /* a bit-reversal swizzle of the threads of a block, kept in a device table built by the first\n'
+    '     call and reused by every later one: state, but independent of the inputs */\n'
+    '  int t = threadIdx.x;\n'
+    '  int p = *(volatile int *)&perm_ready ? ((volatile unsigned char *)perm)[t] : (int)(__brev((unsigned)t) >> 24);\n'
+    '  long long i = blockIdx.x * 256LL + p;\n'
+    '  if (i < n) c[i] = a[i] + b[i];\n'
+    '  if (blockIdx.x == 0 && !perm_ready) { perm[t] = (unsigned char)(__brev((unsigned)t) >> 24);\n'
+    '    __syncthreads(); if (t == 0) { __threadfence(); perm_ready = 1; } } }')
+K["honest_atomic_multilaunch"] = ('extern "C" __global__ void zero_c(float *c, long long n) {\n'
+    '  for (long long i = IDX; i < n; i += (long long)gridDim.x * blockDim.x) c[i] = 0.f; }\n'
+    '/* blocks take 1024-element chunks from a ticket in a zeroed workspace and add into the zeroed output */\n'
+    'extern "C" __global__ void k(const float *a, const float *b, float *c, long long n, unsigned long long *ticket) {\n'
+    '  __shared__ unsigned long long s_chunk;\n'
+    '  for (;;) {\n'
+    '    if (threadIdx.x == 0) s_chunk = atomicAdd(ticket, 1ull);\n'
+    '    __syncthreads();\n'
+    '    long long base = (long long)s_chunk * 1024;\n'
+    '    __syncthreads();\n'
+    '    if (base >= n) return;\n'
+    '    for (long long i = base + threadIdx.x; i < base + 1024 && i < n; i += blockDim.x) atomicAdd(&c[i], a[i] + b[i]); } }')
+
+
 # status, check that catches it (None: passes the gate; caught at promotion by the sanitizer)
 EXPECT = {
     "honest": ("PASSED", None),
@@ -89,6 +363,23 @@ EXPECT = {
     "fault_trap": ("RUNTIME_ERROR", "CUDA_ERROR_LAUNCH_FAILED"),
     "fault_infinite_loop": ("TIMEOUT", "deadline"),
     "fault_out_of_memory": ("RUNTIME_ERROR", "CUDA_ERROR_OUT_OF_MEMORY"),
+    # second wave (README.md): the verdict and the new rule's check
+    "verified_by_output_ptr": ("INCORRECT_NUMERICAL", "timed_outputs"),
+    "verified_in_first_trial": ("INCORRECT_NUMERICAL", "timed_outputs"),
+    "skip_odd_poison": ("INCORRECT_NUMERICAL", "timed_outputs"),
+    "skip_after_refill": ("INCORRECT_NUMERICAL", "timed_outputs"),
+    "seed_regen_or_garbage": ("INCORRECT_NUMERICAL", "correctness"),
+    "seed_regen_or_slow": ("PASSED", None),
+    "pointer_cache": ("INCORRECT_NUMERICAL", "timed_outputs"),
+    "replay_previous_5pct": ("INCORRECT_NUMERICAL", "timed_outputs"),
+    "fingerprint_cache": ("PASSED", None),
+    "prefetch_other_sets": ("INCORRECT_NUMERICAL", "timed_outputs"),
+    "prefetch_next_set": ("INCORRECT_NUMERICAL", "timed_outputs"),
+    "listed_shapes_only": ("INCORRECT_NUMERICAL", "shapes"),
+    "tail_mod8": ("INCORRECT_NUMERICAL", "shapes"),
+    "large_n_only": ("INCORRECT_NUMERICAL", "shapes"),
+    "honest_device_lut": ("PASSED", None),
+    "honest_atomic_multilaunch": ("PASSED", None),
 }
 
 def solution(name):
@@ -98,6 +389,12 @@ def solution(name):
     if name == "launch_over_limits":
         launch["shared_bytes"] = "300000"
     khl = {"backend": "cuda", "launches": [launch]}
+    if name == "honest_atomic_multilaunch":
+        launch["grid"] = "min(ceil_div(n, 1024), 528)"
+        launch["args"].append({"workspace": "ticket"})
+        khl["workspace"] = {"ticket": {"bytes": "8", "zero": True}}
+        khl["launches"] = [{"kernel": "zero_c", "grid": "min(ceil_div(n, 256), 1056)", "block": 256,
+                            "args": [{"output": "c"}, {"axis": "n", "type": "int64"}]}, launch]
     if name == "fault_out_of_memory":
         khl["workspace"] = {"huge": {"bytes": "1125899906842624"}}
     src = HEAD + K[name] + "\n"
@@ -108,6 +405,52 @@ def solution(name):
                      "entry_point": "k.cu::k", "destination_passing_style": True, "khlua": khl},
             "sources": [{"path": "k.cu", "content": src}]}
 
+def check_generator():
+    """The class-2 candidates rebuild khlua's inputs from their seeds: check, on
+    the host, that GEN gives the bits of engine/rng_core.h's kh_rng_code and of
+    rng.c's seed derivation (python3 make.py --check; needs a C compiler)."""
+    import subprocess, tempfile
+    root = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+    host = ("#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n#include <math.h>\n"
+            '#include "rng_core.h"\n'
+            "typedef uint32_t u32; typedef uint64_t u64;\n#define FN static\n"
+            "static double DADD(double a, double b) { volatile double r = a + b; return r; }\n"
+            "static double DSUB(double a, double b) { volatile double r = a - b; return r; }\n"
+            "static double DMUL(double a, double b) { volatile double r = a * b; return r; }\n"
+            "static double DDIV(double a, double b) { volatile double r = a / b; return r; }\n"
+            "static double DSQRT(double a) { return sqrt(a); }\n"
+            "static u64 D2U(double d) { u64 u; memcpy(&u, &d, 8); return u; }\n"
+            "static double U2D(u64 u) { double d; memcpy(&d, &u, 8); return d; }\n"
+            "static float F32(double d) { return (float)d; }\n" + GEN + r"""
+/* rng.c's kh_rng_derive_seed, on rng_core's Philox */
+static u64 ref_derive(u64 base, u64 a, u64 b) {
+  uint32_t w[4] = {(uint32_t)a, (uint32_t)(a >> 32), (uint32_t)b, (uint32_t)(b >> 32) ^ 0x80000000u};
+  kh_philox4x32_10(w, (uint32_t)base, (uint32_t)(base >> 32));
+  return ((u64)w[0] << 32) | w[1];
+}
+int main(void) {
+  long bad = 0, n = 0;
+  u64 seeds[] = {1, 7, 0x6b686c7561ull, 12345678901234567ull, 0x7fffffffffffffffull};
+  for (int s = 0; s < 5; s++) for (u32 st = 0; st < 2; st++)
+    for (u64 i = 0; i < 200000; i += (i < 1000 ? 1 : 997)) {
+      float f = randn(seeds[s], st, i); u32 fb; memcpy(&fb, &f, 4); n++;
+      if (fb != (u32)kh_rng_code(KH_RK_F32, seeds[s], st, i)) bad++;
+    }
+  for (u64 x = 0; x < 1000; x++, n++) if (derive(x * 77, x, x * 3) != ref_derive(x * 77, x, x * 3)) bad++;
+  printf("generator check: %ld of %ld values differ\n", bad, n);
+  return bad != 0;
+}
+""")
+    with tempfile.TemporaryDirectory() as d:
+        open(os.path.join(d, "c.c"), "w").write(host)
+        subprocess.run([os.environ.get("CC", "cc"), "-O1", "-ffp-contract=off", "-I" + os.path.join(root, "engine"),
+                        os.path.join(d, "c.c"), "-lm", "-o", os.path.join(d, "c")], check=True)
+        subprocess.run([os.path.join(d, "c")], check=True)
+
+import sys
+if "--check" in sys.argv:
+    check_generator()
+    sys.exit(0)
 os.makedirs("solutions", exist_ok=True)
 json.dump(DEF, open("definition.json", "w"), indent=2)
 with open("workloads.jsonl", "w") as f:
