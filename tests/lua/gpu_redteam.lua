@@ -32,8 +32,7 @@ math.randomseed(os.time())
 local rows = {}
 local function options(extra)
   local o = {
-    seed = math.random(1, 1 << 40), warmup = 2, iters = 20, record = false,
-    verify_timed_fraction = 0.5, deadline_s = 10,
+    seed = math.random(1, 1 << 40), warmup = 2, iters = 20, record = false, deadline_s = 10,
   }
   for k, v in pairs(extra or {}) do
     if v == kh.json.null then o[k] = nil else o[k] = v end
