@@ -65,6 +65,8 @@ typedef struct refout {
     char **names;
     unsigned char **bytes;
     size_t *lens;
+    json_t *ranges;     /* NULL: whole outputs; else {name: [[start, n], ...]}: the bytes
+                           hold those element ranges only (a verified timed call's) */
 } refout;
 
 typedef struct refperf {
@@ -84,6 +86,8 @@ struct job;
 
 #define MAX_GPUS 64
 #define KH_MAX_VERIFIED 256 /* verified timed calls per request, at most */
+#define KH_VERIFY_RANGES 64  /* a large output's verified call returns 64 runs */
+#define KH_VERIFY_ELEMS 512  /* of 512 elements each */
 #define MAX_HOSTS 64
 
 struct kh_eval {
@@ -169,6 +173,7 @@ static void refs_free(kh_eval *ev)
         free(r->lens);
         free(r->def);
         free(r->uuid);
+        json_decref(r->ranges);
         free(r);
     }
     ev->refs = NULL;
@@ -897,6 +902,7 @@ typedef struct wctx {
      * the schedule of verified timed calls: secret to the candidate */
     uint64_t base_seed, timing_seed, sample_seed;
     int timed_refs; /* ref_outputs is fetching verified timed calls' references */
+    json_t **trial_ranges; /* per seed, NULL or the element ranges to return (borrowed) */
     /* a drawn shape (opts.shapes): the listed workload it came from; its
      * check is correctness alone */
     const kh_task_workload *shape_of;
@@ -1367,8 +1373,12 @@ static kh_status make_request(wctx *c, const kh_task_solution *sol, const art *a
         json_object_set_new(p, "launches", ls);
     }
     json_t *trials = json_array();
-    for (size_t t = 0; t < c->ntrials; t++)
-        json_array_append_new(trials, json_pack("{s:I}", "seed", (json_int_t)c->seeds[t]));
+    for (size_t t = 0; t < c->ntrials; t++) {
+        json_t *tj = json_pack("{s:I}", "seed", (json_int_t)c->seeds[t]);
+        if (c->trial_ranges && c->trial_ranges[t])
+            json_object_set(tj, "ranges", c->trial_ranges[t]);
+        json_array_append_new(trials, tj);
+    }
     json_object_set_new(p, "trials", trials);
     const kh_eval_opts *o = c->o;
     int hard = !o->parity && !reference;
@@ -1419,11 +1429,13 @@ static double expected_timed_calls(const wctx *c, const json_t *t)
  * verify_bytes, or where each costs the coordinator a regeneration of
  * inputs (DSA top-k) or a Python run.  The worker picks them by the secret
  * sample_seed, so a candidate cannot tell which; it stops at max_verified. */
-static void verify_plan(const wctx *c, const json_t *t, int verify, double *p, int *cap)
+static void verify_plan(const wctx *c, const json_t *t, int verify, double *p, int *cap,
+                        int *ranged)
 {
     const kh_eval_opts *o = c->o;
     *p = 0;
     *cap = 0;
+    *ranged = 0;
     if (!verify || o->verify_timed_fraction <= 0)
         return;
     const int64_t *axes = c->axes_over ? c->axes_over : c->w->axes;
@@ -1432,6 +1444,13 @@ static void verify_plan(const wctx *c, const json_t *t, int verify, double *p, i
         ob += (double)out_bytes(c->d, &c->d->outputs[i], axes);
     double budget = o->verify_bytes > 0 ? o->verify_bytes : 256.0 * 1024 * 1024;
     double most = ob > 0 ? floor(budget / ob) : KH_MAX_VERIFIED;
+    /* large outputs of an element-wise rule: every verified call returns
+     * KH_VERIFY_RANGES runs of KH_VERIFY_ELEMS elements per output at secret
+     * offsets instead of the whole (a call that skips its work, or part of
+     * it, is still wrong in those elements) */
+    *ranged = c->evaluator == KH_EVAL_DEFAULT && ob > 4.0 * 1024 * 1024;
+    if (*ranged)
+        most = KH_MAX_VERIFIED;
     if (most > KH_MAX_VERIFIED)
         most = KH_MAX_VERIFIED;
     if (c->evaluator == KH_EVAL_DSA_TOPK && most > 8)
@@ -1482,10 +1501,14 @@ static void add_timing(wctx *c, json_t *p, int verify)
     if (o->timing_timeout_s > 0)
         json_object_set_new(t, "timeout_s", json_real(o->timing_timeout_s));
     double vp;
-    int vcap;
-    verify_plan(c, t, verify, &vp, &vcap);
+    int vcap, ranged;
+    verify_plan(c, t, verify, &vp, &vcap, &ranged);
     json_object_set_new(t, "verify_timed_fraction", json_real(vp));
     json_object_set_new(t, "max_verified", json_integer(vcap));
+    if (ranged)
+        json_object_set_new(t, "verify_ranges", json_pack("{s:i, s:i}", "count",
+                                                          KH_VERIFY_RANGES, "elems",
+                                                          KH_VERIFY_ELEMS));
     json_object_set_new(p, "timing", t);
 }
 
@@ -1763,12 +1786,34 @@ static size_t out_bytes(const kh_task_def *d, const kh_task_tensor *t, const int
 }
 
 /* ---- reference outputs ---------------------------------------------------- */
-static refout *ref_find(kh_eval *ev, const char *def, const char *uuid, uint64_t seed)
+/* The outputs of (def, uuid, seed): whole, or, when ranges are asked for,
+ * whole or those very ranges. */
+static refout *ref_find(kh_eval *ev, const char *def, const char *uuid, uint64_t seed,
+                        const json_t *ranges)
 {
     for (refout *r = ev->refs; r; r = r->next)
-        if (r->seed == seed && !strcmp(r->def, def) && !strcmp(r->uuid, uuid))
+        if (r->seed == seed && !strcmp(r->def, def) && !strcmp(r->uuid, uuid) &&
+            (!r->ranges || (ranges && json_equal(r->ranges, (json_t *)ranges))))
             return r;
     return NULL;
+}
+
+/* The bytes of the element ranges [[start, n], ...] of a dtype; 0 when the
+ * list is not one (the worker's reply is checked against it). */
+static size_t ranges_bytes(kh_dtype dt, const json_t *list)
+{
+    size_t total = 0, k;
+    json_t *e;
+    if (!json_is_array(list))
+        return 0;
+    json_array_foreach(list, k, e) {
+        json_int_t a = json_integer_value(json_array_get(e, 0)),
+                   b = json_integer_value(json_array_get(e, 1));
+        if (a < 0 || b <= 0)
+            return 0;
+        total += kh_dtype_nbytes(dt, (uint64_t)(a + b)) - kh_dtype_nbytes(dt, (uint64_t)a);
+    }
+    return total;
 }
 
 static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs, char hash[33],
@@ -1776,7 +1821,8 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
 
 /* Reference outputs for the given seeds (the same request, other trials). */
 static kh_status ref_outputs_for(wctx *c, const kh_task_solution *ref, const uint64_t *seeds,
-                                 size_t n, refout **outs, char hash[33], kh_err *err)
+                                 json_t **ranges, size_t n, refout **outs, char hash[33],
+                                 kh_err *err)
 {
     uint64_t saved[KH_TASK_MAX_SAMPLING_TRIALS];
     size_t saved_n = c->ntrials;
@@ -1784,7 +1830,9 @@ static kh_status ref_outputs_for(wctx *c, const kh_task_solution *ref, const uin
     memcpy(c->seeds, seeds, n * sizeof *seeds);
     c->ntrials = n;
     c->timed_refs = 1;
+    c->trial_ranges = ranges;
     kh_status st = ref_outputs(c, ref, outs, hash, err);
+    c->trial_ranges = NULL;
     c->timed_refs = 0;
     memcpy(c->seeds, saved, sizeof saved);
     c->ntrials = saved_n;
@@ -1798,7 +1846,8 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
 {
     size_t missing = 0;
     for (size_t t = 0; t < c->ntrials; t++)
-        if (!(outs[t] = ref_find(c->ev, c->d->name, c->w->uuid, c->seeds[t])))
+        if (!(outs[t] = ref_find(c->ev, c->d->name, c->w->uuid, c->seeds[t],
+                                 c->trial_ranges ? c->trial_ranges[t] : NULL)))
             missing++;
     if (missing < c->ntrials && !ref && !c->pyref_source) /* not one of an earlier round */
         c->pyref_source = "memory";
@@ -1855,10 +1904,24 @@ static kh_status ref_outputs(wctx *c, const kh_task_solution *ref, refout **outs
                 st = kh_err_set(err, KH_ENOMEM, "out of memory");
                 break;
             }
+            /* a reference asked for element ranges returns those (the gpu
+             * worker) or the whole outputs (the host worker) */
+            const json_t *tr = c->trial_ranges ? c->trial_ranges[t] : NULL;
             for (size_t k = 0; k < ro->n; k++) {
                 const kh_task_tensor *ot = &c->d->outputs[k];
                 size_t want = out_bytes(c->d, ot, c->w->axes);
-                const unsigned char *b = reply_bytes(&r.reply, json_object_get(o, ot->name), want);
+                json_t *sl = json_object_get(o, ot->name);
+                kh_dtype odt;
+                kh_err derr;
+                if (tr && !kh_dtype_parse(ot->dtype, &odt, &derr)) {
+                    size_t rl = ranges_bytes(odt, json_object_get(tr, ot->name));
+                    if (rl && (size_t)json_integer_value(json_array_get(sl, 1)) == rl) {
+                        want = rl;
+                        if (!ro->ranges)
+                            ro->ranges = json_incref((json_t *)tr);
+                    }
+                }
+                const unsigned char *b = reply_bytes(&r.reply, sl, want);
                 ro->names[k] = dupstr(ot->name);
                 ro->bytes[k] = malloc(want ? want : 1);
                 if (!b || !ro->names[k] || !ro->bytes[k]) {
@@ -2279,6 +2342,91 @@ static kh_status compare_set(wctx *c, const kh_msg *m, const json_t *outs, const
         }
         kh_tensor_free(tx);
         kh_tensor_free(ty);
+        kh_check_merge(merged, &r);
+        if (merged->final)
+            break;
+    }
+    return KH_OK;
+}
+
+/* Compare the element ranges a verified timed call returned (outputs at
+ * slices `outs`, ranges {name: [[start, n], ...]}) with the same elements of
+ * the reference ro (whole, or those ranges).  The rule is the definition's,
+ * element by element, over the elements returned. */
+static kh_status compare_ranged(wctx *c, const kh_msg *m, const json_t *outs, const json_t *ranges,
+                                const refout *ro, kh_check_result *merged, unsigned poison,
+                                int *untouched_fail, kh_err *err)
+{
+    kh_check_result_init(merged);
+    *untouched_fail = 0;
+    for (size_t k = 0; k < c->d->noutputs; k++) {
+        const kh_task_tensor *ot = &c->d->outputs[k];
+        kh_dtype dt;
+        kh_status st = kh_dtype_parse(ot->dtype, &dt, err);
+        if (st)
+            return st;
+        const json_t *list = json_object_get(ranges, ot->name);
+        size_t rl = ranges_bytes(dt, list), full = ro->lens[k];
+        const unsigned char *b = reply_bytes(m, json_object_get(outs, ot->name), rl);
+        if (!rl || !b)
+            return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks the ranges of output "
+                              "'%s'", ot->name);
+        unsigned char *refb = NULL;
+        const unsigned char *yb = ro->bytes[k];
+        if (!ro->ranges) { /* the whole reference: gather the same ranges */
+            refb = malloc(rl);
+            if (!refb)
+                return kh_err_set(err, KH_ENOMEM, "out of memory");
+            size_t at = 0, i;
+            json_t *e;
+            json_array_foreach(list, i, e) {
+                uint64_t a = (uint64_t)json_integer_value(json_array_get(e, 0)),
+                         n = (uint64_t)json_integer_value(json_array_get(e, 1));
+                size_t bo = kh_dtype_nbytes(dt, a), bl = kh_dtype_nbytes(dt, a + n) - bo;
+                if (bo + bl > full) {
+                    free(refb);
+                    return kh_err_set(err, KH_ECORRUPT, "output '%s': a range past its end",
+                                      ot->name);
+                }
+                memcpy(refb + at, ro->bytes[k] + bo, bl);
+                at += bl;
+            }
+            yb = refb;
+        } else if (full != rl) {
+            return kh_err_set(err, KH_ECORRUPT, "output '%s': the reference holds other ranges",
+                              ot->name);
+        }
+        int64_t shape[1] = {0};
+        size_t i;
+        json_t *e;
+        json_array_foreach(list, i, e)
+            shape[0] += json_integer_value(json_array_get(e, 1));
+        kh_tensor *tx = NULL, *ty = NULL;
+        kh_check_result r;
+        if ((st = kh_tensor_borrow(&tx, dt, 1, shape, (void *)b, rl, err)) ||
+            (st = kh_tensor_borrow(&ty, dt, 1, shape, (void *)yb, rl, err)) ||
+            (st = kh_check_compare(tx, ty, &c->copts, &r, err))) {
+            kh_tensor_free(tx);
+            kh_tensor_free(ty);
+            free(refb);
+            return st;
+        }
+        if (r.status != KH_CHECK_PASSED && poison && !*untouched_fail) {
+            if (kh_dtype_is_float(dt)) {
+                for (uint64_t q = 0; q < tx->numel && !*untouched_fail; q++)
+                    *untouched_fail = untouched(tx, (int64_t)q, poison);
+            } else {
+                *untouched_fail = untouched(tx, r.first_fail, poison);
+            }
+        }
+        if (r.status != KH_CHECK_PASSED) {
+            size_t l = strlen(r.reason);
+            snprintf(r.reason + l, sizeof r.reason - l, " (output '%s', %lld sampled elements)",
+                     ot->name, (long long)shape[0]);
+        }
+        kh_tensor_free(tx);
+        kh_tensor_free(ty);
+        free(refb);
         kh_check_merge(merged, &r);
         if (merged->final)
             break;
@@ -3001,7 +3149,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
              * sets are the trials' inputs).  Seeds not seen in correctness
              * (the gpu worker's timing sets) get reference outputs now. */
             uint64_t tseeds[KH_MAX_VERIFIED];
+            json_t *tranges[KH_MAX_VERIFIED];
             size_t ntseeds = 0;
+            int any_ranges = 0;
             json_array_foreach(tos, ti, to) {
                 json_t *sj = json_object_get(to, "seed");
                 json_int_t set = json_integer_value(json_object_get(to, "set"));
@@ -3010,8 +3160,11 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                 int have = 0;
                 for (size_t k = 0; k < ntseeds; k++)
                     have |= tseeds[k] == sd;
-                if (!have && ntseeds < KH_MAX_VERIFIED)
+                if (!have && ntseeds < KH_MAX_VERIFIED) {
+                    tranges[ntseeds] = json_object_get(to, "ranges");
+                    any_ranges |= tranges[ntseeds] != NULL;
                     tseeds[ntseeds++] = sd;
+                }
             }
             refout *tro[KH_MAX_VERIFIED] = {0};
             char unused[33];
@@ -3034,7 +3187,8 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                     }
                 }
             }
-            if (ntseeds && (st = ref_outputs_for(c, ref, tseeds, ntseeds, tro, unused, err)))
+            if (ntseeds && (st = ref_outputs_for(c, ref, tseeds, any_ranges ? tranges : NULL,
+                                                 ntseeds, tro, unused, err)))
                 goto out;
             json_array_foreach(tos, ti, to) {
                 if (c->evaluator == KH_EVAL_SAMPLING)
@@ -3051,8 +3205,11 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                     continue;
                 kh_check_result rt;
                 int ut = 0;
-                if ((st = compare_set(c, &r.reply, json_object_get(to, "outputs"), rref, &rt,
-                                      0xFF, &ut, err)))
+                const json_t *rgs = json_object_get(to, "ranges");
+                if ((st = rgs ? compare_ranged(c, &r.reply, json_object_get(to, "outputs"), rgs,
+                                               rref, &rt, 0xFF, &ut, err)
+                              : compare_set(c, &r.reply, json_object_get(to, "outputs"), rref,
+                                            &rt, 0xFF, &ut, err)))
                     goto out;
                 nverified++;
                 if (rt.status != KH_CHECK_PASSED) {

@@ -344,6 +344,8 @@ typedef struct ev_run {
     uint64_t timing_seed, sample_seed;
     double verify_p;       /* a timed call is verified with this probability (secret draw) */
     int max_verified, nverified, verify_now;
+    int rcount;            /* > 0: a verified call returns rcount ranges of relems elements */
+    uint64_t relems;       /* per output (kh_rng_ranges), not the whole outputs */
     int inputs_check, guards_check;
     json_t *timed_outputs, *failures;
     struct obuf *out;      /* the reply payload */
@@ -719,6 +721,73 @@ static json_t *copy_outputs(ev_run *r, const kh_launch_buf *bufs, obuf *o, kh_er
     return m;
 }
 
+#define MAX_RANGES 256
+
+/* Copy element ranges of every output in bufs to the payload: the ranges
+ * `want` names per output ({name: [[start, n], ...]}, a reference asked for
+ * the ranges a candidate's call returned), else those kh_rng_ranges draws
+ * for timed call `call`.  Returns {name: [off, len]} (the ranges' bytes one
+ * after another) and sets *ranges_out to {name: [[start, n], ...]}. */
+static json_t *copy_ranged(ev_run *r, const kh_launch_buf *bufs, const json_t *want, long call,
+                           obuf *o, json_t **ranges_out, kh_err *err)
+{
+    json_t *m = json_object(), *rj = json_object();
+    const kh_cuda_api *cu = kh_gpu_api(r->ev->g);
+    for (size_t i = 0; i < r->nt; i++) {
+        if (r->ts[i].role != ROLE_OUT)
+            continue;
+        uint64_t rg[MAX_RANGES][2];
+        size_t n = 0;
+        const json_t *wl = json_object_get(want, r->ts[i].name);
+        if (want) {
+            size_t k;
+            json_t *e;
+            if (!json_is_array(wl) || json_array_size(wl) > MAX_RANGES) {
+                kh_err_set(err, KH_EINVAL, "ranges.%s: at most %d [start, n] pairs",
+                           r->ts[i].name, MAX_RANGES);
+                goto fail;
+            }
+            json_array_foreach(wl, k, e) {
+                json_int_t a = json_integer_value(json_array_get(e, 0)),
+                           b = json_integer_value(json_array_get(e, 1));
+                if (a < 0 || b <= 0 || (a & 7) || (uint64_t)a + (uint64_t)b > r->ts[i].numel) {
+                    kh_err_set(err, KH_EINVAL, "ranges.%s[%zu]: [start, n] within %llu elements, "
+                               "start a multiple of 8", r->ts[i].name, k,
+                               (unsigned long long)r->ts[i].numel);
+                    goto fail;
+                }
+                rg[n][0] = (uint64_t)a;
+                rg[n++][1] = (uint64_t)b;
+            }
+        } else {
+            n = kh_rng_ranges(r->sample_seed, (uint64_t)call, i, r->ts[i].numel,
+                              (size_t)r->rcount, r->relems, rg);
+        }
+        size_t start = o->n;
+        json_t *list = json_array();
+        json_object_set_new(rj, r->ts[i].name, list);
+        for (size_t k = 0; k < n; k++) {
+            size_t boff = kh_dtype_nbytes(r->ts[i].dtype, rg[k][0]);
+            size_t blen = kh_dtype_nbytes(r->ts[i].dtype, rg[k][0] + rg[k][1]) - boff;
+            if (obuf_reserve(o, blen, err) ||
+                kh_gpu_check(r->ev->g, cu->cuMemcpyDtoH(o->p + o->n, bufs[i].buf.ptr + boff, blen),
+                             "cuMemcpyDtoH", err))
+                goto fail;
+            o->n += blen;
+            json_array_append_new(list, json_pack("[I, I]", (json_int_t)rg[k][0],
+                                                  (json_int_t)rg[k][1]));
+        }
+        json_object_set_new(m, r->ts[i].name, json_pack("[I, I]", (json_int_t)start,
+                                                        (json_int_t)(o->n - start)));
+    }
+    *ranges_out = rj;
+    return m;
+fail:
+    json_decref(m);
+    json_decref(rj);
+    return NULL;
+}
+
 static int guards_ok(ev_run *r, const kh_launch_buf *bufs, char *why, size_t whyn)
 {
     for (size_t i = 0; i < r->nt; i++) {
@@ -819,12 +888,16 @@ static kh_status tgt_after(void *ctx, kh_err *err)
     r->nverified++;
     long k = r->call - 1;
     int set = r->cur_set;
-    json_t *outs = copy_outputs(r, r->shared, r->out, err);
+    json_t *ranges = NULL;
+    json_t *outs = r->rcount > 0 ? copy_ranged(r, r->shared, NULL, k, r->out, &ranges, err)
+                                 : copy_outputs(r, r->shared, r->out, err);
     if (!outs)
         return err->code;
-    json_array_append_new(r->timed_outputs,
-                          json_pack("{s:I, s:i, s:I, s:o}", "seed", (json_int_t)r->set_seed[set],
-                                    "set", set, "call", (json_int_t)k, "outputs", outs));
+    json_t *to = json_pack("{s:I, s:i, s:I, s:o}", "seed", (json_int_t)r->set_seed[set], "set",
+                           set, "call", (json_int_t)k, "outputs", outs);
+    if (ranges)
+        json_object_set_new(to, "ranges", ranges);
+    json_array_append_new(r->timed_outputs, to);
     if (r->guards_check) {
         kh_launch_buf all[MAX_TENSORS];
         view(r, set, all);
@@ -993,11 +1066,15 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
             if (st)
                 break;
             size_t start = o.n;
-            json_t *outs = copy_outputs(r, r->shared, &o, err);
+            json_t *want = json_object_get(tj, "ranges"), *got = NULL;
+            json_t *outs = want ? copy_ranged(r, r->shared, want, 0, &o, &got, err)
+                                : copy_outputs(r, r->shared, &o, err);
             if (!outs) {
                 st = err->code;
                 break;
             }
+            if (got)
+                json_object_set_new(trial, "ranges", got);
             if (pi == 0) {
                 first_off = start;
                 first_len = o.n - start;
@@ -1082,6 +1159,11 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
         r->verify_p = json_number_value(json_object_get(timing, "verify_timed_fraction"));
         r->max_verified = (v = json_object_get(timing, "max_verified")) ? (int)json_integer_value(v)
                                                                         : 256;
+        json_t *vr = json_object_get(timing, "verify_ranges");
+        r->rcount = (int)json_integer_value(json_object_get(vr, "count"));
+        r->relems = (uint64_t)json_integer_value(json_object_get(vr, "elems"));
+        if (r->rcount < 0 || r->rcount > MAX_RANGES)
+            st = kh_err_set(err, KH_EINVAL, "timing.verify_ranges.count: 0 to %d", MAX_RANGES);
         r->inputs_check = inputs_check;
         r->guards_check = guards_check;
         r->timed_outputs = timed_outputs;

@@ -342,3 +342,48 @@ kh_status kh_rng_compile_ptx(kh_engine *e, const char *arch, char **ptx, kh_err 
     *ptx = p;
     return st;
 }
+
+static int cmp_range(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+size_t kh_rng_ranges(uint64_t seed, uint64_t call, uint64_t tensor, uint64_t numel, size_t count,
+                     uint64_t elems, uint64_t (*out)[2])
+{
+    if (count < 2 || elems < 8)
+        count = 2, elems = elems < 8 ? 8 : elems;
+    elems &= ~(uint64_t)7;
+    if (numel <= (uint64_t)count * elems) {
+        out[0][0] = 0;
+        out[0][1] = numel;
+        return 1;
+    }
+    /* the last range ends at numel, its start rounded down to 8 elements */
+    uint64_t last = (numel - elems) & ~(uint64_t)7;
+    out[0][0] = 0;
+    out[0][1] = elems;
+    out[1][0] = last;
+    out[1][1] = numel - last;
+    uint64_t slots = last / 8; /* starts on the 8-element grid before the last range */
+    for (size_t j = 2; j < count; j++) {
+        uint64_t h = kh_rng_derive_seed(kh_rng_derive_seed(seed, call, tensor), 0xC4, j);
+        out[j][0] = (h % slots) * 8;
+        out[j][1] = elems;
+    }
+    qsort(out, count, sizeof *out, cmp_range);
+    size_t n = 0;
+    for (size_t j = 0; j < count; j++) {
+        if (n && out[j][0] <= out[n - 1][0] + out[n - 1][1]) {
+            uint64_t end = out[j][0] + out[j][1];
+            if (end > out[n - 1][0] + out[n - 1][1])
+                out[n - 1][1] = end - out[n - 1][0];
+            continue;
+        }
+        out[n][0] = out[j][0];
+        out[n][1] = out[j][1];
+        n++;
+    }
+    return n;
+}

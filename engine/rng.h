@@ -64,6 +64,18 @@ kh_status kh_rng_fill_softmax(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_
  * Philox block, so derived seeds are independent of each other. */
 uint64_t kh_rng_derive_seed(uint64_t base, uint64_t a, uint64_t b);
 
+/* The element ranges of one output that a verified timed call returns when
+ * its outputs are too large to return whole (docs/evaluation.md, "Which
+ * timed calls are verified"): the first and the last `elems` elements and
+ * count - 2 more runs of `elems` at offsets drawn from (seed, call, tensor),
+ * every start and length a multiple of 8 elements (sub-byte types stay
+ * whole bytes), sorted and merged where they touch.  out needs count
+ * entries of {start, length}; returns how many were written (1 when
+ * numel <= count * elems: the whole tensor).  The seed is the worker's
+ * secret: a kernel cannot know which elements will be read. */
+size_t kh_rng_ranges(uint64_t seed, uint64_t call, uint64_t tensor, uint64_t numel, size_t count,
+                     uint64_t elems, uint64_t (*out)[2]);
+
 /* ---- the device generator ------------------------------------------------
  * CUDA source (a malloc'ed NUL-terminated string, caller frees; NULL when
  * out of memory) defining

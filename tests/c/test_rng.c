@@ -422,6 +422,39 @@ static void test_device_source_compiles(void **state)
     kh_engine_free(e);
 }
 
+
+/* The element ranges a verified timed call returns: the ends of the output
+ * always, the rest spread by the seed, 8-aligned, sorted, disjoint, inside;
+ * the same (seed, call, tensor) draws the same ranges, another call others. */
+static void test_verify_ranges(void **state)
+{
+    (void)state;
+    uint64_t a[64][2], b[64][2];
+    const uint64_t numel = 59430528 + 5; /* rmsnorm_h4096 batch 14509, odd tail */
+    size_t n = kh_rng_ranges(42, 7, 0, numel, 64, 512, a);
+    assert_true(n >= 2 && n <= 64);
+    assert_int_equal(a[0][0], 0);
+    assert_int_equal(a[n - 1][0] + a[n - 1][1], numel);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(a[i][0] % 8, 0);
+        assert_true(a[i][1] >= 512);
+        if (i)
+            assert_true(a[i][0] > a[i - 1][0] + a[i - 1][1]); /* merged when touching */
+        total += a[i][1];
+    }
+    assert_true(total <= 64 * 512 + 8 && total >= 512 * 2);
+    /* deterministic in the seed, different per call */
+    assert_int_equal(kh_rng_ranges(42, 7, 0, numel, 64, 512, b), n);
+    assert_memory_equal(a, b, n * sizeof a[0]);
+    size_t m = kh_rng_ranges(42, 8, 0, numel, 64, 512, b);
+    assert_true(m != n || memcmp(a, b, n * sizeof a[0]) != 0);
+    /* a small tensor is returned whole */
+    assert_int_equal(kh_rng_ranges(42, 7, 0, 1000, 64, 512, a), 1);
+    assert_int_equal(a[0][0], 0);
+    assert_int_equal(a[0][1], 1000);
+}
+
 int main(void)
 {
     base_seed = ((uint64_t)time(NULL) << 20) ^ (uint64_t)clock();
@@ -438,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_dsa_kcache),
         cmocka_unit_test(test_dsa_kcache_threaded),
         cmocka_unit_test(test_parallel_for),
+        cmocka_unit_test(test_verify_ranges),
         cmocka_unit_test(test_device_source_compiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

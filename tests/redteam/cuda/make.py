@@ -248,6 +248,21 @@ K["replay_previous_5pct"] = RT + ('__device__ float last_out[SMALL];\n' + SIG +
     '     launches, 8..25 or 16..56 after the reload, is 19 mod 20) */\n'
     '  if (l >= 6 && l % 20 == 19) { if (i < n) c[i] = last_out[i]; }\n'
     '  else if (i < n) { float v = a[i] + b[i]; c[i] = v; last_out[i] = v; } }')
+# (1)/(3) on outputs too large to return whole (n = 2^24: 64 MiB a call): a
+# verified call returns 64 runs of 512 elements at secret offsets, the ends
+# always; skipping a call, or the tail of every call, is wrong there
+K["skip_5pct_large"] = RT + (SIG +
+    '  long long i = IDX;\n'
+    '  long long l = launch_no();\n'
+    '  /* every size: one launch in 20 after the correctness calls does no work at all */\n'
+    '  if (l >= 6 && l % 20 == 19) return;\n'
+    '  HONEST(i); }')
+K["partial_tail_large"] = RT + (SIG +
+    '  long long i = IDX;\n'
+    '  long long l = launch_no();\n'
+    '  /* every size: after the correctness calls the last 1/64 of the elements is never written */\n'
+    '  if (l >= 6 && i >= n - n / 64) return;\n'
+    '  HONEST(i); }')
 K["fingerprint_cache"] = RT + (
     '__device__ float fcache[8][SMALL]; __device__ unsigned long long fkey[8];\n'
     '/* honest, and slow on purpose: one block, one element after another, into the cache too */\n'
@@ -373,6 +388,8 @@ EXPECT = {
     "pointer_cache": ("INCORRECT_NUMERICAL", "timed_outputs"),
     "replay_previous_5pct": ("INCORRECT_NUMERICAL", "timed_outputs"),
     "fingerprint_cache": ("PASSED", None),
+    "skip_5pct_large": ("INCORRECT_NUMERICAL", "timed_outputs"),
+    "partial_tail_large": ("INCORRECT_NUMERICAL", "timed_outputs"),
     "prefetch_other_sets": ("INCORRECT_NUMERICAL", "timed_outputs"),
     "prefetch_next_set": ("INCORRECT_NUMERICAL", "timed_outputs"),
     "listed_shapes_only": ("INCORRECT_NUMERICAL", "shapes"),
