@@ -903,6 +903,7 @@ typedef struct wctx {
     uint64_t base_seed, timing_seed, sample_seed;
     int timed_refs; /* ref_outputs is fetching verified timed calls' references */
     json_t **trial_ranges; /* per seed, NULL or the element ranges to return (borrowed) */
+    int ref_gpu;           /* the trusted reference runs in the gpu worker */
     /* a drawn shape (opts.shapes): the listed workload it came from; its
      * check is correctness alone */
     const kh_task_workload *shape_of;
@@ -1447,8 +1448,11 @@ static void verify_plan(const wctx *c, const json_t *t, int verify, double *p, i
     /* large outputs of an element-wise rule: every verified call returns
      * KH_VERIFY_RANGES runs of KH_VERIFY_ELEMS elements per output at secret
      * offsets instead of the whole (a call that skips its work, or part of
-     * it, is still wrong in those elements) */
-    *ranged = c->evaluator == KH_EVAL_DEFAULT && ob > 4.0 * 1024 * 1024;
+     * it, is still wrong in those elements).  The reference must run in the
+     * gpu worker, which returns the same ranges for each seed; a host or
+     * Python reference returns whole outputs, and its verified calls stay
+     * within verify_bytes */
+    *ranged = c->evaluator == KH_EVAL_DEFAULT && ob > 4.0 * 1024 * 1024 && c->ref_gpu;
     if (*ranged)
         most = KH_MAX_VERIFIED;
     if (most > KH_MAX_VERIFIED)
@@ -3609,6 +3613,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         c.base = base;
     }
     c.ntrials = (size_t)o->trials;
+    c.ref_gpu = ref && !is_host(ref);
     c.base_seed = o->seed & INT64_MAX;
     if (o->seed == KH_EVAL_SEED_RANDOM && (st = kh_secure_seed(&c.base_seed, err))) {
         free(ws);
