@@ -116,6 +116,22 @@ static int l_isatty(lua_State *L)
     return 1;
 }
 
+/* kh.secure_seed([bits]) -> a seed of `bits` bits (1..63, default 63) from
+ * the OS CSPRNG: what a policy seeds its own evaluations with when the user
+ * gave no --seed, so a candidate cannot predict them.  nil, msg, code when
+ * the OS gives none. */
+static int l_secure_seed(lua_State *L)
+{
+    lua_Integer bits = luaL_optinteger(L, 1, 63);
+    luaL_argcheck(L, bits >= 1 && bits <= 63, 1, "bits: 1 to 63");
+    uint64_t v;
+    kh_err err;
+    if (kh_secure_seed(&v, &err))
+        return kh_lua_fail(L, &err);
+    lua_pushinteger(L, (lua_Integer)(v >> (63 - bits)));
+    return 1;
+}
+
 static void push_versions(lua_State *L, kh_engine *e)
 {
     /* [kh] -> [kh, versions] */
@@ -144,7 +160,8 @@ int kh_luaopen_kh(lua_State *L)
 {
     kh_engine *e = kh_lua_engine(L);
     static const luaL_Reg fns[] = {
-        {"doctor", l_doctor}, {"stats", l_stats}, {"isatty", l_isatty}, {NULL, NULL},
+        {"doctor", l_doctor}, {"stats", l_stats}, {"isatty", l_isatty},
+        {"secure_seed", l_secure_seed}, {NULL, NULL},
     };
     kh_lua_newlib(L, e, fns);
 
