@@ -5,6 +5,7 @@
  * swallow.  Owns process start and shutdown order: lua_close first (every
  * __gc runs), then the engine. */
 #include "kh_lua.h"
+#include "jail.h"
 
 #include <curl/curl.h>
 #include <lmdb.h>
@@ -290,6 +291,10 @@ static void on_sigint_cmd(int sig)
 
 int main(int argc, char **argv)
 {
+    /* the host worker's jail for a candidate (engine/jail.h): before
+     * anything else, so it holds nothing but what the warden gave it */
+    if (argc == 2 && !strcmp(argv[1], "__host-jail"))
+        return kh_jail_main();
     const char *store = NULL, *code = NULL;
     int i = 1;
     /* Global options come before the script or command. */

@@ -2453,6 +2453,8 @@ static const char *fault_kind(const char *msg)
     if (strstr(msg, "rss limit") || strstr(msg, "out of memory") || strstr(msg, "out-of-memory") ||
         strstr(msg, "End of process memory map"))
         return "out_of_memory";
+    if (strstr(msg, "SIGSYS"))
+        return "forbidden_syscall"; /* the host jail's seccomp filter */
     if (strstr(msg, "SIGSEGV"))
         return "segfault";
     if (strstr(msg, "SIGABRT"))
@@ -2772,7 +2774,8 @@ static kh_status sampling_tvd(wctx *c, const kh_task_solution *sol, const art *a
         json_array_foreach(json_object_get(res, "failures"), fi, f) {
             const char *ck = json_string_value(json_object_get(f, "check"));
             const char *d = json_string_value(json_object_get(f, "detail"));
-            if (ck && (!strcmp(ck, "inputs_unchanged") || !strcmp(ck, "guards"))) {
+            if (ck && (!strcmp(ck, "inputs_unchanged") || !strcmp(ck, "guards") ||
+                       !strcmp(ck, "late_write"))) {
                 bad = ck;
                 json_object_set_new(v->checks, ck, json_string("failed"));
                 fail(v, "RUNTIME_ERROR", ck, "TVD test: %s", d ? d : "");
@@ -2990,7 +2993,11 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     if (r.st == KH_ECHILD && !r.reply.head) {
         const char *k = fault_kind(r.err.msg);
         json_object_set_new(kl, "fault", json_string(k));
-        fail(&v, "RUNTIME_ERROR", !strcmp(k, "guard_page") ? "guards" : NULL, "%s", r.err.msg);
+        fail(&v, "RUNTIME_ERROR",
+             !strcmp(k, "guard_page")          ? "guards"
+             : !strcmp(k, "forbidden_syscall") ? "sandbox"
+                                               : NULL,
+             "%s", r.err.msg);
         /* the candidate broke this worker, not the machine: no backoff */
         if (is_host(sol) && c->ev->host)
             kh_pool_reset(c->ev->host);
@@ -3037,6 +3044,9 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                 } else if (ck && !strcmp(ck, "guards")) {
                     guards_ok = 0;
                     fail(&v, "RUNTIME_ERROR", "guards", "trial %zu: %s", t, d ? d : "");
+                } else if (ck && !strcmp(ck, "late_write")) {
+                    json_object_set_new(v.checks, "late_write", json_string("failed"));
+                    fail(&v, "RUNTIME_ERROR", "late_write", "trial %zu: %s", t, d ? d : "");
                 }
             }
             if (strcmp(v.status, "PASSED"))
@@ -3139,9 +3149,13 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
                     continue;
                 const char *ck = json_string_value(json_object_get(f, "check"));
                 const char *d = json_string_value(json_object_get(f, "detail"));
-                if (ck && (!strcmp(ck, "inputs_unchanged") || !strcmp(ck, "guards"))) {
+                if (ck && (!strcmp(ck, "inputs_unchanged") || !strcmp(ck, "guards") ||
+                           !strcmp(ck, "late_write"))) {
                     json_object_set_new(v.checks, ck, json_string("failed"));
-                    fail(&v, "RUNTIME_ERROR", !strcmp(ck, "guards") ? "guards" : "inputs_unchanged",
+                    fail(&v, "RUNTIME_ERROR",
+                         !strcmp(ck, "guards")       ? "guards"
+                         : !strcmp(ck, "late_write") ? "late_write"
+                                                     : "inputs_unchanged",
                          "%s", d ? d : "");
                 }
             }

@@ -77,7 +77,7 @@ kh_status kh_rng_fill(kh_engine *e, kh_tensor *t, uint64_t seed, uint32_t stream
      * at least, with even boundaries so that two threads never write the two
      * nibbles of one float4 byte */
     fill_ctx f = {e, t, seed, stream, NULL};
-    if (kh_parallel_for(t->numel, 1u << 18, 2, fill_elems, &f))
+    if (kh_parallel_for(t->numel, 1u << 14, 2, fill_elems, &f))
         return kh_err_set(err, KH_EINTR, "input generation interrupted");
     return KH_OK;
 }

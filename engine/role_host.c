@@ -1,27 +1,36 @@
 /* role_host.c: the "host" worker role: runs host-backend candidates (shared
  * objects with a C entry point) for the `evaluate` method of
- * docs/evaluation.md.  Owns, inside this disposable process: loading the
- * shared object from a private temporary copy (and a fresh copy before
- * timing), buffers with guard pages and canary bands, input generation,
- * poisoning, input checksums, the call itself, and the host timing protocols
- * (hostbench.h) with rotated inputs and sampled output capture.  Comparison
- * with the reference is the coordinator's (eval.c): no reference bytes ever
- * enter this process.
+ * docs/evaluation.md.  This process is the warden (jail.h): it never loads
+ * the candidate.  It owns the buffers' layout in the arena it shares with the
+ * candidate's jail, input generation, poisoning, input checksums, guard
+ * bands, the captured outputs, and the host timing protocols (hostbench.h)
+ * whose timer runs here, around the jail's call.  Comparison with the
+ * reference is the coordinator's (eval.c): no reference bytes ever enter
+ * this process.
  *
- * Confinement, set up once before the hello: no core files, no new
- * privileges, a private network namespace where the kernel allows one
- * (unshare), an address-space limit (KHLUA_HOST_AS_BYTES; not under
- * AddressSanitizer, whose shadow memory needs terabytes of address space:
- * the coordinator uses ASan's hard_rss_limit_mb there), and per request a
- * CPU-time limit of the request's deadline.  Fatal signals are described on
- * stderr ("khlua-fault: kind=... ") before the process dies by the same
- * signal, so the supervisor's verdict can say what happened. */
+ * Every call looks the same to the candidate: the next of a fixed pool of
+ * buffer slots (the same pool in correctness and timing), inputs generated
+ * just before it (a timed call's from a seed derived from the secret timing
+ * seed and the call's number: no two timed calls share inputs, and none
+ * shares the correctness inputs), outputs poisoned, workspace zeroed.
+ * Which timed calls are verified is drawn from the secret sample seed;
+ * their outputs are copied after the call has returned.  After every call
+ * the outputs are copied aside, and compared again before the next call: a
+ * write after the call said it was done (a thread left running) is a
+ * failure (late_write).
+ *
+ * Confinement of the worker itself, set up once before the hello: no core
+ * files, no new privileges, a private network namespace where the kernel
+ * allows one (unshare; the jail inherits it), an address-space limit
+ * (KHLUA_HOST_AS_BYTES; not under AddressSanitizer, whose shadow memory
+ * needs terabytes of address space: the coordinator uses ASan's
+ * hard_rss_limit_mb there); the jail's own confinement is jail.c's. */
 #include "hostbench.h"
+#include "jail.h"
 #include "rng.h"
 #include "task.h"
 #include "worker.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -32,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -45,125 +53,11 @@
 #endif
 #endif
 
-#define MAX_TENSORS 64
-#define MAX_ARGS 32
-#define MAX_GUARDS 16384 /* two per buffer: a sampling task's 1024 calls x 3 buffers fit */
+#define MAX_TENSORS KH_JAIL_MAX_TENSORS
+#define MAX_ARGS KH_JAIL_MAX_ARGS
 #define POISON_A 0xFF
 #define POISON_B 0x7F
-
-/* ---- fault reporting (async-signal-safe) -------------------------------- */
-typedef struct guard_page {
-    uintptr_t lo, hi;
-    char what[80]; /* "before input 'x'" */
-} guard_page;
-
-static guard_page g_guards[MAX_GUARDS];
-static volatile size_t g_nguards;
-static uintptr_t g_stack_hi, g_stack_lo;
-static rlim_t g_as_limit;
-
-static void put(const char *s) { (void)!write(2, s, strlen(s)); }
-
-static void put_hex(uintptr_t v)
-{
-    char b[19] = "0x";
-    for (int i = 0; i < 16; i++)
-        b[2 + i] = "0123456789abcdef"[(v >> (60 - 4 * i)) & 15];
-    b[18] = 0;
-    put(b);
-}
-
-static int near_as_limit(void)
-{
-    if (!g_as_limit || g_as_limit == RLIM_INFINITY)
-        return 0;
-    int fd = open("/proc/self/statm", O_RDONLY);
-    if (fd < 0)
-        return 0;
-    char b[64];
-    ssize_t n = read(fd, b, sizeof b - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    unsigned long pages = 0;
-    for (ssize_t i = 0; i < n && b[i] >= '0' && b[i] <= '9'; i++)
-        pages = pages * 10 + (unsigned long)(b[i] - '0');
-    return (double)pages * 4096.0 > 0.9 * (double)g_as_limit;
-}
-
-static void on_fatal(int sig, siginfo_t *si, void *uc)
-{
-    (void)uc;
-    uintptr_t a = (uintptr_t)si->si_addr;
-    const char *kind = "crash", *signame = "SIG?";
-    const char *what = NULL;
-    switch (sig) {
-    case SIGSEGV: signame = "SIGSEGV"; kind = "segfault"; break;
-    case SIGBUS: signame = "SIGBUS"; kind = si->si_code == BUS_ADRALN ? "misaligned" : "bus_error"; break;
-    case SIGFPE: signame = "SIGFPE"; kind = "arithmetic"; break;
-    case SIGILL: signame = "SIGILL"; kind = "illegal_instruction"; break;
-    case SIGABRT: signame = "SIGABRT"; kind = "abort"; break;
-    case SIGXCPU: signame = "SIGXCPU"; kind = "cpu_limit"; break;
-    }
-    if (sig == SIGSEGV || sig == SIGBUS) {
-        for (size_t i = 0; i < g_nguards; i++)
-            if (a >= g_guards[i].lo && a < g_guards[i].hi) {
-                kind = "guard_page";
-                what = g_guards[i].what;
-            }
-        if (!what && g_stack_hi && a < g_stack_hi && a + (1u << 20) >= g_stack_lo)
-            kind = "stack_overflow";
-        /* x86 reports misaligned accesses with alignment checking as SIGBUS
-         * BUS_ADRALN, other kernels as SIGSEGV/SIGBUS with si_code 0. */
-        if (sig == SIGBUS && !what && (si->si_code == BUS_ADRALN || si->si_code == 0))
-            kind = "misaligned";
-    }
-    if ((sig == SIGSEGV || sig == SIGABRT) && near_as_limit())
-        kind = "out_of_memory";
-    put("\nkhlua-fault: kind=");
-    put(kind);
-    put(" signal=");
-    put(signame);
-    if (sig == SIGSEGV || sig == SIGBUS) {
-        put(" addr=");
-        put_hex(a);
-    }
-    if (what) {
-        put(" guard=");
-        put(what);
-    }
-    put("\n");
-    /* Die by the same signal, so the supervisor sees it. */
-    signal(sig, SIG_DFL);
-    if (sig == SIGABRT || sig == SIGXCPU)
-        raise(sig);
-}
-
-static void guard_add(void *lo, size_t len, const char *where, const char *name)
-{
-    /* a slot freed by guard_remove first: a long-lived worker would
-     * otherwise run out of slots and stop naming its guard faults */
-    size_t i = 0;
-    while (i < g_nguards && (g_guards[i].lo || g_guards[i].hi))
-        i++;
-    if (i >= MAX_GUARDS)
-        return;
-    guard_page *g = &g_guards[i];
-    g->lo = g->hi = 0;
-    snprintf(g->what, sizeof g->what, "%s '%s'", where, name);
-    g->lo = (uintptr_t)lo;
-    g->hi = (uintptr_t)lo + len;
-    if (i == g_nguards)
-        g_nguards++;
-}
-
-static void guard_remove(void *lo)
-{
-    for (size_t i = 0; i < g_nguards; i++)
-        if (g_guards[i].lo == (uintptr_t)lo) {
-            g_guards[i].lo = g_guards[i].hi = 0;
-        }
-}
+#define DEFAULT_SLOTS 4
 
 /* ---- role state ----------------------------------------------------------- */
 typedef struct host_state {
@@ -171,6 +65,7 @@ typedef struct host_state {
     char memory[160];
     double copy_bw; /* bytes/s, measured on first timing */
     size_t page;
+    kh_jail jail;
 } host_state;
 
 static host_state *S(kh_worker *w) { return kh_worker_state(w); }
@@ -184,12 +79,22 @@ static void write_file(const char *path, const char *s)
     }
 }
 
+static const char CONFINEMENT[] =
+    "jail: a fresh process per load (exec'd), seccomp-bpf allowlist (no exec, fork, sockets, "
+    "ptrace, signals to others, writes to files; no open after load), empty environment, "
+    "stdin/stdout /dev/null; timer and checks in the worker";
+
 static kh_status host_init(kh_worker *w, kh_err *err)
 {
     host_state *s = calloc(1, sizeof *s);
     if (!s)
         return kh_err_set(err, KH_ENOMEM, "out of memory");
     s->page = (size_t)sysconf(_SC_PAGESIZE);
+    kh_status st = kh_jail_warden_init(&s->jail, err);
+    if (st) {
+        free(s);
+        return st;
+    }
     struct rlimit rl = {0, 0};
     setrlimit(RLIMIT_CORE, &rl); /* a crashing candidate leaves no core file */
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
@@ -210,7 +115,8 @@ static kh_status host_init(kh_worker *w, kh_err *err)
     } else if (unshare(CLONE_NEWNET) == 0) {
         snprintf(s->network, sizeof s->network, "isolated (network namespace)");
     } else {
-        snprintf(s->network, sizeof s->network, "not isolated (unshare: %s)", strerror(errno));
+        snprintf(s->network, sizeof s->network, "no namespace (unshare: %s); the jail's "
+                 "seccomp filter allows no socket", strerror(errno));
     }
 
     const char *as = getenv("KHLUA_HOST_AS_BYTES");
@@ -222,7 +128,6 @@ static kh_status host_init(kh_worker *w, kh_err *err)
     if (as && *as) {
         rl.rlim_cur = rl.rlim_max = (rlim_t)strtoull(as, NULL, 10);
         if (setrlimit(RLIMIT_AS, &rl) == 0) {
-            g_as_limit = rl.rlim_cur;
             snprintf(s->memory, sizeof s->memory, "address space <= %llu bytes",
                      (unsigned long long)rl.rlim_cur);
         } else {
@@ -233,100 +138,20 @@ static kh_status host_init(kh_worker *w, kh_err *err)
         snprintf(s->memory, sizeof s->memory, "no address-space limit (KHLUA_HOST_AS_BYTES unset)");
     }
 #endif
-
-    /* Stack bounds, to tell a stack overflow from another bad address. */
-    struct rlimit st;
-    volatile char here = 0;
-    g_stack_hi = (uintptr_t)&here + 65536;
-    if (getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY)
-        g_stack_lo = (uintptr_t)&here - st.rlim_cur;
-    else
-        g_stack_lo = (uintptr_t)&here - (8u << 20);
-
-    /* An alternate stack, so a stack overflow can still be described. */
-    static unsigned char altstack[64 * 1024];
-    stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack, .ss_flags = 0};
-    sigaltstack(&ss, NULL);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_fatal;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGXCPU};
-    for (size_t i = 0; i < KH_ARRAY_LEN(sigs); i++)
-        sigaction(sigs[i], &sa, NULL);
     kh_worker_set_state(w, s);
     return KH_OK;
 }
 
 static void host_fini(kh_worker *w)
 {
-    free(S(w));
+    host_state *s = S(w);
+    if (s)
+        kh_jail_free(&s->jail);
+    free(s);
     kh_worker_set_state(w, NULL);
 }
 
-/* ---- the shared object -------------------------------------------------- */
-typedef void (*entry_fn)(long, long, long, long, long, long, double, double, double, double,
-                         double, double, double, double);
-
-typedef struct loaded {
-    void *handle;
-    entry_fn fn;
-} loaded;
-
-/* Write the bytes to a fresh private file, dlopen it, unlink it: every load
- * is a new object (dlopen of a path already open would return the old one),
- * so a reload starts with clean static state. */
-static kh_status so_load(const unsigned char *so, size_t len, const char *symbol, loaded *l,
-                         kh_err *err)
-{
-    const char *tmp = getenv("TMPDIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/khlua-host-XXXXXX.so", tmp && *tmp ? tmp : "/tmp");
-    int fd = mkstemps(path, 3);
-    if (fd < 0)
-        return kh_err_set(err, KH_EIO, "cannot create a temporary file for the shared object: %s",
-                          strerror(errno));
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = write(fd, so + off, len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(path);
-            return kh_err_set(err, KH_EIO, "cannot write the shared object: %s", strerror(e));
-        }
-        off += (size_t)n;
-    }
-    close(fd);
-    l->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    unlink(path);
-    if (!l->handle)
-        return kh_err_set(err, KH_ECOMPILE, "cannot load the shared object: %s", dlerror());
-    dlerror();
-    void *sym = dlsym(l->handle, symbol);
-    if (!sym) {
-        dlclose(l->handle);
-        l->handle = NULL;
-        return kh_err_set(err, KH_ECOMPILE, "entry symbol '%s' not found in the shared object",
-                          symbol);
-    }
-    /* A data pointer to a function pointer: POSIX guarantees dlsym works so. */
-    memcpy(&l->fn, &sym, sizeof sym);
-    return KH_OK;
-}
-
-static void so_unload(loaded *l)
-{
-    if (l->handle)
-        dlclose(l->handle);
-    l->handle = NULL;
-    l->fn = NULL;
-}
-
-/* ---- tensors and buffers -------------------------------------------------- */
+/* ---- tensors ------------------------------------------------------------- */
 enum { T_INPUT, T_OUTPUT, T_WORKSPACE };
 enum { G_NONE, G_RANDOM, G_SCALAR, G_BYTES, G_DSA_KCACHE };
 
@@ -345,81 +170,7 @@ typedef struct tspec {
     int zero;
 } tspec;
 
-typedef struct hbuf {
-    unsigned char *map, *data;
-    size_t maplen, nbytes;
-} hbuf;
-
-/* One complete set of buffers (every tensor), at its own addresses. */
-typedef struct bset {
-    hbuf b[MAX_TENSORS];
-    unsigned char *snap[MAX_TENSORS]; /* inputs as generated (checksums) */
-    int values;                        /* which input values it holds (-1: none) */
-} bset;
-
 static unsigned char canary(size_t i) { return (unsigned char)(0x5A ^ (i * 0x9Du)); }
-
-/* [no access page][canary page][data ... pad][canary page][no access page]:
- * a write just past the data hits the canary (checked after each call, a
- * clean verdict); one far past it faults on the no-access page (described
- * by the signal handler). */
-static kh_status buf_alloc(size_t page, const tspec *t, hbuf *h, kh_err *err)
-{
-    size_t body = (t->nbytes + page - 1) / page * page;
-    h->maplen = body + 4 * page;
-    h->nbytes = t->nbytes;
-    h->map = mmap(NULL, h->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (h->map == MAP_FAILED) {
-        h->map = NULL;
-        return kh_err_set(err, KH_ENOMEM, "cannot map %zu bytes for '%s': %s", h->maplen,
-                          t->name, strerror(errno));
-    }
-    h->data = h->map + 2 * page;
-    if (mprotect(h->map, page, PROT_NONE) ||
-        mprotect(h->map + h->maplen - page, page, PROT_NONE)) {
-        int e = errno;
-        munmap(h->map, h->maplen);
-        h->map = NULL;
-        return kh_err_set(err, KH_EIO, "mprotect: %s", strerror(e));
-    }
-    const char *role = t->role == T_INPUT ? "input" : t->role == T_OUTPUT ? "output" : "workspace";
-    char nm[72];
-    snprintf(nm, sizeof nm, "%s %s", role, t->name);
-    guard_add(h->map, page, "before", nm);
-    guard_add(h->map + h->maplen - page, page, "after", nm);
-    for (size_t i = 0; i < page; i++)
-        h->map[page + i] = canary(i);
-    for (size_t i = 0; h->data + t->nbytes + i < h->map + h->maplen - page; i++)
-        h->data[t->nbytes + i] = canary(i);
-    return KH_OK;
-}
-
-static void buf_free(size_t page, hbuf *h)
-{
-    if (!h->map)
-        return;
-    guard_remove(h->map);
-    guard_remove(h->map + h->maplen - page);
-    munmap(h->map, h->maplen);
-    h->map = NULL;
-}
-
-/* "" when both canary bands are intact; else which one broke. */
-static int buf_guards_ok(size_t page, const hbuf *h, char *why, size_t n)
-{
-    for (size_t i = 0; i < page; i++)
-        if (h->map[page + i] != canary(i)) {
-            snprintf(why, n, "the guard band before it was written (%zu bytes before the start)",
-                     page - i);
-            return 0;
-        }
-    for (size_t i = 0; h->data + h->nbytes + i < h->map + h->maplen - page; i++)
-        if (h->data[h->nbytes + i] != canary(i)) {
-            snprintf(why, n, "the guard band after it was written (%zu bytes past the end)", i);
-            return 0;
-        }
-    return 1;
-}
 
 /* ---- the request ---------------------------------------------------------- */
 enum { A_PTR, A_I32, A_I64, A_U32, A_U64, A_F32, A_F64, A_SCALAR };
@@ -448,7 +199,8 @@ typedef struct req {
     kh_bench_opts bo;
     int rotate;
     double verify_fraction;
-    uint64_t sample_seed;
+    int max_verified;
+    uint64_t timing_seed, sample_seed;
     double deadline_s;
 } req;
 
@@ -609,6 +361,9 @@ static kh_status parse_req(const json_t *p, const unsigned char *payload, size_t
     json_t *args = json_object_get(entry, "args");
     if (!r->symbol || !json_is_array(args) || json_array_size(args) > MAX_ARGS)
         return kh_err_set(err, KH_EINVAL, "evaluate: entry: expected {symbol, args}");
+    if (strlen(r->symbol) >= sizeof ((kh_jail_ctl *)0)->symbol)
+        return kh_err_set(err, KH_EINVAL, "evaluate: entry.symbol: longer than %zu bytes",
+                          sizeof ((kh_jail_ctl *)0)->symbol - 1);
     r->na = json_array_size(args);
     int ni = 0, nf = 0;
     for (size_t i = 0; i < r->na; i++) {
@@ -656,11 +411,10 @@ static kh_status parse_req(const json_t *p, const unsigned char *payload, size_t
         if ((v = json_object_get(tm, "max_rel_stdev"))) r->bo.max_rel_stdev = json_number_value(v);
         if ((v = json_object_get(tm, "timeout_s"))) r->bo.timeout_s = json_number_value(v);
         r->rotate = (int)json_integer_value(json_object_get(tm, "rotate_inputs"));
-        if (r->rotate < 1)
-            r->rotate = 1;
-        if ((size_t)r->rotate > r->ntrials)
-            r->rotate = (int)r->ntrials;
         r->verify_fraction = json_number_value(json_object_get(tm, "verify_timed_fraction"));
+        r->max_verified = (v = json_object_get(tm, "max_verified")) ? (int)json_integer_value(v)
+                                                                    : 1 << 30;
+        r->timing_seed = (uint64_t)json_integer_value(json_object_get(tm, "seed"));
         r->sample_seed = (uint64_t)json_integer_value(json_object_get(tm, "sample_seed"));
     } else if (tm && !json_is_null(tm)) {
         return kh_err_set(err, KH_EINVAL, "evaluate: timing: expected an object or null");
@@ -693,142 +447,40 @@ static kh_status out_add(outbuf *o, const void *d, size_t n, size_t *off, kh_err
     return KH_OK;
 }
 
+/* One tensor of one slot in the arena:
+ * [guard page][canary page][data ... pad][canary page][guard page].
+ * The guard pages have no access in the jail (a write far past the data
+ * faults there, described by the jail's handler); the warden filled the
+ * whole band around the data with the canary pattern, and checks all of it
+ * after every call (a jail that made its guard pages writable again is
+ * caught the same way). */
+typedef struct tbuf {
+    size_t off, band; /* the region's offset in the data area; band: 2 pages */
+    size_t len;       /* the whole region */
+    unsigned char *data;
+} tbuf;
+
 typedef struct run {
     kh_worker *w;
     host_state *s;
+    kh_jail *j;
     req *r;
-    loaded so;
-    bset *sets;   /* ntrials correctness sets, then rotate timing slots */
-    size_t nsets;
+    int nslots;
+    tbuf b[KH_JAIL_MAX_SLOTS][MAX_TENSORS];
+    unsigned char *snap[KH_JAIL_MAX_SLOTS][MAX_TENSORS]; /* inputs as generated */
+    uint64_t slot_seed[KH_JAIL_MAX_SLOTS];
+    unsigned char *kept[MAX_TENSORS]; /* the last call's outputs, as it returned */
+    int kept_slot;                    /* -1: none */
+    long kept_call;
+    long calls;                       /* every call of the evaluation */
+    long tcalls;                      /* calls of the timing phase, warm-up included */
     outbuf out;
     json_t *failures;
-    long calls;   /* timing: calls made, for rotation */
-    bset *cur;    /* the set the next call uses */
     json_t *timed_outputs;
-    int sampled;  /* the current timed call is verified */
-    long timed_i;
-    int cur_values;
-    int timing_failed;
+    int cur, verify_now, nverified;
+    uint64_t cur_seed;
+    int timing_failed, late_failed;
 } run;
-
-static void set_free(run *x, bset *b)
-{
-    for (size_t i = 0; i < x->r->nt; i++) {
-        buf_free(x->s->page, &b->b[i]);
-        free(b->snap[i]);
-        b->snap[i] = NULL;
-    }
-}
-
-static kh_status set_alloc(run *x, bset *b, kh_err *err)
-{
-    memset(b, 0, sizeof *b);
-    b->values = -1;
-    for (size_t i = 0; i < x->r->nt; i++) {
-        kh_status st = buf_alloc(x->s->page, &x->r->t[i], &b->b[i], err);
-        if (st)
-            return st;
-    }
-    return KH_OK;
-}
-
-/* Fill the inputs of b for seed, and keep a copy of each (the checksum). */
-static kh_status set_generate(run *x, bset *b, uint64_t seed, kh_err *err)
-{
-    kh_engine *e = kh_worker_engine(x->w);
-    for (size_t i = 0; i < x->r->nt; i++) {
-        const tspec *t = &x->r->t[i];
-        if (t->role != T_INPUT)
-            continue;
-        kh_tensor *tt = NULL;
-        kh_status st = kh_tensor_borrow(&tt, t->dtype, t->ndim, t->shape, b->b[i].data,
-                                        t->nbytes, err);
-        if (st)
-            return st;
-        if (t->gen == G_RANDOM)
-            st = kh_rng_fill(e, tt, seed, t->stream, err);
-        else if (t->gen == G_DSA_KCACHE)
-            st = kh_rng_fill_dsa_kcache(e, tt, seed, t->stream, err);
-        else if (t->gen == G_SCALAR)
-            kh_tensor_set(tt, 0, t->value);
-        else if (t->gen == G_BYTES)
-            for (size_t o = 0; t->bytes_len && o < t->nbytes; o += t->bytes_len)
-                memcpy((unsigned char *)b->b[i].data + o, x->r->payload + t->bytes_off,
-                       t->bytes_len);
-        kh_tensor_free(tt);
-        if (st)
-            return st;
-        free(b->snap[i]);
-        b->snap[i] = malloc(t->nbytes ? t->nbytes : 1);
-        if (!b->snap[i])
-            return kh_err_set(err, KH_ENOMEM, "out of memory for an input checksum copy");
-        memcpy(b->snap[i], b->b[i].data, t->nbytes);
-    }
-    return KH_OK;
-}
-
-static void prep_outputs(run *x, bset *b, int pattern)
-{
-    for (size_t i = 0; i < x->r->nt; i++) {
-        const tspec *t = &x->r->t[i];
-        if (t->role == T_OUTPUT && pattern >= 0)
-            memset(b->b[i].data, pattern, t->nbytes);
-        else if (t->role == T_WORKSPACE && t->zero)
-            memset(b->b[i].data, 0, t->nbytes);
-    }
-}
-
-static void call_set(run *x, bset *b)
-{
-    long iv[6] = {0};
-    double fv[8] = {0};
-    int ni = 0, nf = 0;
-    for (size_t k = 0; k < x->r->na; k++) {
-        const harg *a = &x->r->a[k];
-        uint64_t bits = 0;
-        switch (a->kind) {
-        case A_PTR: iv[ni++] = (long)(uintptr_t)b->b[a->tensor].data; break;
-        case A_I32: iv[ni++] = (long)(int32_t)a->i; break;
-        case A_I64: iv[ni++] = (long)a->i; break;
-        case A_U32: iv[ni++] = (long)(uint32_t)a->i; break;
-        case A_U64: iv[ni++] = (long)(uint64_t)a->i; break;
-        case A_F64: fv[nf++] = a->f; break;
-        case A_F32: {
-            /* A float travels in the low 32 bits of its vector register (SysV
-             * x86-64 and AAPCS64 alike): put its bits there. */
-            float f = (float)a->f;
-            uint32_t u;
-            memcpy(&u, &f, 4);
-            bits = u;
-            memcpy(&fv[nf++], &bits, 8);
-            break;
-        }
-        case A_SCALAR: {
-            const tspec *t = &x->r->t[a->tensor];
-            const unsigned char *d = b->b[a->tensor].data;
-            if (t->dtype == KH_DTYPE_F32) {
-                uint32_t u;
-                memcpy(&u, d, 4);
-                bits = u;
-                memcpy(&fv[nf++], &bits, 8);
-            } else if (t->dtype == KH_DTYPE_I32) {
-                int32_t v;
-                memcpy(&v, d, 4);
-                iv[ni++] = v;
-            } else if (t->dtype == KH_DTYPE_I64) {
-                int64_t v;
-                memcpy(&v, d, 8);
-                iv[ni++] = (long)v;
-            } else {
-                iv[ni++] = d[0] != 0;
-            }
-            break;
-        }
-        }
-    }
-    x->so.fn(iv[0], iv[1], iv[2], iv[3], iv[4], iv[5], fv[0], fv[1], fv[2], fv[3], fv[4], fv[5],
-             fv[6], fv[7]);
-}
 
 static void add_failure(run *x, const char *check, long trial, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -845,18 +497,194 @@ static void add_failure(run *x, const char *check, long trial, const char *fmt, 
     json_array_append_new(x->failures, f);
 }
 
-/* Inputs unchanged against snapshot snap_of (the values b should hold). */
-static int check_inputs(run *x, bset *b, bset *snap_of, const char *when, long trial)
+static const char *role_name(int role)
+{
+    return role == T_INPUT ? "input" : role == T_OUTPUT ? "output" : "workspace";
+}
+
+/* The arena: the control page, then every slot's tensors; the jail's layout
+ * (argument kinds, data offsets, guard pages) and the canary bands. */
+static kh_status layout(run *x, kh_err *err)
+{
+    const req *r = x->r;
+    size_t page = x->s->page, at = 0;
+    int want = r->rotate > 0 ? r->rotate : DEFAULT_SLOTS;
+    x->nslots = want < 2 ? 2 : want > KH_JAIL_MAX_SLOTS ? KH_JAIL_MAX_SLOTS : want;
+    for (int s = 0; s < x->nslots; s++)
+        for (size_t i = 0; i < r->nt; i++) {
+            tbuf *b = &x->b[s][i];
+            size_t body = (r->t[i].nbytes + page - 1) / page * page;
+            b->off = at;
+            b->band = 2 * page;
+            b->len = body + 4 * page;
+            at += b->len;
+        }
+    kh_status st = kh_jail_arena(x->j, at, err);
+    if (st)
+        return st;
+    kh_jail_ctl *c = x->j->ctl;
+    unsigned char *data = x->j->arena + x->j->ctl_len;
+    memset(c, 0, sizeof *c);
+    snprintf(c->symbol, sizeof c->symbol, "%s", r->symbol);
+    c->cpu_s = r->deadline_s > 0 ? 2 * r->deadline_s + 5 : 0;
+    c->nslots = (uint32_t)x->nslots;
+    c->nt = (uint32_t)r->nt;
+    c->na = (uint32_t)r->na;
+    for (size_t k = 0; k < r->na; k++) {
+        const harg *a = &r->a[k];
+        kh_jail_arg *ja = &c->a[k];
+        ja->kind = a->kind; /* the same order as KH_JARG_* */
+        ja->tensor = a->kind == A_PTR || a->kind == A_SCALAR ? a->tensor : -1;
+        ja->i = a->i;
+        ja->f = a->f;
+        if (a->kind == A_SCALAR) {
+            kh_dtype d = r->t[a->tensor].dtype;
+            ja->scalar = d == KH_DTYPE_F32   ? KH_JSCALAR_F32
+                         : d == KH_DTYPE_I32 ? KH_JSCALAR_I32
+                         : d == KH_DTYPE_I64 ? KH_JSCALAR_I64
+                                             : KH_JSCALAR_BOOL;
+        }
+    }
+    for (int s = 0; s < x->nslots; s++)
+        for (size_t i = 0; i < r->nt; i++) {
+            tbuf *b = &x->b[s][i];
+            unsigned char *m = data + b->off;
+            b->data = m + b->band;
+            c->data_off[s][i] = x->j->ctl_len + b->off + b->band;
+            kh_jail_guard *g = &c->guards[c->nguards++];
+            g->off = x->j->ctl_len + b->off;
+            g->len = page;
+            snprintf(g->what, sizeof g->what, "before %s '%s'", role_name(r->t[i].role),
+                     r->t[i].name);
+            g = &c->guards[c->nguards++];
+            g->off = x->j->ctl_len + b->off + b->len - page;
+            g->len = page;
+            snprintf(g->what, sizeof g->what, "after %s '%s'", role_name(r->t[i].role),
+                     r->t[i].name);
+            for (size_t k = 0; k < b->band; k++)
+                m[k] = canary(k);
+            for (size_t k = 0; b->band + r->t[i].nbytes + k < b->len; k++)
+                b->data[r->t[i].nbytes + k] = canary(k);
+            if (r->t[i].role == T_INPUT &&
+                !(x->snap[s][i] = malloc(r->t[i].nbytes ? r->t[i].nbytes : 1)))
+                return kh_err_set(err, KH_ENOMEM, "out of memory for an input checksum copy");
+        }
+    for (size_t i = 0; i < r->nt; i++)
+        if (r->t[i].role == T_OUTPUT && !(x->kept[i] = malloc(r->t[i].nbytes ? r->t[i].nbytes : 1)))
+            return kh_err_set(err, KH_ENOMEM, "out of memory for an output copy");
+    x->kept_slot = -1;
+    return KH_OK;
+}
+
+static void run_free(run *x)
+{
+    for (int s = 0; s < KH_JAIL_MAX_SLOTS; s++)
+        for (size_t i = 0; i < MAX_TENSORS; i++)
+            free(x->snap[s][i]);
+    for (size_t i = 0; i < MAX_TENSORS; i++)
+        free(x->kept[i]);
+}
+
+/* Generate slot s's inputs for seed: into the private copy (the checksum),
+ * then into the arena. */
+static kh_status fill_inputs(run *x, int s, uint64_t seed, kh_err *err)
+{
+    kh_engine *e = kh_worker_engine(x->w);
+    for (size_t i = 0; i < x->r->nt; i++) {
+        const tspec *t = &x->r->t[i];
+        if (t->role != T_INPUT)
+            continue;
+        unsigned char *d = x->snap[s][i];
+        kh_tensor *tt = NULL;
+        kh_status st = kh_tensor_borrow(&tt, t->dtype, t->ndim, t->shape, d, t->nbytes, err);
+        if (st)
+            return st;
+        if (t->gen == G_RANDOM)
+            st = kh_rng_fill(e, tt, seed, t->stream, err);
+        else if (t->gen == G_DSA_KCACHE)
+            st = kh_rng_fill_dsa_kcache(e, tt, seed, t->stream, err);
+        else if (t->gen == G_SCALAR)
+            kh_tensor_set(tt, 0, t->value);
+        else if (t->gen == G_BYTES)
+            for (size_t o = 0; t->bytes_len && o < t->nbytes; o += t->bytes_len)
+                memcpy(d + o, x->r->payload + t->bytes_off,
+                       t->bytes_len < t->nbytes - o ? t->bytes_len : t->nbytes - o);
+        kh_tensor_free(tt);
+        if (st)
+            return st;
+        memcpy(x->b[s][i].data, d, t->nbytes);
+    }
+    x->slot_seed[s] = seed;
+    return KH_OK;
+}
+
+/* The same inputs as slot from, in slot s. */
+static void copy_inputs(run *x, int s, int from)
+{
+    for (size_t i = 0; i < x->r->nt; i++)
+        if (x->r->t[i].role == T_INPUT) {
+            memcpy(x->snap[s][i], x->snap[from][i], x->r->t[i].nbytes);
+            memcpy(x->b[s][i].data, x->snap[s][i], x->r->t[i].nbytes);
+        }
+    x->slot_seed[s] = x->slot_seed[from];
+}
+
+static void prep_outputs(run *x, int s, int pattern)
+{
+    for (size_t i = 0; i < x->r->nt; i++) {
+        const tspec *t = &x->r->t[i];
+        if (t->role == T_OUTPUT && pattern >= 0)
+            memset(x->b[s][i].data, pattern, t->nbytes);
+        else if (t->role == T_WORKSPACE && t->zero)
+            memset(x->b[s][i].data, 0, t->nbytes);
+    }
+}
+
+/* The outputs as the call returned them, kept to compare before the next. */
+static void keep_outputs(run *x, int s, long call)
+{
+    for (size_t i = 0; i < x->r->nt; i++)
+        if (x->r->t[i].role == T_OUTPUT)
+            memcpy(x->kept[i], x->b[s][i].data, x->r->t[i].nbytes);
+    x->kept_slot = s;
+    x->kept_call = call;
+}
+
+/* Nothing wrote the last call's outputs after it returned. */
+static int check_late(run *x, long trial)
+{
+    int s = x->kept_slot;
+    if (s < 0 || x->late_failed)
+        return 1;
+    for (size_t i = 0; i < x->r->nt; i++) {
+        const tspec *t = &x->r->t[i];
+        if (t->role != T_OUTPUT || !memcmp(x->kept[i], x->b[s][i].data, t->nbytes))
+            continue;
+        size_t first = 0;
+        while (first < t->nbytes && x->kept[i][first] == x->b[s][i].data[first])
+            first++;
+        add_failure(x, "late_write", trial, "output '%s' of call %ld was written after the call "
+                    "had returned (first at byte %zu): work left running past its end is not "
+                    "timed", t->name, x->kept_call, first);
+        x->late_failed = 1;
+        return 0;
+    }
+    return 1;
+}
+
+/* Inputs unchanged against their private copy. */
+static int check_inputs(run *x, int s, const char *when, long trial)
 {
     int ok = 1;
     for (size_t i = 0; i < x->r->nt; i++) {
         const tspec *t = &x->r->t[i];
-        if (t->role != T_INPUT || !memcmp(b->b[i].data, snap_of->snap[i], t->nbytes))
+        const unsigned char *d = x->b[s][i].data, *want = x->snap[s][i];
+        if (t->role != T_INPUT || !memcmp(d, want, t->nbytes))
             continue;
         size_t es = kh_dtype_bits(t->dtype) >= 8 ? (size_t)kh_dtype_bits(t->dtype) / 8 : 1;
         uint64_t changed = 0, first = UINT64_MAX;
         for (size_t e = 0; e < t->nbytes / es; e++)
-            if (memcmp(b->b[i].data + e * es, snap_of->snap[i] + e * es, es)) {
+            if (memcmp(d + e * es, want + e * es, es)) {
                 if (first == UINT64_MAX)
                     first = e;
                 changed++;
@@ -864,20 +692,30 @@ static int check_inputs(run *x, bset *b, bset *snap_of, const char *when, long t
         add_failure(x, "inputs_unchanged", trial, "input '%s' changed %s (%llu of %llu elements; "
                     "first at %llu)", t->name, when, (unsigned long long)changed,
                     (unsigned long long)(t->nbytes / es), (unsigned long long)first);
+        memcpy(x->b[s][i].data, want, t->nbytes); /* later calls see the right values */
         ok = 0;
     }
     return ok;
 }
 
-static int check_guards(run *x, bset *b, const char *when, long trial)
+static int check_guards(run *x, int s, const char *when, long trial)
 {
     int ok = 1;
     for (size_t i = 0; i < x->r->nt; i++) {
-        char why[200];
-        if (!buf_guards_ok(x->s->page, &b->b[i], why, sizeof why)) {
-            add_failure(x, "guards", trial, "%s '%s': %s %s",
-                        x->r->t[i].role == T_INPUT ? "input" :
-                        x->r->t[i].role == T_OUTPUT ? "output" : "workspace",
+        const tbuf *b = &x->b[s][i];
+        const unsigned char *m = b->data - b->band;
+        size_t n = x->r->t[i].nbytes;
+        char why[200] = "";
+        for (size_t k = 0; k < b->band && !why[0]; k++)
+            if (m[k] != canary(k))
+                snprintf(why, sizeof why, "the guard band before it was written (%zu bytes "
+                         "before the start)", b->band - k);
+        for (size_t k = 0; b->band + n + k < b->len && !why[0]; k++)
+            if (b->data[n + k] != canary(k))
+                snprintf(why, sizeof why, "the guard band after it was written (%zu bytes past "
+                         "the end)", k);
+        if (why[0]) {
+            add_failure(x, "guards", trial, "%s '%s': %s %s", role_name(x->r->t[i].role),
                         x->r->t[i].name, why, when);
             ok = 0;
         }
@@ -885,14 +723,14 @@ static int check_guards(run *x, bset *b, const char *when, long trial)
     return ok;
 }
 
-static kh_status capture_outputs(run *x, bset *b, json_t **obj, kh_err *err)
+static kh_status capture_outputs(run *x, json_t **obj, kh_err *err)
 {
     *obj = json_object();
     for (size_t i = 0; i < x->r->nt; i++) {
         if (x->r->t[i].role != T_OUTPUT)
             continue;
         size_t off = 0;
-        kh_status st = out_add(&x->out, b->b[i].data, x->r->t[i].nbytes, &off, err);
+        kh_status st = out_add(&x->out, x->kept[i], x->r->t[i].nbytes, &off, err);
         if (st)
             return st;
         json_object_set_new(*obj, x->r->t[i].name,
@@ -901,99 +739,85 @@ static kh_status capture_outputs(run *x, bset *b, json_t **obj, kh_err *err)
     return KH_OK;
 }
 
-static void set_cpu_limit(double deadline_s)
+/* The next slot of the pool: every call, correctness or timing, takes the
+ * next one, so the addresses a call sees say nothing about what it is. */
+static int next_slot(run *x) { return (int)(x->calls++ % x->nslots); }
+
+/* One untimed call on slot s (correctness). */
+static void call_slot(run *x, int s)
 {
-    struct rusage ru;
-    struct rlimit rl;
-    if (deadline_s <= 0 || getrusage(RUSAGE_SELF, &ru) || getrlimit(RLIMIT_CPU, &rl))
-        return;
-    double used = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + 1;
-    /* twice the wall deadline: the supervisor's deadline fires first (a
-     * TIMEOUT); this catches a worker whose coordinator is gone */
-    rlim_t soft = (rlim_t)(used + 2 * deadline_s + 1);
-    if (rl.rlim_max != RLIM_INFINITY && soft > rl.rlim_max)
-        soft = rl.rlim_max;
-    rl.rlim_cur = soft;
-    setrlimit(RLIMIT_CPU, &rl);
+    kh_jail_arm(x->j, (uint32_t)s);
+    kh_jail_go(x->j);
+    keep_outputs(x, s, x->calls - 1);
 }
 
-/* -- timing callbacks -- */
-static kh_status t_call(void *ctx, kh_err *err)
+/* -- timing callbacks: the timer (hostbench.c) runs here, in the warden -- */
+static uint64_t call_seed(const req *r, long k)
 {
-    (void)err;
-    run *x = ctx;
-    call_set(x, x->cur);
-    return KH_OK;
+    return kh_rng_derive_seed(r->timing_seed, 0x7F, (uint64_t)k) & INT64_MAX;
 }
 
-static int sampled(const req *r, long i)
+static int verify_draw(run *x, long ti)
 {
-    if (r->verify_fraction <= 0)
+    const req *r = x->r;
+    if (ti < 0 || r->verify_fraction <= 0 || x->nverified >= r->max_verified)
         return 0;
     if (r->verify_fraction >= 1)
         return 1;
-    /* One call at a random position in every block of floor(1/f) calls:
-     * exactly the fraction asked for, never fewer. */
-    long block = (long)floor(1.0 / r->verify_fraction);
-    if (block < 1)
-        block = 1;
-    uint64_t h = kh_rng_derive_seed(r->sample_seed, (uint64_t)(i / block), 0x5a11);
-    return (uint64_t)(i % block) == h % (uint64_t)block;
+    uint64_t h = kh_rng_derive_seed(r->sample_seed, 0x5E, (uint64_t)ti);
+    return (double)(h >> 11) * 0x1p-53 < r->verify_fraction;
+}
+
+static kh_status t_call(void *ctx, kh_err *err)
+{
+    (void)err;
+    kh_jail_go(((run *)ctx)->j);
+    return KH_OK;
 }
 
 static kh_status t_pre(void *ctx, long ti, kh_err *err)
 {
-    (void)err;
     run *x = ctx;
-    int R = x->r->rotate;
-    long i = x->calls;
-    /* Slot (address) i % R gets value set (i + i / R) % R: the pairing of
-     * values and addresses shifts every round, so a result cached by address
-     * is wrong on the next visit. */
-    bset *slot = &x->sets[x->r->ntrials + (size_t)(i % R)];
-    int v = (int)((i + i / R) % R);
-    if (slot->values != v) {
-        for (size_t k = 0; k < x->r->nt; k++)
-            if (x->r->t[k].role == T_INPUT)
-                memcpy(slot->b[k].data, x->sets[v].snap[k], x->r->t[k].nbytes);
-        slot->values = v;
-    }
-    x->cur = slot;
-    x->cur_values = v;
-    x->timed_i = ti;
-    x->sampled = ti >= 0 && sampled(x->r, ti);
-    /* Every call's outputs are poisoned (outside the window, before the
-     * flush), not only the verified ones: a candidate cannot tell which
-     * calls are checked, nor skip work because the output already holds a
-     * result. */
-    prep_outputs(x, slot, x->r->poison ? POISON_A : -1);
+    if (!check_late(x, -1))
+        x->timing_failed = 1;
+    long k = x->tcalls++;
+    int s = next_slot(x);
+    uint64_t seed = call_seed(x->r, k);
+    kh_status st = fill_inputs(x, s, seed, err);
+    if (st)
+        return kh_err_prefix(err, "timing call %ld", k);
+    /* every call's outputs poisoned (alternating patterns), verified or not */
+    prep_outputs(x, s, x->r->poison ? ((k & 1) ? POISON_B : POISON_A) : -1);
+    x->cur = s;
+    x->cur_seed = seed;
+    x->verify_now = verify_draw(x, ti);
+    kh_jail_arm(x->j, (uint32_t)s);
     return KH_OK;
 }
 
 static kh_status t_post(void *ctx, long ti, kh_err *err)
 {
     run *x = ctx;
-    x->calls++;
+    int s = x->cur;
+    keep_outputs(x, s, x->calls - 1);
     char when[64];
-    snprintf(when, sizeof when, "during timing (call %ld)", x->calls - 1);
-    if (x->r->inputs_unchanged && !check_inputs(x, x->cur, &x->sets[x->cur_values], when, -1)) {
-        /* restore, so later calls see the right values */
-        x->cur->values = -1;
+    snprintf(when, sizeof when, "during timing (call %ld)", x->tcalls - 1);
+    if (x->r->inputs_unchanged && !check_inputs(x, s, when, -1))
         x->timing_failed = 1;
-    }
-    if (x->r->guards && !check_guards(x, x->cur, when, -1))
+    if (x->r->guards && !check_guards(x, s, when, -1))
         x->timing_failed = 1;
-    if (x->sampled) {
+    if (x->verify_now) {
+        x->nverified++;
         json_t *o;
-        kh_status st = capture_outputs(x, x->cur, &o, err);
+        kh_status st = capture_outputs(x, &o, err);
         if (st) {
             json_decref(o);
             return st;
         }
         json_array_append_new(x->timed_outputs,
-                              json_pack("{s:i, s:I, s:I, s:o}", "set", x->cur_values, "seed",
-                                        (json_int_t)x->r->seeds[x->cur_values], "call",
-                                        (json_int_t)ti, "outputs", o));
+                              json_pack("{s:i, s:I, s:I, s:o}", "set", s, "seed",
+                                        (json_int_t)x->cur_seed, "call", (json_int_t)ti,
+                                        "outputs", o));
     }
     return KH_OK;
 }
@@ -1032,61 +856,62 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
                             kh_err *err)
 {
     req *r = calloc(1, sizeof *r);
-    run x;
-    memset(&x, 0, sizeof x);
-    if (!r)
+    run *x = calloc(1, sizeof *x);
+    if (!r || !x) {
+        free(r);
+        free(x);
         return kh_err_set(err, KH_ENOMEM, "out of memory");
+    }
     kh_status st = parse_req(params, payload, n, r, err);
     if (st) {
         free(r);
+        free(x);
         return st;
     }
-    x.w = w;
-    x.s = S(w);
-    x.r = r;
-    x.failures = json_array();
-    x.timed_outputs = json_array();
+    x->w = w;
+    x->s = S(w);
+    x->j = &x->s->jail;
+    x->r = r;
+    x->failures = json_array();
+    x->timed_outputs = json_array();
     json_t *trials = json_array(), *timing = json_null();
-    set_cpu_limit(r->deadline_s);
-    x.nsets = r->ntrials + (r->timing ? (size_t)r->rotate : 0);
-    x.sets = calloc(x.nsets, sizeof *x.sets);
-    if (!x.sets) {
-        st = kh_err_set(err, KH_ENOMEM, "out of memory");
-        goto out;
-    }
-    if ((st = so_load(r->so, r->so_len, r->symbol, &x.so, err)))
+    if ((st = layout(x, err)) || (st = kh_jail_start(x->j, r->so, r->so_len, err)))
         goto out;
 
-    /* Correctness: every trial on its own buffers (fresh addresses and
-     * values), kept to the end so no two trials share an address. */
+    /* Correctness: each trial's inputs in the next slot, called under one
+     * poison and (with poison) again, on the same values in the slot after,
+     * under the other. */
     for (size_t tr = 0; tr < r->ntrials; tr++) {
-        bset *b = &x.sets[tr];
-        if ((st = set_alloc(&x, b, err)) || (st = set_generate(&x, b, r->seeds[tr], err)))
-            goto out;
-        b->values = (int)tr;
         json_t *trial = json_pack("{s:I}", "seed", (json_int_t)r->seeds[tr]);
         json_t *checks = json_object();
         json_array_append_new(trials, trial);
-        int npass = r->poison ? 2 : 1, in_ok = 1, g_ok = 1;
-        size_t first_out = x.out.len;
+        int npass = r->poison ? 2 : 1, in_ok = 1, g_ok = 1, first = -1;
+        size_t first_out = x->out.len;
         for (int pass = 0; pass < npass; pass++) {
-            prep_outputs(&x, b, r->poison ? (pass ? POISON_B : POISON_A) : -1);
-            call_set(&x, b);
+            check_late(x, (long)tr);
+            int s = next_slot(x);
+            if (first < 0) {
+                if ((st = fill_inputs(x, s, r->seeds[tr], err))) {
+                    json_decref(checks);
+                    goto out;
+                }
+                first = s;
+            } else {
+                copy_inputs(x, s, first);
+            }
+            prep_outputs(x, s, r->poison ? (pass ? POISON_B : POISON_A) : -1);
+            call_slot(x, s);
             json_t *o;
-            if ((st = capture_outputs(&x, b, &o, err))) {
+            if ((st = capture_outputs(x, &o, err))) {
                 json_decref(o);
                 json_decref(checks);
                 goto out;
             }
             json_object_set_new(trial, pass ? "outputs_b" : "outputs", o);
             const char *when = pass ? "by the second call" : "by the first call";
-            if (r->inputs_unchanged && in_ok && !check_inputs(&x, b, b, when, (long)tr)) {
+            if (r->inputs_unchanged && in_ok && !check_inputs(x, s, when, (long)tr))
                 in_ok = 0;
-                for (size_t k = 0; k < r->nt; k++)
-                    if (r->t[k].role == T_INPUT)
-                        memcpy(b->b[k].data, b->snap[k], r->t[k].nbytes);
-            }
-            if (r->guards && g_ok && !check_guards(&x, b, when, (long)tr))
+            if (r->guards && g_ok && !check_guards(x, s, when, (long)tr))
                 g_ok = 0;
         }
         if (r->inputs_unchanged)
@@ -1097,10 +922,10 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
         if (npass == 2) {
             /* bit-identical under both poisons (so every byte was written):
              * the second copy is not sent, the coordinator judges it once */
-            size_t half = (x.out.len - first_out) / 2;
-            same = !half || !memcmp(x.out.p + first_out, x.out.p + first_out + half, half);
+            size_t half = (x->out.len - first_out) / 2;
+            same = !half || !memcmp(x->out.p + first_out, x->out.p + first_out + half, half);
             if (same) {
-                x.out.len = first_out + half;
+                x->out.len = first_out + half;
                 json_object_set_new(trial, "outputs_b",
                                     json_deep_copy(json_object_get(trial, "outputs")));
                 json_object_set_new(trial, "outputs_b_same", json_true());
@@ -1109,53 +934,54 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
         if (r->deterministic && npass == 2) {
             json_object_set_new(checks, "deterministic", json_string(same ? "ok" : "failed"));
             if (!same)
-                add_failure(&x, "deterministic", (long)tr,
+                add_failure(x, "deterministic", (long)tr,
                             "the two calls of trial %zu gave different bits", tr);
         }
         json_object_set_new(trial, "checks", checks);
     }
 
     if (r->timing) {
+        check_late(x, -1);
         if (r->reload) {
-            so_unload(&x.so);
-            if ((st = so_load(r->so, r->so_len, r->symbol, &x.so, err)))
+            /* a fresh process: nothing of the correctness calls survives */
+            if ((st = kh_jail_start(x->j, r->so, r->so_len, err)))
                 goto out;
+            x->kept_slot = -1;
         }
-        for (int k = 0; k < r->rotate; k++)
-            if ((st = set_alloc(&x, &x.sets[r->ntrials + (size_t)k], err)))
-                goto out;
-        if (!x.s->copy_bw)
-            x.s->copy_bw = host_bandwidth();
-        kh_hostbench_target t = {.call = t_call, .pre = t_pre, .post = t_post, .ctx = &x};
+        if (!x->s->copy_bw)
+            x->s->copy_bw = host_bandwidth();
+        kh_hostbench_target t = {.call = t_call, .pre = t_pre, .post = t_post, .ctx = x};
         kh_bench_result br;
         st = kh_hostbench_run(kh_worker_engine(w), &t, &r->bo, &br, err);
         if (!st) {
             json_decref(timing);
-            timing = timing_json(&br, &r->bo, x.s->copy_bw);
+            timing = timing_json(&br, &r->bo, x->s->copy_bw);
         }
         kh_bench_result_free(&br);
         if (st)
             goto out;
+        /* the last call's outputs, a moment later */
+        usleep(1000);
+        check_late(x, -1);
     }
 
-    *result = json_pack("{s:o, s:o, s:o, s:o, s:{s:s, s:s, s:b}}", "trials", trials,
-                        "timed_outputs", x.timed_outputs, "timing", timing, "failures",
-                        x.failures, "worker", "network", x.s->network, "memory", x.s->memory,
-                        "guard_pages", 1);
-    trials = timing = x.timed_outputs = x.failures = NULL;
-    *out_p = x.out.p;
-    *out_n = x.out.len;
-    x.out.p = NULL;
+    *result = json_pack("{s:o, s:o, s:o, s:o, s:{s:s, s:s, s:s, s:b}}", "trials", trials,
+                        "timed_outputs", x->timed_outputs, "timing", timing, "failures",
+                        x->failures, "worker", "network", x->s->network, "memory", x->s->memory,
+                        "confinement", CONFINEMENT, "guard_pages", 1);
+    trials = timing = x->timed_outputs = x->failures = NULL;
+    *out_p = x->out.p;
+    *out_n = x->out.len;
+    x->out.p = NULL;
 out:
+    kh_jail_free(x->j);
     json_decref(trials);
     json_decref(timing);
-    json_decref(x.timed_outputs);
-    json_decref(x.failures);
-    free(x.out.p);
-    for (size_t i = 0; x.sets && i < x.nsets; i++)
-        set_free(&x, &x.sets[i]);
-    free(x.sets);
-    so_unload(&x.so);
+    json_decref(x->timed_outputs);
+    json_decref(x->failures);
+    free(x->out.p);
+    run_free(x);
+    free(x);
     free(r);
     return st;
 }
@@ -1168,8 +994,8 @@ static kh_status m_info(kh_worker *w, const json_t *params, const unsigned char 
     host_state *s = S(w);
     if (!s->copy_bw)
         s->copy_bw = host_bandwidth();
-    *result = json_pack("{s:s, s:s, s:f, s:I, s:I}", "network", s->network, "memory", s->memory,
-                        "copy_bandwidth_Bps", s->copy_bw, "llc_bytes",
+    *result = json_pack("{s:s, s:s, s:s, s:f, s:I, s:I}", "network", s->network, "memory",
+                        s->memory, "confinement", CONFINEMENT, "copy_bandwidth_Bps", s->copy_bw, "llc_bytes",
                         (json_int_t)kh_hostbench_llc_bytes(), "cpus",
                         (json_int_t)sysconf(_SC_NPROCESSORS_ONLN));
     return KH_OK;
