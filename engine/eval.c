@@ -890,6 +890,7 @@ typedef struct pyref_stat {
 } pyref_stat;
 
 typedef struct wctx {
+    char task_hash[17]; /* the package as loaded (kh_task_fingerprint) */
     kh_eval *ev;
     const kh_eval_opts *o;
     const kh_task_def *d;
@@ -3399,9 +3400,9 @@ verdict:
                                                        ? -1 : (json_int_t)v.acc.max_ulp_error),
                                       "elements", (json_int_t)v.acc.numel));
     json_object_set_new(kl, "hashes",
-                        json_pack("{s:s, s:s?, s:s?}", "source", sol_hash, "artifact",
+                        json_pack("{s:s, s:s?, s:s?, s:s}", "source", sol_hash, "artifact",
                                   a && a->ok ? a->hash : NULL, "reference",
-                                  ref_hash[0] ? ref_hash : NULL));
+                                  ref_hash[0] ? ref_hash : NULL, "task", c->task_hash));
     json_object_set_new(ev, "khlua", kl);
     kl = NULL;
     *trace = json_pack("{s:s, s:O, s:s, s:o}", "definition", c->d->name, "workload", c->w->json,
@@ -3487,9 +3488,17 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     refs_trim(ev);
     kh_task_set *P = NULL, *S = NULL;
     kh_task_opts to = {0};
-    kh_status st = kh_task_load(task_path, &to, &P, err);
+    /* the package as loaded, once: its hash goes with every verdict, and a
+     * file that changes while the evaluation runs is named there (nothing
+     * is read again: the loaded version is what is used) */
+    kh_task_fp fp0, fp1;
+    kh_status st = kh_task_fingerprint(task_path, &fp0, err);
     if (st)
         return st;
+    if ((st = kh_task_load(task_path, &to, &P, err))) {
+        kh_task_fp_free(&fp0);
+        return st;
+    }
     const kh_task_solution *sol = NULL;
     if (is_file(solution)) {
         if ((st = kh_task_load(solution, &to, &S, err)))
@@ -3616,6 +3625,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     c.o = o;
     c.d = d;
     c.base = task_path;
+    snprintf(c.task_hash, sizeof c.task_hash, "%016llx", (unsigned long long)fp0.hash);
     char base[4096];
     if (is_file(task_path)) {
         snprintf(base, sizeof base, "%s", task_path);
@@ -3827,8 +3837,28 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     free(shape_from);
     kh_shapes_free(&shapes);
     json_decref(c.shapes_info);
+    if (arr && kh_task_fingerprint(task_path, &fp1, err) == KH_OK) {
+        const char *changed = kh_task_fp_diff(&fp0, &fp1);
+        size_t ti;
+        json_t *tr;
+        json_array_foreach(arr, ti, tr) {
+            json_t *kl = json_object_get(json_object_get(tr, "evaluation"), "khlua");
+            if (!kl)
+                continue;
+            if (changed)
+                json_object_set_new(kl, "task_changed",
+                                    json_sprintf("%s changed on disk during the evaluation; the "
+                                                 "version loaded at its start was used",
+                                                 changed));
+        }
+        if (changed)
+            fprintf(stderr, "khlua: warning: %s/%s changed on disk during the evaluation; the "
+                    "version loaded at its start was used\n", task_path, changed);
+        kh_task_fp_free(&fp1);
+    }
     *traces = arr;
 out:
+    kh_task_fp_free(&fp0);
     kh_task_set_free(S);
     kh_task_set_free(P);
     return st;

@@ -217,4 +217,27 @@ kh_status kh_task_manifest_resolve(const kh_task_solution *sol, const int64_t *a
 /* "file:line: field: message" into buf (truncated); returns buf. */
 const char *kh_task_problem_format(const kh_task_problem *p, char *buf, size_t n);
 
+
+/* The fingerprint of a task package on disk: every regular file under it
+ * (three levels deep), by relative path and content (files over 4 MiB by
+ * size and modification time), sorted; hash over all of them.  An
+ * evaluation loads the package once and records the hash with its verdicts;
+ * a file that changed by the end is named (the loaded version is what was
+ * used). */
+typedef struct kh_task_fp_entry {
+    char path[512];
+    uint64_t hash;
+} kh_task_fp_entry;
+
+typedef struct kh_task_fp {
+    uint64_t hash;
+    kh_task_fp_entry *e;
+    size_t n, cap;
+} kh_task_fp;
+
+kh_status kh_task_fingerprint(const char *path, kh_task_fp *fp, kh_err *err);
+/* The first file that differs (changed, added or removed), or NULL. */
+const char *kh_task_fp_diff(const kh_task_fp *a, const kh_task_fp *b);
+void kh_task_fp_free(kh_task_fp *fp);
+
 #endif

@@ -86,9 +86,9 @@ static json_t *request(int64_t n, int mode, uint64_t s0, uint64_t s1, int timing
         "tensor", "out", "i64", (json_int_t)n, "i32", mode, "trials", "seed", (json_int_t)s0,
         "seed", (json_int_t)s1, "checks", "poison", 1, "inputs_unchanged", 1, "guards", 1,
         "deterministic", 1, "reload_before_timing", 1, "timing",
-        timing ? json_pack("{s:s, s:i, s:i, s:i, s:b, s:i, s:f}", "protocol", "official",
+        timing ? json_pack("{s:s, s:i, s:i, s:i, s:b, s:i, s:f, s:I}", "protocol", "official",
                            "warmup", 1, "iters", 4, "trials", 1, "cold", 0, "rotate_inputs", 2,
-                           "verify_timed_fraction", 1.0)
+                           "verify_timed_fraction", 1.0, "seed", (json_int_t)(s0 ^ 0x5eed))
                : json_null(),
         "deadline_s", 20.0);
     assert_non_null(p);
@@ -155,15 +155,19 @@ static void test_outputs_and_checks(void **state)
         assert_string_equal(json_string_value(json_object_get(ck, "deterministic")), "ok");
     }
     assert_int_equal(json_array_size(json_object_get(res, "failures")), 0);
-    /* every timed call verified, each with its set's seed */
+    /* every timed call verified, each on inputs of its own: a seed derived
+     * from the timing seed and the call's number, never a correctness seed */
     json_t *tos = json_object_get(res, "timed_outputs");
     assert_int_equal(json_array_size(tos), 4);
     size_t i;
     json_t *to;
+    uint64_t seen[4];
     json_array_foreach(tos, i, to) {
-        json_int_t set = json_integer_value(json_object_get(to, "set"));
         uint64_t seed = (uint64_t)json_integer_value(json_object_get(to, "seed"));
-        assert_int_equal(seed, set ? s1 : s0);
+        assert_true(seed != s0 && seed != s1);
+        for (size_t k = 0; k < i; k++)
+            assert_true(seen[k] != seed);
+        seen[i] = seed;
         expect_doubled(slice(&m, json_object_get(json_object_get(to, "outputs"), "out"),
                              (size_t)n * 4), n, seed);
     }

@@ -146,6 +146,23 @@ T.test("an empty batch (batch_size 0): empty outputs pass, they are not 'missing
   os.execute("rm -rf " .. T.quote(dir))
 end)
 
+T.test("every verdict carries the hash of the package as loaded; an edit changes it", function()
+  local dir = T.tmpdir()
+  os.execute("cp -r " .. T.quote(FIX) .. " " .. T.quote(dir .. "/t"))
+  local o = { timing = false, record = false, workloads = 1, trials = 1 }
+  local h1 = assert(kh.eval(dir .. "/t", "rmsnorm_h512_ref_c", o))[1].evaluation.khlua
+  local h2 = assert(kh.eval(dir .. "/t", "rmsnorm_h512_ref_c", o))[1].evaluation.khlua
+  T.ok(h1.hashes.task:match("^%x+$") and #h1.hashes.task == 16, tostring(h1.hashes.task))
+  T.eq(h1.hashes.task, h2.hashes.task)
+  T.eq(h1.task_changed, nil)
+  local f = assert(io.open(dir .. "/t/workloads.jsonl", "a"))
+  f:write("\n")
+  f:close()
+  local h3 = assert(kh.eval(dir .. "/t", "rmsnorm_h512_ref_c", o))[1].evaluation.khlua
+  T.ok(h3.hashes.task ~= h1.hashes.task, "an edited workloads file changes the hash")
+  os.execute("rm -rf " .. T.quote(dir))
+end)
+
 T.test("verdicts recorded into an open kh.Store given as opts.store", function()
   local dir = T.tmpdir()
   local db <close> = assert(kh.store.open(dir .. "/s"))
