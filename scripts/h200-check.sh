@@ -3,6 +3,7 @@
 # device call (10 minutes).  From the repository root, with build-portable/
 # (scripts/portable.sh) and kernels/build/ (kernels/build_cubins.sh) carried:
 #   bash scripts/h200-check.sh tests    every gpu test but the task library's, as a table
+#   bash scripts/h200-check.sh host     the host red team (tests/lua/test_redteam_host*.lua)
 #   bash scripts/h200-check.sh policy   plateau_switch on a CUDA task with the replay
 #                                       provider, killed once and resumed; then compare
 #   bash scripts/h200-check.sh tasks [PACKAGE...]
@@ -33,6 +34,18 @@ tests)
   KH_GPU_SKIP="${KH_GPU_SKIP:-gpu_kernels}" KH_GPU_TEST_TIMEOUT=${KH_GPU_TEST_TIMEOUT:-200} \
     OUT="$out" bash scripts/gpu-tests.sh build-portable | grep -v '^  '
   grep '^# rt_\|^not ok\|^#   /' "$out/gpu-tests.log" | head -60
+  ;;
+host)
+  # the host red team on this machine's kernel and C library (the jail's
+  # seccomp filter meets another glibc here): every verdict as on the CI
+  export KHLUA_BIN="$K" KH_SOURCE_DIR="$root" KHLUA_STORE=$(mktemp -d)/store
+  export ANTHROPIC_API_KEY=sk-ant-khlua-canary-7f3a9c KHLUA_REDTEAM_CANARY=khlua-canary-env-51d2
+  for t in tests/lua/test_redteam_host*.lua; do
+    n=$(basename "$t" .lua)
+    timeout -k 5 500 "$K" tests/lua/run.lua "$t" > "$out/$n.log" 2>&1
+    echo "$n: exit $?"
+    grep -E '^ok|^not ok|^#   /|^# ' "$out/$n.log" | head -60
+  done
   ;;
 policy)
   export KHLUA_STORE="$out/store"

@@ -97,6 +97,7 @@ for _, name in ipairs(names) do
     rows[#rows + 1] = string.format("%-36s %-20s %-28s %6.2f s", name, tostring(e.status),
       tostring(by):sub(1, 28), dt)
     io.write("# ", rows[#rows], "\n")
+    if tostring(e.status):match("^ERROR") then io.write("#   why: ", tostring(e.detail), "\n") end
     io.flush()
     T.eq(e.status, want.status, name .. " (" .. tostring(by) .. ")")
     if want.caught_by and want.caught_by ~= kh.json.null then
