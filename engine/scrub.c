@@ -199,7 +199,9 @@ static size_t bearer(const char *s, size_t n, size_t *tok)
     size_t t = 6;
     while (t < n && (s[t] == ' ' || s[t] == '\t'))
         t++;
-    size_t e = t;
+    size_t e = t, rl = strlen(KH_SCRUB_REDACTED);
+    if (n - t >= rl && !memcmp(s + t, KH_SCRUB_REDACTED, rl))
+        return 0; /* scrubbed before */
     while (e < n && (is_alnum(s[e]) || strchr("._~+/=-", s[e])))
         e++;
     if (e - t < 8)
@@ -235,7 +237,9 @@ static size_t assignment(const char *s, size_t n, size_t *val)
         j++;
     if (j < n && (s[j] == '"' || s[j] == '\''))
         j++;
-    size_t v = j;
+    size_t v = j, rl = strlen(KH_SCRUB_REDACTED);
+    if (n - j >= rl && !memcmp(s + j, KH_SCRUB_REDACTED, rl))
+        return 0; /* scrubbed before */
     while (j < n && !strchr(" \t\r\n\"'&,;)]}<>", s[j]))
         j++;
     if (j == v)
@@ -312,7 +316,12 @@ static void redact(const char *s, size_t n, sbuf *b)
     size_t i = 0, run_end = 0; /* no run is looked at again before run_end */
     while (i < n && !b->oom) {
         const char *p = s + i;
-        size_t left = n - i, e = 0, at = 0;
+        size_t left = n - i, e = 0, at = 0, rl = strlen(KH_SCRUB_REDACTED);
+        if (left >= rl && !memcmp(p, KH_SCRUB_REDACTED, rl)) { /* scrubbed before */
+            redacted(b);
+            i += rl;
+            continue;
+        }
         for (size_t k = 0; k < nsv && !e; k++)
             if (sv[k].len <= left && p[0] == sv[k].v[0] && !memcmp(p, sv[k].v, sv[k].len))
                 e = sv[k].len;

@@ -140,6 +140,24 @@ static void test_key_shapes(void **state)
     expect("i03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "[redacted]", "AbCdEf", NULL);
 }
 
+static void test_scrubbing_twice_changes_nothing(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {
+        "api_key=hunter2 and Bearer abcdefghijkl and sk-ant-api03-AbCdEf0123456789",
+        "{\"password\": \"hunter22\"} token: x",
+    };
+    for (size_t i = 0; i < KH_ARRAY_LEN(texts); i++) {
+        char *once = kh_scrub_text(texts[i], strlen(texts[i]), 0, KH_SCRUB_TAIL);
+        assert_non_null(once);
+        char *twice = kh_scrub_text(once, strlen(once), 0, KH_SCRUB_TAIL);
+        assert_non_null(twice);
+        assert_string_equal(twice, once);
+        free(once);
+        free(twice);
+    }
+}
+
 static void test_left_alone(void **state)
 {
     (void)state;
@@ -237,7 +255,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_secret_names),     cmocka_unit_test(test_child_environment),
-        cmocka_unit_test(test_key_shapes),       cmocka_unit_test(test_left_alone),
+        cmocka_unit_test(test_key_shapes),       cmocka_unit_test(test_scrubbing_twice_changes_nothing),
+        cmocka_unit_test(test_left_alone),
         cmocka_unit_test(test_environment_values), cmocka_unit_test(test_cut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
