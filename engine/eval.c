@@ -762,7 +762,14 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
             return kh_err_set(err, KH_EIO, "mkdtemp: %s", strerror(errno));
         }
         char path[4600], sopath[4600], entry[4600] = "";
+        /* a candidate's files, which its compile may read (ccguard.h) */
+        size_t nsrc = json_array_size(srcs), nown = 0;
+        char **own = calloc(nsrc + 1, sizeof *own);
+        if (!own)
+            st = kh_err_set(err, KH_ENOMEM, "out of memory");
         json_array_foreach(srcs, i, s) {
+            if (st)
+                break;
             const char *p = json_string_value(json_object_get(s, "path"));
             const char *c = json_string_value(json_object_get(s, "content"));
             if (!p || !c || strchr(p, '/') || p[0] == '.') {
@@ -773,6 +780,10 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
             snprintf(path, sizeof path, "%s/%s", dir, p);
             if ((st = write_whole(path, c, strlen(c), err)))
                 break;
+            if (!(own[nown++] = dupstr(path))) {
+                st = kh_err_set(err, KH_ENOMEM, "out of memory");
+                break;
+            }
             if (sol->entry_file && !strcmp(p, sol->entry_file))
                 snprintf(entry, sizeof entry, "%s", path);
         }
@@ -798,8 +809,15 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
                          home && *home ? home : "/usr/local/cuda");
                 flags[nf++] = rpath;
             }
-            kh_status bs = kh_hostcc_build(ev->e, so ? KH_HOSTCC_NVCC_SO : KH_HOSTCC_CC_SO, entry,
-                                           sopath, NULL, flags, nf, 120, &res, err);
+            /* a candidate's C: staged and checked, its own files and system
+             * headers only (-I of its directory is not needed: "x.h" is
+             * looked for next to the file that includes it) */
+            kh_status bs =
+                host && !trusted
+                    ? kh_hostcc_build_candidate(ev->e, entry, sopath, (const char *const *)own,
+                                                flags + 1, 1, 120, &res, err)
+                    : kh_hostcc_build(ev->e, so ? KH_HOSTCC_NVCC_SO : KH_HOSTCC_CC_SO, entry,
+                                      sopath, NULL, flags, nf, 120, &res, err);
             if (bs == KH_OK) {
                 st = read_whole(sopath, &a->bytes, &a->len, err);
                 a->ok = st == KH_OK;
@@ -821,6 +839,9 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
         }
         unlink(sopath);
         rmdir(dir);
+        for (size_t k = 0; own && k < nown; k++)
+            free(own[k]);
+        free(own);
     } else {
         const char *src = NULL;
         json_array_foreach(srcs, i, s) {
