@@ -15,6 +15,7 @@
 #include "compile.h"
 #include "doctor.h"
 #include "hostcc.h"
+#include "scrub.h"
 #include "pyref.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -822,8 +823,9 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
                 st = read_whole(sopath, &a->bytes, &a->len, err);
                 a->ok = st == KH_OK;
             } else if (bs == KH_ECOMPILE || bs == KH_ETIMEOUT) {
-                a->log = dupstr(res.log && *res.log ? res.log : err->msg);
-                st = KH_OK;
+                const char *text = res.log && *res.log ? res.log : err->msg;
+                a->log = kh_scrub_text(text, strlen(text), KH_SCRUB_MAX, KH_SCRUB_HEAD);
+                st = a->log ? KH_OK : kh_err_set(err, KH_ENOMEM, "out of memory");
             } else {
                 st = bs;
             }
@@ -879,7 +881,10 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
                     a->ok = 1;
                 }
             } else if (bs == KH_ECOMPILE || bs == KH_ETIMEOUT) {
-                a->log = dupstr(ar && ar->log ? ar->log : err->msg);
+                const char *text = ar && ar->log ? ar->log : err->msg;
+                a->log = kh_scrub_text(text, strlen(text), KH_SCRUB_MAX, KH_SCRUB_HEAD);
+                if (!a->log)
+                    st = kh_err_set(err, KH_ENOMEM, "out of memory");
             } else {
                 st = bs;
             }
@@ -2281,6 +2286,15 @@ static void fail(verdict *v, const char *status, const char *check, const char *
     va_start(ap, fmt);
     vsnprintf(v->detail, sizeof v->detail, fmt, ap);
     va_end(ap);
+    /* a detail quotes what a worker or a compiler said, which a candidate
+     * can choose: no secret reaches the verdict, its log or the store */
+    char *clean = kh_scrub_text(v->detail, strlen(v->detail), sizeof v->detail - 1,
+                                KH_SCRUB_TAIL);
+    if (clean)
+        snprintf(v->detail, sizeof v->detail, "%s", clean);
+    else
+        v->detail[0] = '\0';
+    free(clean);
 }
 
 /* Does element first_fail of out still hold the poison byte pattern? */

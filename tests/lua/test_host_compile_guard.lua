@@ -9,7 +9,8 @@
 -- is a COMPILE_ERROR that says "not allowed", names what the candidate wrote
 -- and quotes nothing of the other file.  An honest candidate that includes
 -- pthread.h, math.h, immintrin.h (or arm_neon.h), omp.h and its own header
--- passes; a compile error quotes the candidate's own line.
+-- passes; a compile error quotes the candidate's own line; keys the candidate
+-- prints (in #error, or on stderr before it dies) are redacted.
 local T = require "testlib"
 local kh = require "kh"
 
@@ -119,6 +120,26 @@ T.test("a compile error quotes the candidate's own line, not the build directory
   T.match(e.log, "honest_double%.c:%d+:%d+: error:")
   T.ok(e.log:find("| int f(void) { return nope_undeclared; }", 1, true), e.log)
   T.ok(not e.log:find("khlua-build-", 1, true), e.log)
+end)
+
+T.test("keys a candidate prints reach no verdict", function()
+  local e = eval("error_key", "#error token=hunter2-secret sk-ant-api03-AAAABBBBCCCCDDDD\n" .. HONEST)
+  T.eq(e.status, "COMPILE_ERROR")
+  local all = kh.json.encode(e)
+  T.ok(not all:find("hunter2", 1, true) and not all:find("sk-ant", 1, true), all)
+  T.match(e.log, "%[redacted%]")
+
+  local dies = "#include <stdio.h>\n#include <unistd.h>\n"
+    .. HONEST:gsub("void rmsnorm%(", "void rmsnorm_unused(")
+    .. "\nvoid rmsnorm(const uint16_t *x, const uint16_t *w, float eps, uint16_t *out,"
+    .. " int64_t rows, int64_t h)\n{\n    (void)x; (void)w; (void)eps; (void)out; (void)rows; (void)h;\n"
+    .. '    fprintf(stderr, "api_key=hunter3-secret sk-ant-khlua-canary-7f3a9c\\n");\n'
+    .. "    fflush(stderr);\n    _exit(3);\n}\n"
+  e = eval("stderr_key", dies)
+  T.eq(e.status, "RUNTIME_ERROR", tostring(e.khlua.detail))
+  all = kh.json.encode(e)
+  T.ok(not all:find("hunter3", 1, true) and not all:find("canary", 1, true), all)
+  T.match(e.khlua.detail, "last stderr: api_key=%[redacted%]")
 end)
 
 T.test("cleanup", function() os.execute("rm -rf " .. T.quote(dir)) end)
