@@ -250,13 +250,15 @@ static size_t assignment(const char *s, size_t n, size_t *val)
 
 /* A run of base64 characters starting at s (s[-1] is not one): its length
  * when it looks like a key (32 or more hex digits, or 32 or more characters
- * mixing upper case, lower case and digits, '=' padding included), else 0.
- * Paths (a leading '/') are not keys. */
+ * mixing upper case, lower case and digits with a stretch of 16 or more
+ * between separators, '=' padding included), else 0.  Paths (a leading '/')
+ * and identifiers made of words (rms_norm_Kernel_H4096_v2, a mangled C++
+ * name) are not keys: their pieces between '_', '-', '/', '+' are short. */
 static size_t long_run(const char *s, size_t n)
 {
     if (s[0] == '/')
         return 0;
-    size_t e = 0;
+    size_t e = 0, piece = 0, longest = 0;
     int hex = 1, up = 0, lo = 0, dig = 0;
     while (e < n && is_b64(s[e])) {
         char c = s[e++];
@@ -264,8 +266,10 @@ static size_t long_run(const char *s, size_t n)
         up |= c >= 'A' && c <= 'Z';
         lo |= c >= 'a' && c <= 'z';
         dig |= c >= '0' && c <= '9';
+        piece = is_alnum(c) ? piece + 1 : 0;
+        longest = piece > longest ? piece : longest;
     }
-    if (e < 32 || !(hex || (up && lo && dig)))
+    if (e < 32 || !(hex || (up && lo && dig && longest >= 16)))
         return 0;
     for (int pad = 0; pad < 2 && e < n && s[e] == '='; pad++)
         e++;

@@ -136,6 +136,9 @@ static void test_key_shapes(void **state)
     expect("hash 0123456789abcdef0123456789ABCDEF!", "hash [redacted]!", "0123456789", NULL);
     expect("b64 QWxhZGRpbjpvcGVuIHNlc2FtZTEyMzQ1Njc4OTA= end", "b64 [redacted] end", "QWxh",
            "=", NULL);
+    expect("aws wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY.", "aws [redacted].", "EXAMPLE", NULL);
+    expect("url-safe Zm9vYmFy_YmF6cXV4LWtleS0xMjM0NTY3ODkw-abc", "url-safe [redacted]", "Zm9v",
+           NULL);
     /* a key cut short by the ring of a crash's stderr is still a long run */
     expect("i03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "[redacted]", "AbCdEf", NULL);
 }
@@ -167,6 +170,9 @@ static void test_left_alone(void **state)
         "on workload 7e0d7a8e-0001-4a57-9a3c-1d2e3f405161",
         "In file included from /usr/lib/gcc/x86_64-linux-gnu/12/include/immintrin.h:107",
         "rmsnorm_h4096_bf16_vectorized_unrolled_x4 was slower",
+        "in kernel _Z20rmsnorm_kernel_bf16PK13__nv_bfloat16S1_fPS_ii at 0x10",
+        "RmsNormKernel_H4096_v2_Bf16_Vectorized_Unrolled4 launched",
+        "/home/User/Projects2024/khlua/build-Test/Testing/Temporary/LastTest.log",
         "candidate.c:3:5: error: 'password' undeclared (first use in this function)",
         "if (key == 3) return",
         "skip-list and sk-short are words",
