@@ -66,8 +66,12 @@ static kh_status collect(pid_t pid, int fd, double timeout_s, size_t max_out,
         len += (size_t)n;
     }
     close(fd);
-    if (res->timed_out)
+    /* kh_proc_run's child leads its own group: what it started goes too (a
+     * compiler driver's cc1 blocked on a file the source named) */
+    if (res->timed_out) {
+        kill(-pid, SIGKILL);
         kill(pid, SIGKILL);
+    }
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
