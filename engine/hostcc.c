@@ -345,7 +345,10 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
     char *log = NULL, *deps = NULL, *pre = NULL, *as = NULL;
     size_t pre_len = 0, as_len = 0;
     kh_status st = KH_OK;
-    int ok = 0, rejected = 0;
+    /* Until the files the preprocessor read are checked, nothing it printed
+     * is kept: a diagnostic on the candidate's own line can quote a macro of
+     * another file, and a compile that times out leaves no list to check. */
+    int ok = 0, rejected = 0, log_released = 0;
     if (!sys) {
         st = err->code;
         goto out;
@@ -397,7 +400,7 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
                             "-o", "/dev/null", "-xc", src_path, NULL};
         char *mglog = kh_strdup("");
         int mg_ok = 0;
-        kh_err merr;
+        kh_err merr = {KH_ENOMEM, "out of memory"};
         kh_status ms = mglog ? stage(res, mg, end, &mglog, &mg_ok, &merr) : KH_ENOMEM;
         free(mglog);
         if (ms == KH_ETIMEOUT || ms == KH_ENOMEM) {
@@ -421,6 +424,7 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
         rejected = st == KH_ECOMPILE;
         goto out;
     }
+    log_released = 1; /* every file it read is allowed: what it said may be kept */
     if (!pp_ok) {
         st = kh_err_set(err, KH_ECOMPILE, "hostcc: %s failed (preprocessing)", res->compiler);
         goto out;
@@ -463,7 +467,7 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
 out:
     if (rejected) /* a rejection quotes nothing the compiler printed */
         res->log = kh_strdup(err->msg);
-    else if (g && log)
+    else if (g && log && log_released)
         res->log = kh_ccguard_log(g, log);
     else
         res->log = kh_strdup("");
