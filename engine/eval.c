@@ -15,6 +15,7 @@
 #include "compile.h"
 #include "doctor.h"
 #include "hostcc.h"
+#include "scrub.h"
 #include "pyref.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -762,7 +763,14 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
             return kh_err_set(err, KH_EIO, "mkdtemp: %s", strerror(errno));
         }
         char path[4600], sopath[4600], entry[4600] = "";
+        /* a candidate's files, which its compile may read (ccguard.h) */
+        size_t nsrc = json_array_size(srcs), nown = 0;
+        char **own = calloc(nsrc + 1, sizeof *own);
+        if (!own)
+            st = kh_err_set(err, KH_ENOMEM, "out of memory");
         json_array_foreach(srcs, i, s) {
+            if (st)
+                break;
             const char *p = json_string_value(json_object_get(s, "path"));
             const char *c = json_string_value(json_object_get(s, "content"));
             if (!p || !c || strchr(p, '/') || p[0] == '.') {
@@ -773,6 +781,10 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
             snprintf(path, sizeof path, "%s/%s", dir, p);
             if ((st = write_whole(path, c, strlen(c), err)))
                 break;
+            if (!(own[nown++] = dupstr(path))) {
+                st = kh_err_set(err, KH_ENOMEM, "out of memory");
+                break;
+            }
             if (sol->entry_file && !strcmp(p, sol->entry_file))
                 snprintf(entry, sizeof entry, "%s", path);
         }
@@ -798,14 +810,22 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
                          home && *home ? home : "/usr/local/cuda");
                 flags[nf++] = rpath;
             }
-            kh_status bs = kh_hostcc_build(ev->e, so ? KH_HOSTCC_NVCC_SO : KH_HOSTCC_CC_SO, entry,
-                                           sopath, NULL, flags, nf, 120, &res, err);
+            /* a candidate's C: staged and checked, its own files and system
+             * headers only (-I of its directory is not needed: "x.h" is
+             * looked for next to the file that includes it) */
+            kh_status bs =
+                host && !trusted
+                    ? kh_hostcc_build_candidate(ev->e, entry, sopath, (const char *const *)own,
+                                                flags + 1, 1, 120, &res, err)
+                    : kh_hostcc_build(ev->e, so ? KH_HOSTCC_NVCC_SO : KH_HOSTCC_CC_SO, entry,
+                                      sopath, NULL, flags, nf, 120, &res, err);
             if (bs == KH_OK) {
                 st = read_whole(sopath, &a->bytes, &a->len, err);
                 a->ok = st == KH_OK;
             } else if (bs == KH_ECOMPILE || bs == KH_ETIMEOUT) {
-                a->log = dupstr(res.log && *res.log ? res.log : err->msg);
-                st = KH_OK;
+                const char *text = res.log && *res.log ? res.log : err->msg;
+                a->log = kh_scrub_text(text, strlen(text), KH_SCRUB_MAX, KH_SCRUB_HEAD);
+                st = a->log ? KH_OK : kh_err_set(err, KH_ENOMEM, "out of memory");
             } else {
                 st = bs;
             }
@@ -821,6 +841,9 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
         }
         unlink(sopath);
         rmdir(dir);
+        for (size_t k = 0; own && k < nown; k++)
+            free(own[k]);
+        free(own);
     } else {
         const char *src = NULL;
         json_array_foreach(srcs, i, s) {
@@ -858,7 +881,10 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
                     a->ok = 1;
                 }
             } else if (bs == KH_ECOMPILE || bs == KH_ETIMEOUT) {
-                a->log = dupstr(ar && ar->log ? ar->log : err->msg);
+                const char *text = ar && ar->log ? ar->log : err->msg;
+                a->log = kh_scrub_text(text, strlen(text), KH_SCRUB_MAX, KH_SCRUB_HEAD);
+                if (!a->log)
+                    st = kh_err_set(err, KH_ENOMEM, "out of memory");
             } else {
                 st = bs;
             }
@@ -2264,6 +2290,15 @@ static void fail(verdict *v, const char *status, const char *check, const char *
     va_start(ap, fmt);
     vsnprintf(v->detail, sizeof v->detail, fmt, ap);
     va_end(ap);
+    /* a detail quotes what a worker or a compiler said, which a candidate
+     * can choose: no secret reaches the verdict, its log or the store */
+    char *clean = kh_scrub_text(v->detail, strlen(v->detail), sizeof v->detail - 1,
+                                KH_SCRUB_TAIL);
+    if (clean)
+        snprintf(v->detail, sizeof v->detail, "%s", clean);
+    else
+        v->detail[0] = '\0';
+    free(clean);
 }
 
 /* Does element first_fail of out still hold the poison byte pattern? */

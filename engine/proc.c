@@ -3,6 +3,8 @@
  * to the caller. */
 #include "proc.h"
 
+#include "scrub.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -13,6 +15,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 /* Read from fd until EOF or the deadline; then reap pid (killing it first if
  * the deadline passed). */
@@ -62,8 +66,12 @@ static kh_status collect(pid_t pid, int fd, double timeout_s, size_t max_out,
         len += (size_t)n;
     }
     close(fd);
-    if (res->timed_out)
+    /* kh_proc_run's child leads its own group: what it started goes too (a
+     * compiler driver's cc1 blocked on a file the source named) */
+    if (res->timed_out) {
+        kill(-pid, SIGKILL);
         kill(pid, SIGKILL);
+    }
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
@@ -111,13 +119,20 @@ kh_status kh_proc_run(char *const argv[], double timeout_s, size_t max_out,
                       kh_child_result *res, kh_err *err)
 {
     memset(res, 0, sizeof *res);
+    /* built before the fork: a child of a threaded process must not allocate */
+    char **env = kh_scrub_env(environ, NULL, NULL);
+    if (!env)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
     int fds[2], efd[2];
-    if (pipe2(fds, O_CLOEXEC) < 0)
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        free(env);
         return kh_err_set(err, KH_EIO, "pipe: %s", strerror(errno));
+    }
     /* A second pipe reports an exec failure (errno) to the parent. */
     if (pipe2(efd, O_CLOEXEC) < 0) {
         close(fds[0]);
         close(fds[1]);
+        free(env);
         return kh_err_set(err, KH_EIO, "pipe: %s", strerror(errno));
     }
     fflush(NULL);
@@ -125,6 +140,7 @@ kh_status kh_proc_run(char *const argv[], double timeout_s, size_t max_out,
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]); close(fds[1]); close(efd[0]); close(efd[1]);
+        free(env);
         return kh_err_set(err, KH_EIO, "fork: %s", strerror(errno));
     }
     if (pid == 0) {
@@ -135,12 +151,13 @@ kh_status kh_proc_run(char *const argv[], double timeout_s, size_t max_out,
         dup2(fds[1], 2);
         signal(SIGPIPE, SIG_DFL);
         setpgid(0, 0);
-        execvp(argv[0], argv);
+        execvpe(argv[0], argv, env);
         int e = errno;
         if (write(efd[1], &e, sizeof e) < 0) {
         }
         _exit(127);
     }
+    free(env);
     close(fds[1]);
     close(efd[1]);
     int child_errno = 0;

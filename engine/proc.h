@@ -1,7 +1,7 @@
 /* proc.h: running work in a child process with a deadline and capturing what
  * it writes.  Used wherever the coordinator must survive what it runs: the
  * GPU probe of `khlua doctor` (the coordinator never calls the driver), and
- * external tools (nvcc, ncu, agent command lines).  The supervised worker
+ * external tools (nvcc, cc, ncu, Python references).  The supervised worker
  * protocol builds on the same primitives. */
 #ifndef KH_PROC_H
 #define KH_PROC_H
@@ -30,7 +30,10 @@ kh_status kh_proc_fork_call(kh_child_fn fn, void *arg, double timeout_s, size_t 
                             kh_child_result *res, kh_err *err);
 
 /* Run argv[0] (searched on PATH) with stdin from /dev/null, stdout and
- * stderr captured together, under the same deadline rules. */
+ * stderr captured together, under the same deadline rules.  The child gets
+ * this process's environment without the variables that may hold a
+ * credential (kh_scrub_env): compilers, profilers and references never need
+ * an API key, and some of them run what a candidate wrote. */
 kh_status kh_proc_run(char *const argv[], double timeout_s, size_t max_out,
                       kh_child_result *res, kh_err *err);
 

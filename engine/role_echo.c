@@ -1,6 +1,7 @@
 /* role_echo.c: the "echo" worker role, a diagnostic and the supervisor's
  * test subject: it echoes, sleeps, and fails on request in every way a real
- * worker can (segfault, abort, exit, stack overflow, hang, junk on stderr). */
+ * worker can (segfault, abort, exit, stack overflow, hang, junk on stderr),
+ * and names the environment variables it was given. */
 #include "worker.h"
 
 #include <signal.h>
@@ -9,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static kh_status m_echo(kh_worker *w, const json_t *params, const unsigned char *payload,
                         size_t n, json_t **result, unsigned char **out, size_t *out_n,
@@ -57,6 +60,10 @@ static kh_status m_fail(kh_worker *w, const json_t *params, const unsigned char 
     const char *how = json_string_value(json_object_get(params, "how"));
     if (!how)
         return kh_err_set(err, KH_EINVAL, "fail: params.how is required");
+    /* what a candidate would print before it crashes */
+    const char *say = json_string_value(json_object_get(params, "say"));
+    if (say)
+        fprintf(stderr, "%s\n", say);
     fprintf(stderr, "echo worker: failing by %s\n", how);
     fflush(stderr);
     if (!strcmp(how, "segv"))
@@ -79,12 +86,30 @@ static kh_status m_fail(kh_worker *w, const json_t *params, const unsigned char 
     return kh_err_set(err, KH_EINVAL, "fail: unknown way '%s'", how);
 }
 
+/* The names of the worker's environment variables, never their values. */
+static kh_status m_environ(kh_worker *w, const json_t *params, const unsigned char *payload,
+                           size_t n, json_t **result, unsigned char **out, size_t *out_n,
+                           kh_err *err)
+{
+    (void)w; (void)params; (void)payload; (void)n; (void)out; (void)out_n;
+    json_t *names = json_array();
+    for (size_t i = 0; names && environ && environ[i]; i++) {
+        const char *eq = strchr(environ[i], '=');
+        json_array_append_new(names, json_stringn(environ[i], eq ? (size_t)(eq - environ[i])
+                                                                 : strlen(environ[i])));
+    }
+    if (!names || !(*result = json_pack("{s:o}", "names", names)))
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    return KH_OK;
+}
+
 static const kh_worker_method_entry echo_methods[] = {
-    {"echo", m_echo}, {"sleep", m_sleep}, {"fail", m_fail}, {NULL, NULL},
+    {"echo", m_echo},       {"sleep", m_sleep}, {"fail", m_fail},
+    {"environ", m_environ}, {NULL, NULL},
 };
 
 const kh_worker_role kh_role_echo = {
     .name = "echo",
-    .summary = "diagnostics: echo, sleep, and fail on request",
+    .summary = "diagnostics: echo, sleep, fail on request, name the environment",
     .methods = echo_methods,
 };

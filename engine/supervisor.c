@@ -3,6 +3,8 @@
  * meaning of requests belongs to the callers and the roles. */
 #include "supervisor.h"
 
+#include "scrub.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -12,6 +14,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #define ERR_TAIL 8192
 
@@ -29,6 +33,7 @@ struct kh_wproc {
     /* stderr ring: the last ERR_TAIL bytes */
     char err_ring[ERR_TAIL];
     size_t err_len, err_pos;
+    int err_wrapped; /* the ring has dropped bytes: its first line is partial */
     char err_tail[ERR_TAIL + 1];
     int status;
     double exit_grace; /* kh_wproc_opts.exit_grace_s */
@@ -72,6 +77,8 @@ static void drain_stderr(kh_wproc *w)
             w->err_pos = (w->err_pos + 1) % ERR_TAIL;
             if (w->err_len < ERR_TAIL)
                 w->err_len++;
+            else
+                w->err_wrapped = 1;
         }
     }
 }
@@ -82,7 +89,19 @@ const char *kh_wproc_stderr_tail(kh_wproc *w)
     size_t start = (w->err_pos + ERR_TAIL - w->err_len) % ERR_TAIL;
     for (size_t i = 0; i < w->err_len; i++)
         w->err_tail[i] = w->err_ring[(start + i) % ERR_TAIL];
-    w->err_tail[w->err_len] = '\0';
+    /* What a worker prints is what a candidate can make it print: cut and
+     * scrubbed before it reaches a message, a verdict or a record.  A line
+     * the ring cut may hold the end of a key no rule recognises: it goes. */
+    const char *t = w->err_tail;
+    size_t n = w->err_len;
+    const char *nl = w->err_wrapped ? memchr(t, '\n', n) : NULL;
+    if (nl) {
+        n -= (size_t)(nl + 1 - t);
+        t = nl + 1;
+    }
+    char *clean = kh_scrub_text(t, n, KH_SCRUB_MAX, KH_SCRUB_TAIL);
+    snprintf(w->err_tail, sizeof w->err_tail, "%s", clean ? clean : "");
+    free(clean);
     return w->err_tail;
 }
 
@@ -314,6 +333,20 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
         free_argv(env);
         return NULL;
     }
+    /* Workers run candidate code: they get this environment without the
+     * variables that may hold a credential, plus the launch's entries.  An
+     * ssh launcher keeps its agent; the remote side gets {env} only. */
+    const char *base = strrchr(argv[0], '/');
+    base = base ? base + 1 : argv[0];
+    static const char *const ssh_keep[] = {"SSH_AUTH_SOCK", NULL};
+    char **child_env = kh_scrub_env(environ, remote && !strncmp(base, "ssh", 3) ? ssh_keep : NULL,
+                                    env);
+    if (!child_env) {
+        kh_err_set(err, KH_ENOMEM, "out of memory");
+        free_argv(argv);
+        free_argv(env);
+        return NULL;
+    }
     kh_wproc *w = calloc(1, sizeof *w);
     int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1}, ex[2] = {-1, -1};
     if (!w || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC) ||
@@ -336,15 +369,14 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
         dup2(er[1], 2);
         signal(SIGPIPE, SIG_DFL);
         signal(SIGINT, SIG_IGN);
-        for (size_t i = 0; env[i]; i++)
-            putenv(env[i]);
-        execvp(argv[0], argv);
+        execvpe(argv[0], argv, child_env);
         int e = errno;
         if (write(ex[1], &e, sizeof e) < 0) {
         }
         _exit(127);
     }
     setpgid(pid, pid);
+    free(child_env);
     free_argv(env); /* the child has its copy */
     env = NULL;
     close(in[0]);
@@ -437,6 +469,7 @@ fail_pipes:
         if (ex[i] >= 0) close(ex[i]);
     }
     free(w);
+    free(child_env);
     free_argv(argv);
     free_argv(env);
     return NULL;

@@ -95,7 +95,9 @@ const char *kh_wproc_slurm_job(const kh_wproc *w);
 int kh_wproc_alive(const kh_wproc *w);
 int kh_wproc_pid(const kh_wproc *w);
 const char *kh_wproc_role(const kh_wproc *w);
-/* The last few KB the worker wrote on stderr (valid until the next call). */
+/* The end of what the worker wrote on stderr, at most KH_SCRUB_MAX bytes,
+ * scrubbed of secrets (scrub.h): what a candidate printed (valid until the
+ * next call). */
 const char *kh_wproc_stderr_tail(kh_wproc *w);
 
 /* Ask for a clean exit, wait up to grace_s, then SIGKILL; frees w. */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -365,6 +366,69 @@ static void test_missing_kernel_and_bad_requests(void **state)
     kh_artifact_free(a);
 }
 
+/* A host candidate's staged compile (kh_hostcc_build_candidate): it builds
+ * and runs; a file of its own next to it may be included, another may not;
+ * and while the files read are unchecked nothing the compiler said is kept:
+ * another file's macro in a diagnostic and a #warning, then a read that never
+ * ends (a FIFO) and times out, leave an empty log. */
+static void test_hostcc_candidate(void **state)
+{
+    fx *f = *state;
+    char *dir = kh_test_tmpdir();
+    char src[600], own[600], so[700], secret[600], fifo[600], text[1600];
+    snprintf(src, sizeof src, "%s/cand.c", dir);
+    snprintf(own, sizeof own, "%s/own.h", dir);
+    snprintf(so, sizeof so, "%s/cand.so", dir);
+    snprintf(secret, sizeof secret, "%s/secret.h", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    kh_test_write_file(own, "static int twice(int x) { return 2 * x; }\n");
+    kh_test_write_file(secret, "#define LEAK \"khlua-secret-9q8w7e\" +\n");
+    kh_test_write_file(src, "#include <math.h>\n#include \"own.h\"\n"
+                            "int khlua_entry(int x) { return twice(x) + (int)sqrt(16.0); }\n");
+    const char *owned[] = {own, NULL}, *flags[] = {"-lm"};
+    kh_hostcc_result r;
+    kh_err err;
+    kh_status st = kh_hostcc_build_candidate(f->e, src, so, owned, flags, 1, 60, &r, &err);
+    if (st == KH_ENOTFOUND) {
+        kh_hostcc_result_free(&r);
+        kh_test_rmtree(dir);
+        free(dir);
+        skip();
+    }
+    if (st)
+        fail_msg("%s\n%s", err.msg, r.log);
+    assert_non_null(strstr(r.command, "-MD"));
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(h);
+    int (*entry)(int) = (int (*)(int))dlsym(h, "khlua_entry");
+    assert_non_null(entry);
+    assert_int_equal(entry(5), 14);
+    dlclose(h);
+    kh_hostcc_result_free(&r);
+
+    /* own.h is not one of its files this time */
+    assert_int_equal(kh_hostcc_build_candidate(f->e, src, so, NULL, flags, 1, 60, &r, &err),
+                     KH_ECOMPILE);
+    assert_non_null(strstr(r.log, "cand.c:2: '#include \"own.h\"' reads own.h, which is not allowed"));
+    assert_null(strstr(r.log, "twice"));
+    kh_hostcc_result_free(&r);
+
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(text, sizeof text,
+             "#include \"%s\"\n#if LEAK\n#endif\n#warning printed before the check\n"
+             "#include \"%s\"\n",
+             secret, fifo);
+    kh_test_write_file(src, text);
+    st = kh_hostcc_build_candidate(f->e, src, so, NULL, flags, 1, 3, &r, &err);
+    assert_int_equal(st, KH_ETIMEOUT);
+    assert_null(strstr(r.log, "khlua-secret"));
+    assert_null(strstr(r.log, "printed before the check"));
+    assert_null(strstr(err.msg, "khlua-secret"));
+    kh_hostcc_result_free(&r);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
 static void test_hostcc_paths(void **state)
 {
     fx *f = *state;
@@ -492,6 +556,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_non_utf8, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_kernel_and_bad_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostcc_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostcc_candidate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvcc_shared_object, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

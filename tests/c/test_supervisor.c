@@ -2,7 +2,9 @@
  * them: replies and payloads arrive intact; every way a worker can fail
  * (segfault, abort, exit, stack overflow, hang, sticky error, not a worker at
  * all) becomes a precise status; a dead worker is replaced and the next call
- * succeeds; a role that keeps dying is given up on; two workers run at once. */
+ * succeeds; a role that keeps dying is given up on; two workers run at once;
+ * a worker gets no API key, and what it prints before it dies reaches the
+ * error message scrubbed. */
 #include "kh_test.h"
 
 #include "supervisor.h"
@@ -103,6 +105,55 @@ static void test_every_failure_is_classified(void **state)
     expect_death("hang", KH_ETIMEOUT, "within 0.5 s and was killed", 0.5);
     /* The worker's last stderr line is part of the story. */
     expect_death("abort", KH_ECHILD, "last stderr: echo worker: failing by abort", 20);
+}
+
+static int named(const json_t *names, const char *name)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(names, i, v) {
+        if (!strcmp(json_string_value(v), name))
+            return 1;
+    }
+    return 0;
+}
+
+static void test_no_secrets_reach_or_leave_a_worker(void **state)
+{
+    (void)state;
+    static const char *const canary = "sk-ant-khlua-canary-7f3a9c";
+    setenv("ANTHROPIC_API_KEY", canary, 1);
+    setenv("KHLUA_REDTEAM_CANARY", "odd-format canary 123", 1);
+    setenv("KHLUA_TEST_PLAIN", "passes", 1);
+    kh_wproc *w = start_echo();
+    kh_msg reply;
+    kh_err err;
+    assert_int_equal(kh_wproc_call(w, "environ", NULL, NULL, 0, 10, &reply, &err), KH_OK);
+    const json_t *names = json_object_get(json_object_get(reply.head, "result"), "names");
+    assert_true(json_array_size(names) > 0);
+    assert_false(named(names, "ANTHROPIC_API_KEY"));
+    assert_false(named(names, "KHLUA_REDTEAM_CANARY"));
+    assert_true(named(names, "KHLUA_TEST_PLAIN"));
+    assert_true(named(names, "PATH"));
+    assert_true(named(names, "ASAN_OPTIONS")); /* the launch's own entries */
+    kh_msg_free(&reply);
+
+    /* what it prints before it dies: both keys are redacted, the rest stays */
+    json_t *params = json_pack("{s:s, s:s}", "how", "abort", "say",
+                               "key sk-ant-khlua-canary-7f3a9c and odd-format canary 123 end");
+    kh_status st = kh_wproc_call(w, "fail", params, NULL, 0, 20, &reply, &err);
+    json_decref(params);
+    kh_msg_free(&reply);
+    assert_int_equal(st, KH_ECHILD);
+    assert_null(strstr(err.msg, "canary"));
+    assert_non_null(strstr(err.msg, "killed by SIGABRT"));
+    const char *tail = kh_wproc_stderr_tail(w);
+    assert_null(strstr(tail, "canary"));
+    assert_non_null(strstr(tail, "key [redacted] and [redacted] end"));
+    kh_wproc_stop(w, 0);
+    unsetenv("ANTHROPIC_API_KEY");
+    unsetenv("KHLUA_REDTEAM_CANARY");
+    unsetenv("KHLUA_TEST_PLAIN");
 }
 
 static void test_reported_and_sticky_errors(void **state)
@@ -502,6 +553,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ping_and_payload_round_trip),
         cmocka_unit_test(test_every_failure_is_classified),
+        cmocka_unit_test(test_no_secrets_reach_or_leave_a_worker),
         cmocka_unit_test(test_reported_and_sticky_errors),
         cmocka_unit_test(test_bad_launches),
         cmocka_unit_test(test_pool_replaces_dead_workers),

@@ -237,11 +237,15 @@ CANDIDATES = {
     deep(0);
 }
 '''),
-    "fault_misaligned": ("Enables x86 alignment checking, then loads through a misaligned pointer.", "#include <signal.h>\n" + SIG + r'''
+    "fault_misaligned": ("Enables x86 alignment checking (EFLAGS.AC, through the compiler's "
+                         "builtins: host candidates may not use asm), then loads through a "
+                         "misaligned pointer.",
+                         "#include <signal.h>\n#if defined(__x86_64__)\n#include <x86intrin.h>\n#endif\n"
+                         + SIG + r'''
 {
     (void)w; (void)eps; (void)out; (void)rows; (void)h;
 #if defined(__x86_64__)
-    __asm__ __volatile__("pushfq; orl $0x40000, (%%rsp); popfq" ::: "memory", "cc");
+    __writeeflags(__readeflags() | 0x40000);
     volatile uint32_t v = *(volatile const uint32_t *)((const char *)x + 1);
     (void)v;
 #endif
