@@ -891,8 +891,9 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
         goto out;
 
     /* Correctness: each trial's inputs in the next slot, called under one
-     * poison and (with poison) again, on the same values in the slot after,
-     * under the other. */
+     * poison and (with poison) again on the same buffers and values under
+     * the other (a candidate that skips its work on buffers it has seen
+     * leaves the second poison in place). */
     for (size_t tr = 0; tr < r->ntrials; tr++) {
         json_t *trial = json_pack("{s:I}", "seed", (json_int_t)r->seeds[tr]);
         json_t *checks = json_object();
@@ -901,15 +902,16 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
         size_t first_out = x->out.len;
         for (int pass = 0; pass < npass; pass++) {
             check_late(x, (long)tr);
-            int s = next_slot(x);
+            int s = first;
             if (first < 0) {
+                s = next_slot(x);
                 if ((st = fill_inputs(x, s, r->seeds[tr], err))) {
                     json_decref(checks);
                     goto out;
                 }
                 first = s;
             } else {
-                copy_inputs(x, s, first);
+                copy_inputs(x, s, s); /* the same buffers, their values again */
             }
             prep_outputs(x, s, r->poison ? (pass ? POISON_B : POISON_A) : -1);
             call_slot(x, s);
