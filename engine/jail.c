@@ -817,6 +817,10 @@ int kh_jail_main(void)
         uint32_t slot = c->slot;
         if (slot >= c->nslots)
             _exit(4);
+        /* armed: spinning.  The warden writes the call's inputs (its scalars
+         * among them) only after this answer: they are read after "go". */
+        post(&c->armed, &c->armed_sleeping, seq);
+        jail_wait(&c->go, &c->go_sleeping, seq - 1, 1.0);
         long iv[6] = {0};
         double fv[8] = {0};
         int ni = 0, nf = 0;
@@ -869,8 +873,6 @@ int kh_jail_main(void)
                 break;
             }
         }
-        post(&c->armed, &c->armed_sleeping, seq);
-        jail_wait(&c->go, &c->go_sleeping, seq - 1, 1.0);
         fn(iv[0], iv[1], iv[2], iv[3], iv[4], iv[5], fv[0], fv[1], fv[2], fv[3], fv[4], fv[5],
            fv[6], fv[7]);
         post(&c->done, &c->done_sleeping, seq);

@@ -17,9 +17,12 @@
  *
  * The two share one memory region (the arena, a memfd mapped by both):
  * a control page and the candidate's buffers.  A call is a handshake on
- * the control page: the warden fills the slot, "arms" the jail (which then
- * spins), takes t0, says "go", and takes t1 when the jail says "done".  The
- * warden trusts nothing the jail writes but the done sequence number. */
+ * the control page: the warden "arms" the jail (which then spins), writes
+ * the slot's inputs and poisons its outputs (a timed call's only then, after
+ * the cache flush), takes t0, says "go", and takes t1 when the jail says
+ * "done".  The warden trusts nothing the jail writes but the armed and done
+ * sequence numbers, and waits for nothing the jail says once the inputs are
+ * visible to it, until "done". */
 #ifndef KH_JAIL_H
 #define KH_JAIL_H
 
@@ -101,12 +104,15 @@ kh_status kh_jail_arena(kh_jail *j, size_t data_bytes, kh_err *err);
  * kh_jail_call. */
 kh_status kh_jail_start(kh_jail *j, const unsigned char *so, size_t n, kh_err *err);
 
-/* One call on slot: kh_jail_arm before the timed window (the jail reads its
- * arguments and spins), kh_jail_go inside it (returns when the call has
- * returned).  When the jail dies, the warden dies the same way (the same
- * signal, or the same exit code), after the jail's own description of the
- * fault on stderr: the supervisor and the verdict see what they would have
- * seen had the candidate run in the worker itself. */
+/* One call on slot: kh_jail_arm before the timed window (the jail wakes and
+ * spins; it reads its arguments after "go", so the slot's inputs may be
+ * written between the two, and must be: the warden waits for the jail's
+ * "armed", which a jail could hold back while it works on inputs it can
+ * already see), kh_jail_go inside it (returns when the call has returned).
+ * When the jail dies, the warden dies the same way (the same signal, or the
+ * same exit code), after the jail's own description of the fault on stderr:
+ * the supervisor and the verdict see what they would have seen had the
+ * candidate run in the worker itself. */
 void kh_jail_arm(kh_jail *j, uint32_t slot);
 void kh_jail_go(kh_jail *j);
 
