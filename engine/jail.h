@@ -13,7 +13,12 @@
  * process, no open for writing, no file creation, renaming or removal, no
  * namespaces or mounts; after it is loaded, no open at all.  A forbidden
  * call kills the jail with "khlua-fault: kind=forbidden_syscall
- * syscall=NAME" on stderr.
+ * syscall=NAME" on stderr.  While it loads, what it may open for reading is
+ * limited too (Landlock, where the kernel has it): the system's library
+ * directories, its own /proc/self and a few system files, so a constructor
+ * cannot read another process's /proc/<pid>/environ or mem, nor any other
+ * file; and it holds no capability (a jail started by root would otherwise
+ * read the undumpable warden's memory with CAP_SYS_PTRACE).
  *
  * The two share one memory region (the arena, a memfd mapped by both):
  * a control page and the candidate's buffers.  A call is a handshake on
@@ -115,6 +120,10 @@ kh_status kh_jail_start(kh_jail *j, const unsigned char *so, size_t n, kh_err *e
  * candidate run in the worker itself. */
 void kh_jail_arm(kh_jail *j, uint32_t slot);
 void kh_jail_go(kh_jail *j);
+
+/* What a jail may read while its object loads, in words ("Landlock ABI 7:
+ * ...", or why there is no such limit on this kernel). */
+void kh_jail_describe_fs(char *buf, size_t n);
 
 /* Stop the jail (asked, then killed), reap it; the arena stays. */
 void kh_jail_stop(kh_jail *j);

@@ -69,6 +69,7 @@
 typedef struct host_state {
     char network[160];
     char memory[160];
+    char filesystem[160]; /* what a jail may read (kh_jail_describe_fs) */
     double copy_bw; /* bytes/s, measured on first timing */
     size_t page;
     kh_jail jail;
@@ -87,8 +88,9 @@ static void write_file(const char *path, const char *s)
 
 static const char CONFINEMENT[] =
     "jail: a fresh process per load (exec'd), seccomp-bpf allowlist (no exec, fork, sockets, "
-    "ptrace, signals to others, writes to files; no open after load), empty environment, "
-    "stdin/stdout /dev/null; timer and checks in the worker";
+    "ptrace, signals to others, writes to files; no open after load), no capabilities, reads "
+    "while loading limited (filesystem), empty environment, stdin/stdout /dev/null; timer and "
+    "checks in the worker";
 
 static kh_status host_init(kh_worker *w, kh_err *err)
 {
@@ -101,6 +103,7 @@ static kh_status host_init(kh_worker *w, kh_err *err)
         free(s);
         return st;
     }
+    kh_jail_describe_fs(s->filesystem, sizeof s->filesystem);
     struct rlimit rl = {0, 0};
     setrlimit(RLIMIT_CORE, &rl); /* a crashing candidate leaves no core file */
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
@@ -1072,10 +1075,11 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
         check_late(x, -1);
     }
 
-    *result = json_pack("{s:o, s:o, s:o, s:o, s:{s:s, s:s, s:s, s:b}}", "trials", trials,
+    *result = json_pack("{s:o, s:o, s:o, s:o, s:{s:s, s:s, s:s, s:s, s:b}}", "trials", trials,
                         "timed_outputs", x->timed_outputs, "timing", timing, "failures",
                         x->failures, "worker", "network", x->s->network, "memory", x->s->memory,
-                        "confinement", CONFINEMENT, "guard_pages", 1);
+                        "filesystem", x->s->filesystem, "confinement", CONFINEMENT,
+                        "guard_pages", 1);
     trials = timing = x->timed_outputs = x->failures = NULL;
     *out_p = x->out.p;
     *out_n = x->out.len;
@@ -1101,8 +1105,9 @@ static kh_status m_info(kh_worker *w, const json_t *params, const unsigned char 
     host_state *s = S(w);
     if (!s->copy_bw)
         s->copy_bw = host_bandwidth();
-    *result = json_pack("{s:s, s:s, s:s, s:f, s:I, s:I}", "network", s->network, "memory",
-                        s->memory, "confinement", CONFINEMENT, "copy_bandwidth_Bps", s->copy_bw, "llc_bytes",
+    *result = json_pack("{s:s, s:s, s:s, s:s, s:f, s:I, s:I}", "network", s->network, "memory",
+                        s->memory, "filesystem", s->filesystem, "confinement", CONFINEMENT,
+                        "copy_bandwidth_Bps", s->copy_bw, "llc_bytes",
                         (json_int_t)kh_hostbench_llc_bytes(), "cpus",
                         (json_int_t)sysconf(_SC_NPROCESSORS_ONLN));
     return KH_OK;
