@@ -113,6 +113,8 @@ static kh_status one(run_ctx *c, int flush, int timed, kh_err *err)
         return st;
     if (flush && (st = kh_hostbench_flush(err)))
         return st;
+    if (t->publish && (st = t->publish(t->ctx, ti, err)))
+        return st;
     if (!timed) {
         if ((st = t->call(t->ctx, err)))
             return st;

@@ -36,6 +36,11 @@ typedef struct kh_hostbench_target {
     /* Optional: trial t starts (official). */
     kh_status (*trial)(void *ctx, int t, kh_err *err);
     void *ctx;
+    /* Optional, outside the window: after the flush, right before t0 (and
+     * before an untimed call).  What the call may see only from here on
+     * (its inputs, its poisoned outputs) is written here, so nothing that
+     * runs beside the warden can start on it during the flush. */
+    kh_status (*publish)(void *ctx, long timed_i, kh_err *err);
 } kh_hostbench_target;
 
 /* Run protocol o->protocol on t.  KH_OK when it ran (r->status "OK"); a

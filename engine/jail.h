@@ -13,13 +13,21 @@
  * process, no open for writing, no file creation, renaming or removal, no
  * namespaces or mounts; after it is loaded, no open at all.  A forbidden
  * call kills the jail with "khlua-fault: kind=forbidden_syscall
- * syscall=NAME" on stderr.
+ * syscall=NAME" on stderr.  While it loads, what it may open for reading is
+ * limited too (Landlock, where the kernel has it): the system's library
+ * directories, its own /proc/self and a few system files, so a constructor
+ * cannot read another process's /proc/<pid>/environ or mem, nor any other
+ * file; and it holds no capability (a jail started by root would otherwise
+ * read the undumpable warden's memory with CAP_SYS_PTRACE).
  *
  * The two share one memory region (the arena, a memfd mapped by both):
  * a control page and the candidate's buffers.  A call is a handshake on
- * the control page: the warden fills the slot, "arms" the jail (which then
- * spins), takes t0, says "go", and takes t1 when the jail says "done".  The
- * warden trusts nothing the jail writes but the done sequence number. */
+ * the control page: the warden "arms" the jail (which then spins), writes
+ * the slot's inputs and poisons its outputs (a timed call's only then, after
+ * the cache flush), takes t0, says "go", and takes t1 when the jail says
+ * "done".  The warden trusts nothing the jail writes but the armed and done
+ * sequence numbers, and waits for nothing the jail says once the inputs are
+ * visible to it, until "done". */
 #ifndef KH_JAIL_H
 #define KH_JAIL_H
 
@@ -101,14 +109,21 @@ kh_status kh_jail_arena(kh_jail *j, size_t data_bytes, kh_err *err);
  * kh_jail_call. */
 kh_status kh_jail_start(kh_jail *j, const unsigned char *so, size_t n, kh_err *err);
 
-/* One call on slot: kh_jail_arm before the timed window (the jail reads its
- * arguments and spins), kh_jail_go inside it (returns when the call has
- * returned).  When the jail dies, the warden dies the same way (the same
- * signal, or the same exit code), after the jail's own description of the
- * fault on stderr: the supervisor and the verdict see what they would have
- * seen had the candidate run in the worker itself. */
+/* One call on slot: kh_jail_arm before the timed window (the jail wakes and
+ * spins; it reads its arguments after "go", so the slot's inputs may be
+ * written between the two, and must be: the warden waits for the jail's
+ * "armed", which a jail could hold back while it works on inputs it can
+ * already see), kh_jail_go inside it (returns when the call has returned).
+ * When the jail dies, the warden dies the same way (the same signal, or the
+ * same exit code), after the jail's own description of the fault on stderr:
+ * the supervisor and the verdict see what they would have seen had the
+ * candidate run in the worker itself. */
 void kh_jail_arm(kh_jail *j, uint32_t slot);
 void kh_jail_go(kh_jail *j);
+
+/* What a jail may read while its object loads, in words ("Landlock ABI 7:
+ * ...", or why there is no such limit on this kernel). */
+void kh_jail_describe_fs(char *buf, size_t n);
 
 /* Stop the jail (asked, then killed), reap it; the arena stays. */
 void kh_jail_stop(kh_jail *j);

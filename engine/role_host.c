@@ -12,7 +12,9 @@
  * buffer slots (the same pool in correctness and timing), inputs generated
  * just before it (a timed call's from a seed derived from the secret timing
  * seed and the call's number: no two timed calls share inputs, and none
- * shares the correctness inputs), outputs poisoned, workspace zeroed.
+ * shares the correctness inputs), outputs poisoned, workspace zeroed; a
+ * timed call's inputs are generated in private and reach the jail only after
+ * the cache flush, right before t0 (t_pre), so no work starts untimed.
  * Which timed calls are verified is drawn from the secret sample seed;
  * their outputs are copied after the call has returned.  After every call
  * the outputs are copied aside, and compared again before the next call: a
@@ -37,6 +39,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +47,9 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define KH_ASAN 1
@@ -63,6 +69,7 @@
 typedef struct host_state {
     char network[160];
     char memory[160];
+    char filesystem[160]; /* what a jail may read (kh_jail_describe_fs) */
     double copy_bw; /* bytes/s, measured on first timing */
     size_t page;
     kh_jail jail;
@@ -81,8 +88,9 @@ static void write_file(const char *path, const char *s)
 
 static const char CONFINEMENT[] =
     "jail: a fresh process per load (exec'd), seccomp-bpf allowlist (no exec, fork, sockets, "
-    "ptrace, signals to others, writes to files; no open after load), empty environment, "
-    "stdin/stdout /dev/null; timer and checks in the worker";
+    "ptrace, signals to others, writes to files; no open after load), no capabilities, reads "
+    "while loading limited (filesystem), empty environment, stdin/stdout /dev/null; timer and "
+    "checks in the worker";
 
 static kh_status host_init(kh_worker *w, kh_err *err)
 {
@@ -95,6 +103,7 @@ static kh_status host_init(kh_worker *w, kh_err *err)
         free(s);
         return st;
     }
+    kh_jail_describe_fs(s->filesystem, sizeof s->filesystem);
     struct rlimit rl = {0, 0};
     setrlimit(RLIMIT_CORE, &rl); /* a crashing candidate leaves no core file */
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
@@ -480,6 +489,7 @@ typedef struct run {
     json_t *failures;
     json_t *timed_outputs;
     int cur, verify_now, nverified;
+    long cur_k;
     uint64_t cur_seed;
     int timing_failed, late_failed;
 } run;
@@ -587,9 +597,58 @@ static void run_free(run *x)
         free(x->kept[i]);
 }
 
-/* Generate slot s's inputs for seed: into the private copy (the checksum),
- * then into the arena. */
-static kh_status fill_inputs(run *x, int s, uint64_t seed, kh_err *err)
+/* Copies into the arena.  cold: with non-temporal stores, so what a timed
+ * call's inputs and outputs hold after the cache flush is not in the cache
+ * (the flush comes before them: see t_publish). */
+static void arena_copy(unsigned char *d, const unsigned char *src, size_t n, int cold)
+{
+#if defined(__SSE2__)
+    if (cold) {
+        size_t i = 0;
+        for (; i < n && ((uintptr_t)(d + i) & 15); i++)
+            d[i] = src[i];
+        for (; i + 16 <= n; i += 16)
+            _mm_stream_si128((__m128i *)(void *)(d + i),
+                             _mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+        for (; i < n; i++)
+            d[i] = src[i];
+        return;
+    }
+#endif
+    (void)cold;
+    memcpy(d, src, n);
+}
+
+static void arena_set(unsigned char *d, int byte, size_t n, int cold)
+{
+#if defined(__SSE2__)
+    if (cold) {
+        size_t i = 0;
+        __m128i v = _mm_set1_epi8((char)byte);
+        for (; i < n && ((uintptr_t)(d + i) & 15); i++)
+            d[i] = (unsigned char)byte;
+        for (; i + 16 <= n; i += 16)
+            _mm_stream_si128((__m128i *)(void *)(d + i), v);
+        for (; i < n; i++)
+            d[i] = (unsigned char)byte;
+        return;
+    }
+#endif
+    (void)cold;
+    memset(d, byte, n);
+}
+
+static void arena_fence(void)
+{
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+    atomic_thread_fence(memory_order_release);
+}
+
+/* Generate slot s's inputs for seed into the private copy (the checksum);
+ * the jail sees nothing of them until publish_inputs. */
+static kh_status gen_inputs(run *x, int s, uint64_t seed, kh_err *err)
 {
     kh_engine *e = kh_worker_engine(x->w);
     for (size_t i = 0; i < x->r->nt; i++) {
@@ -614,10 +673,26 @@ static kh_status fill_inputs(run *x, int s, uint64_t seed, kh_err *err)
         kh_tensor_free(tt);
         if (st)
             return st;
-        memcpy(x->b[s][i].data, d, t->nbytes);
     }
     x->slot_seed[s] = seed;
     return KH_OK;
+}
+
+/* Slot s's inputs, from the private copy into the arena. */
+static void publish_inputs(run *x, int s, int cold)
+{
+    for (size_t i = 0; i < x->r->nt; i++)
+        if (x->r->t[i].role == T_INPUT)
+            arena_copy(x->b[s][i].data, x->snap[s][i], x->r->t[i].nbytes, cold);
+}
+
+/* Generate slot s's inputs and put them in the arena (correctness calls). */
+static kh_status fill_inputs(run *x, int s, uint64_t seed, kh_err *err)
+{
+    kh_status st = gen_inputs(x, s, seed, err);
+    if (!st)
+        publish_inputs(x, s, 0);
+    return st;
 }
 
 /* The same inputs as slot from, in slot s. */
@@ -632,14 +707,14 @@ static void copy_inputs(run *x, int s, int from)
     x->slot_seed[s] = x->slot_seed[from];
 }
 
-static void prep_outputs(run *x, int s, int pattern)
+static void prep_outputs(run *x, int s, int pattern, int cold)
 {
     for (size_t i = 0; i < x->r->nt; i++) {
         const tspec *t = &x->r->t[i];
         if (t->role == T_OUTPUT && pattern >= 0)
-            memset(x->b[s][i].data, pattern, t->nbytes);
+            arena_set(x->b[s][i].data, pattern, t->nbytes, cold);
         else if (t->role == T_WORKSPACE && t->zero)
-            memset(x->b[s][i].data, 0, t->nbytes);
+            arena_set(x->b[s][i].data, 0, t->nbytes, cold);
     }
 }
 
@@ -778,6 +853,13 @@ static kh_status t_call(void *ctx, kh_err *err)
     return KH_OK;
 }
 
+/* A timing call, in the order that keeps its work inside the window: the
+ * inputs are generated in private (t_pre), the jail is armed (it wakes and
+ * spins; the warden waits for that, so nothing may be visible to it yet:
+ * a jail that held the "armed" answer back while it worked on visible
+ * inputs would work untimed), the cache is flushed (hostbench.c), and only
+ * then are the outputs poisoned and the inputs published (t_publish),
+ * right before t0.  Nothing waits on the jail between t_publish and t0. */
 static kh_status t_pre(void *ctx, long ti, kh_err *err)
 {
     run *x = ctx;
@@ -789,20 +871,33 @@ static kh_status t_pre(void *ctx, long ti, kh_err *err)
     uint64_t seed = call_seed(x->r, k);
     if (x->r->trusted && k >= x->nslots) {
         /* a trusted reference once every slot holds timing inputs: back to
-         * the values the slot was given (nothing to hide from it) */
-        copy_inputs(x, s, s);
+         * the values the slot was given (nothing to hide from it), which
+         * t_publish puts back */
         seed = x->slot_seed[s];
     } else {
-        kh_status st = fill_inputs(x, s, seed, err);
+        kh_status st = gen_inputs(x, s, seed, err);
         if (st)
             return kh_err_prefix(err, "timing call %ld", k);
     }
-    /* every call's outputs poisoned (alternating patterns), verified or not */
-    prep_outputs(x, s, x->r->poison ? ((k & 1) ? POISON_B : POISON_A) : -1);
     x->cur = s;
+    x->cur_k = k;
     x->cur_seed = seed;
     x->verify_now = verify_draw(x, ti);
     kh_jail_arm(x->j, (uint32_t)s);
+    return KH_OK;
+}
+
+static kh_status t_publish(void *ctx, long ti, kh_err *err)
+{
+    (void)ti;
+    (void)err;
+    run *x = ctx;
+    int s = x->cur, cold = x->r->bo.cold_l2;
+    /* every call's outputs poisoned (alternating patterns), verified or not;
+     * the outputs first, the inputs last */
+    prep_outputs(x, s, x->r->poison ? ((x->cur_k & 1) ? POISON_B : POISON_A) : -1, cold);
+    publish_inputs(x, s, cold);
+    arena_fence();
     return KH_OK;
 }
 
@@ -913,7 +1008,7 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
             } else {
                 copy_inputs(x, s, s); /* the same buffers, their values again */
             }
-            prep_outputs(x, s, r->poison ? (pass ? POISON_B : POISON_A) : -1);
+            prep_outputs(x, s, r->poison ? (pass ? POISON_B : POISON_A) : -1, 0);
             call_slot(x, s);
             json_t *o;
             if ((st = capture_outputs(x, &o, err))) {
@@ -966,7 +1061,8 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
         }
         if (!x->s->copy_bw)
             x->s->copy_bw = host_bandwidth();
-        kh_hostbench_target t = {.call = t_call, .pre = t_pre, .post = t_post, .ctx = x};
+        kh_hostbench_target t = {.call = t_call, .pre = t_pre, .publish = t_publish,
+                                 .post = t_post, .ctx = x};
         kh_bench_result br;
         st = kh_hostbench_run(kh_worker_engine(w), &t, &r->bo, &br, err);
         if (!st) {
@@ -981,10 +1077,11 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
         check_late(x, -1);
     }
 
-    *result = json_pack("{s:o, s:o, s:o, s:o, s:{s:s, s:s, s:s, s:b}}", "trials", trials,
+    *result = json_pack("{s:o, s:o, s:o, s:o, s:{s:s, s:s, s:s, s:s, s:b}}", "trials", trials,
                         "timed_outputs", x->timed_outputs, "timing", timing, "failures",
                         x->failures, "worker", "network", x->s->network, "memory", x->s->memory,
-                        "confinement", CONFINEMENT, "guard_pages", 1);
+                        "filesystem", x->s->filesystem, "confinement", CONFINEMENT,
+                        "guard_pages", 1);
     trials = timing = x->timed_outputs = x->failures = NULL;
     *out_p = x->out.p;
     *out_n = x->out.len;
@@ -1010,8 +1107,9 @@ static kh_status m_info(kh_worker *w, const json_t *params, const unsigned char 
     host_state *s = S(w);
     if (!s->copy_bw)
         s->copy_bw = host_bandwidth();
-    *result = json_pack("{s:s, s:s, s:s, s:f, s:I, s:I}", "network", s->network, "memory",
-                        s->memory, "confinement", CONFINEMENT, "copy_bandwidth_Bps", s->copy_bw, "llc_bytes",
+    *result = json_pack("{s:s, s:s, s:s, s:s, s:f, s:I, s:I}", "network", s->network, "memory",
+                        s->memory, "filesystem", s->filesystem, "confinement", CONFINEMENT,
+                        "copy_bandwidth_Bps", s->copy_bw, "llc_bytes",
                         (json_int_t)kh_hostbench_llc_bytes(), "cpus",
                         (json_int_t)sysconf(_SC_NPROCESSORS_ONLN));
     return KH_OK;

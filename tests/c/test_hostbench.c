@@ -1,7 +1,8 @@
 /* test_hostbench.c: the host timing protocols (engine/hostbench.h).  The
  * official protocol makes exactly FlashInfer-Bench's calls per trial
  * (1 + 5 + warmup + iters), times only the last iters, and reports the mean
- * of the trial medians; pre/post see every call with the timed index; screen
+ * of the trial medians; pre/publish/post see every call with the timed index,
+ * in that order around it; screen
  * and precise stop by their rules or at their caps; a call that sleeps a
  * known time is measured as at least that long; a failing callback stops the
  * run with its status; the flush buffer exceeds the last-level cache. */
@@ -15,7 +16,8 @@
 #include <time.h>
 
 typedef struct counter {
-    long calls, pre, post, timed_pre, trials;
+    long calls, pre, publish, post, timed_pre, trials;
+    int phase; /* 1 after pre, 2 after publish, 3 after the call */
     long last_timed;
     int order_ok;
     long sleep_ns;
@@ -28,6 +30,9 @@ static kh_status c_call(void *ctx, kh_err *err)
     if (c->fail_at >= 0 && c->calls == c->fail_at)
         return kh_err_set(err, KH_EIO, "call %ld failed on purpose", c->calls);
     c->calls++;
+    if (c->pre && c->phase != (c->publish ? 2 : 1))
+        c->order_ok = 0;
+    c->phase = 3;
     if (c->sleep_ns) {
         struct timespec ts = {0, c->sleep_ns};
         nanosleep(&ts, NULL);
@@ -40,6 +45,7 @@ static kh_status c_pre(void *ctx, long ti, kh_err *err)
     (void)err;
     counter *c = ctx;
     c->pre++;
+    c->phase = 1;
     if (ti >= 0) {
         if (ti != c->last_timed + 1)
             c->order_ok = 0;
@@ -49,11 +55,24 @@ static kh_status c_pre(void *ctx, long ti, kh_err *err)
     return KH_OK;
 }
 
+static kh_status c_publish(void *ctx, long ti, kh_err *err)
+{
+    (void)err;
+    counter *c = ctx;
+    c->publish++;
+    if (c->phase != 1 || (ti >= 0 && ti != c->last_timed))
+        c->order_ok = 0;
+    c->phase = 2;
+    return KH_OK;
+}
+
 static kh_status c_post(void *ctx, long ti, kh_err *err)
 {
     (void)err;
     counter *c = ctx;
     c->post++;
+    if (c->phase != 3)
+        c->order_ok = 0;
     if (ti >= 0 && ti != c->last_timed)
         c->order_ok = 0;
     return KH_OK;
@@ -83,7 +102,7 @@ static void test_official_call_sequence(void **state)
     int warmup = 2 + rand() % 5, iters = 3 + rand() % 10, trials = 1 + rand() % 3;
     counter c;
     init(&c);
-    kh_hostbench_target t = {c_call, c_pre, c_post, c_trial, &c};
+    kh_hostbench_target t = {c_call, c_pre, c_post, c_trial, &c, c_publish};
     kh_bench_opts o;
     kh_bench_defaults(KH_PROTO_OFFICIAL, &o);
     o.warmup = warmup;
@@ -97,6 +116,7 @@ static void test_official_call_sequence(void **state)
     assert_string_equal(r.timer, "monotonic");
     assert_int_equal(c.calls, (long)trials * (1 + 5 + warmup + iters));
     assert_int_equal(c.pre, c.calls);
+    assert_int_equal(c.publish, c.calls);
     assert_int_equal(c.post, c.calls);
     assert_int_equal(c.timed_pre, (long)trials * iters);
     assert_int_equal(c.trials, trials);
@@ -120,7 +140,7 @@ static void test_measures_a_known_time(void **state)
     counter c;
     init(&c);
     c.sleep_ns = 200000 + rand() % 200000; /* 0.2 to 0.4 ms */
-    kh_hostbench_target t = {c_call, NULL, NULL, NULL, &c};
+    kh_hostbench_target t = {c_call, NULL, NULL, NULL, &c, NULL};
     kh_bench_opts o;
     kh_bench_defaults(KH_PROTO_OFFICIAL, &o);
     o.warmup = 1;
@@ -142,7 +162,7 @@ static void test_screen_and_precise_stop(void **state)
     for (int p = 0; p < 2; p++) {
         counter c;
         init(&c);
-        kh_hostbench_target t = {c_call, c_pre, c_post, NULL, &c};
+        kh_hostbench_target t = {c_call, c_pre, c_post, NULL, &c, NULL};
         kh_bench_opts o;
         kh_bench_defaults(p ? KH_PROTO_PRECISE : KH_PROTO_SCREEN, &o);
         o.warmup = 3;
@@ -164,7 +184,7 @@ static void test_screen_and_precise_stop(void **state)
     counter c;
     init(&c);
     c.sleep_ns = 100000;
-    kh_hostbench_target t = {c_call, NULL, NULL, NULL, &c};
+    kh_hostbench_target t = {c_call, NULL, NULL, NULL, &c, NULL};
     kh_bench_opts o;
     kh_bench_defaults(KH_PROTO_SCREEN, &o);
     o.warmup = 0;
@@ -183,7 +203,7 @@ static void test_failure_stops(void **state)
     counter c;
     init(&c);
     c.fail_at = 3 + rand() % 5;
-    kh_hostbench_target t = {c_call, NULL, NULL, NULL, &c};
+    kh_hostbench_target t = {c_call, NULL, NULL, NULL, &c, NULL};
     kh_bench_opts o;
     kh_bench_defaults(KH_PROTO_OFFICIAL, &o);
     o.cold_l2 = 0;
