@@ -10,7 +10,7 @@
 --
 -- CMakeLists.txt runs this file with ANTHROPIC_API_KEY and
 -- KHLUA_REDTEAM_CANARY set to canaries: no verdict nor any part of a trace
--- may carry them, plain or hex-encoded.
+-- may carry them, plain, hex-encoded or spaced out.
 local T = require "testlib"
 local kh = require "kh"
 
@@ -309,6 +309,7 @@ end)
 
 -- class 7: leaks ------------------------------------------------------------------------------------
 local function hex(s) return (s:gsub(".", function(ch) return string.format("%02x", ch:byte()) end)) end
+local function spaced(s) return (s:gsub(".", "%0 "):sub(1, -2)) end
 
 T.test("class 7: no verdict or trace carries the key or the canary", function()
   T.eq(os.getenv("ANTHROPIC_API_KEY"), KEY, "run through ctest: CMakeLists.txt sets the canaries")
@@ -329,7 +330,9 @@ T.test("class 7: no verdict or trace carries the key or the canary", function()
     T.eq(t.evaluation.status, l[2], name .. ": " .. detail(t))
     if l[3] then T.eq(t.evaluation.khlua.fault, l[3], name .. ": " .. detail(t)) end
     local all = kh.json.encode(tr)
-    for _, secret in ipairs { KEY, CANARY, hex(KEY), hex(CANARY) } do
+    -- a scrubber redacts key shapes and long hex runs; a key spaced out is
+    -- none of them: nothing but confinement keeps it out
+    for _, secret in ipairs { KEY, CANARY, hex(KEY), hex(CANARY), spaced(KEY), spaced(CANARY) } do
       T.eq(all:find(secret, 1, true), nil, name .. " leaked " .. secret .. ": " .. detail(t))
       T.eq(detail(t):find(secret, 1, true), nil, name)
     end
