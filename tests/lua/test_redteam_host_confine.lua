@@ -135,8 +135,7 @@ local CLASS1 = {
   { "rt_cheat_after_6_calls", "INCORRECT_NUMERICAL", "timed_outputs", true },
   { "rt_cheat_on_fresh_streak", "INCORRECT_NUMERICAL", "timed_outputs", true },
   { "rt_cheat_after_reload", "INCORRECT_NUMERICAL", "timed_outputs", true },
-  -- a pool of 3 slots (rotate_inputs): the 4th call, trial 1's second
-  -- poison, lands on the first slot again
+  -- a trial's second call (the other poison) is on the first's buffers
   { "rt_cheat_on_seen_output", "INCORRECT_NUMERICAL", "poison", true },
 }
 for _, c in ipairs(CLASS1) do
