@@ -90,40 +90,6 @@ char **kh_ccguard_sysdirs(const char *out)
     return v;
 }
 
-static int read_file(const char *path, char **text, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        size_t r = fread(b + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0)
-            break;
-        if (n + 1 == cap) {
-            char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad) {
-        free(b);
-        return -1;
-    }
-    b[n] = '\0';
-    *text = b;
-    *len = n;
-    return 0;
-}
 
 static kh_status add_own(kh_ccguard *g, const char *path, int generated, kh_err *err)
 {
@@ -141,7 +107,7 @@ static kh_status add_own(kh_ccguard *g, const char *path, int generated, kh_err 
     if (!(o->path = kh_strdup(path)))
         return kh_err_set(err, KH_ENOMEM, "out of memory");
     if (!generated) {
-        if (!(o->real = realpath(path, NULL)) || read_file(path, &o->text, &o->len)) {
+        if (!(o->real = realpath(path, NULL)) || kh_read_file(path, &o->text, &o->len)) {
             free(o->path);
             free(o->real);
             return kh_err_set(err, KH_EIO, "cannot read the candidate's source %s", path);

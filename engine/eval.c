@@ -679,34 +679,11 @@ static kh_status write_whole(const char *path, const void *d, size_t n, kh_err *
 
 static kh_status read_whole(const char *path, unsigned char **d, size_t *n, kh_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kh_err_set(err, KH_EIO, "cannot read %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    unsigned char *b = malloc(cap);
-    while (b) {
-        size_t r = fread(b + len, 1, cap - len, f);
-        len += r;
-        if (len < cap)
-            break;
-        unsigned char *nb = realloc(b, cap * 2);
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    /* the loop ends with len < cap: callers may terminate the text at b[len] */
-    if (!b || bad) {
-        free(b);
-        return kh_err_set(err, b ? KH_EIO : KH_ENOMEM, "cannot read %s", path);
-    }
-    *d = b;
-    *n = len;
+    char *b;
+    if (kh_read_file(path, &b, n))
+        return kh_err_set(err, errno == ENOMEM ? KH_ENOMEM : KH_EIO, "cannot read %s: %s", path,
+                          strerror(errno));
+    *d = (unsigned char *)b;
     return KH_OK;
 }
 

@@ -238,38 +238,6 @@ static const char *const *system_dirs(const char *compiler, kh_err *err)
     return found;
 }
 
-static int read_text(const char *path, char **text, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n + 1 < cap)
-            break;
-        char *nb = realloc(b, cap * 2);
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!b || bad) {
-        free(b);
-        return -1;
-    }
-    b[n] = '\0';
-    *text = b;
-    if (len)
-        *len = n;
-    return 0;
-}
 
 /* One stage of a candidate's compile: run argv until `end`, append its
  * command to res->command and what it printed to *log.  *ok: it exited 0. */
@@ -394,7 +362,7 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
     if ((st = stage(res, pp, end, &log, &pp_ok, err)))
         goto out;
     int missing_ok = 0;
-    if (read_text(dpath, &deps, NULL)) {
+    if (kh_read_file(dpath, &deps, NULL)) {
         /* a fatal error deletes the list: list again, missing headers and all */
         const char *mg[] = {res->compiler, "-std=c11", "-O2", "-fPIC", "-M", "-MG", "-MF", dpath,
                             "-o", "/dev/null", "-xc", src_path, NULL};
@@ -407,7 +375,7 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
             st = kh_err_set(err, ms, "%s", merr.msg);
             goto out;
         }
-        if (read_text(dpath, &deps, NULL)) {
+        if (kh_read_file(dpath, &deps, NULL)) {
             st = kh_err_set(err, KH_ECOMPILE,
                             "the preprocessor failed before it could list the files it read, "
                             "so its log is withheld");
@@ -416,7 +384,7 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
         }
         missing_ok = 1;
     }
-    if (pp_ok && read_text(ipath, &pre, &pre_len)) {
+    if (pp_ok && kh_read_file(ipath, &pre, &pre_len)) {
         st = kh_err_set(err, KH_EIO, "hostcc: cannot read %s", ipath);
         goto out;
     }
@@ -440,7 +408,7 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
         st = st ? st : KH_ECOMPILE;
         goto out;
     }
-    if (read_text(spath, &as, &as_len)) {
+    if (kh_read_file(spath, &as, &as_len)) {
         st = kh_err_set(err, KH_EIO, "hostcc: cannot read %s", spath);
         goto out;
     }

@@ -150,6 +150,40 @@ double kh_wall_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int kh_read_file(const char *path, char **data, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        n += fread(b + n, 1, cap - n - 1, f);
+        if (n + 1 < cap)
+            break;
+        char *nb = realloc(b, cap * 2);
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b || bad) {
+        free(b);
+        errno = b ? EIO : ENOMEM;
+        return -1;
+    }
+    b[n] = '\0';
+    *data = b;
+    if (len)
+        *len = n;
+    return 0;
+}
+
 char *kh_strdup(const char *s)
 {
     if (!s)

@@ -73,6 +73,9 @@ int kh_parallel_for(uint64_t n, uint64_t min_per, uint64_t align, kh_range_fn fn
 
 /* Duplicate a string; NULL in, NULL out.  Caller frees. */
 char *kh_strdup(const char *s);
+/* The whole file at path, malloc'ed and NUL-terminated (*len without the
+ * NUL; len may be NULL); -1 (errno set) when it cannot be read. */
+int kh_read_file(const char *path, char **data, size_t *len);
 
 /* A 63-bit seed from the OS CSPRNG (getrandom): what an adversary who has
  * read the source cannot predict.  KH_EIO when the kernel cannot give one. */
