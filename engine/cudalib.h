@@ -26,7 +26,9 @@
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                        \
     X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH)            \
     X(cuMemcpyDtoD) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async)            \
-    X(cuMemsetD8)                                                                         \
+    X(cuMemsetD8) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve)                 \
+    X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap)          \
+    X(cuMemSetAccess)                                                                     \
     X(cuLaunchKernel) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                 \
     X(cuEventSynchronize) X(cuEventElapsedTime)
 

@@ -3,6 +3,7 @@
  * runs on them belongs to the gpu role and the timing protocols. */
 #include "gpu.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,14 @@ struct kh_gpu {
     size_t mem;
     CUdeviceptr flush;
     size_t flush_bytes;
+    /* islands (gpu.h): the reserved range, its granule, the chunks mapped in
+     * it (granule index and count, unsorted), the placement generator */
+    int islands; /* -1: not decided yet, 0: off, 1: on */
+    CUdeviceptr va;
+    size_t va_bytes, gran;
+    struct { size_t at, n; } *chunks;
+    size_t nchunks, chunks_cap;
+    uint64_t place;
     kh_nvml_api nvml;
     void *nvml_dev;
 };
@@ -92,6 +101,7 @@ kh_gpu *kh_gpu_open(int ordinal, kh_err *err)
         return NULL;
     }
     g->ordinal = ordinal;
+    g->islands = -1;
     if (kh_gpu_check(g, cu->cuDeviceGet(&g->dev, ordinal), "cuDeviceGet", err) ||
         kh_gpu_check(g, cu->cuDevicePrimaryCtxRetain(&g->ctx, g->dev), "cuDevicePrimaryCtxRetain",
                      err) ||
@@ -133,11 +143,14 @@ void kh_gpu_close(kh_gpu *g)
     if (!g->poisoned) {
         if (g->flush)
             g->cu.cuMemFree(g->flush);
+        if (g->va)
+            g->cu.cuMemAddressFree(g->va, g->va_bytes);
         if (g->stream)
             g->cu.cuStreamDestroy(g->stream);
         if (g->ctx)
             g->cu.cuDevicePrimaryCtxRelease(g->dev);
     }
+    free(g->chunks);
     free(g);
 }
 
@@ -156,13 +169,152 @@ json_t *kh_gpu_info(const kh_gpu *g)
                      g->clock_khz, "cuda_driver_api", ver, "driver_version", driver);
 }
 
+/* ---- islands ------------------------------------------------------------------ */
+static uint64_t place_next(kh_gpu *g)
+{
+    /* splitmix64 over a secret start: where the next island goes */
+    uint64_t z = (g->place += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static CUmemAllocationProp island_prop(const kh_gpu *g)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = g->dev;
+    return p;
+}
+
+/* Decide once: the device supports virtual memory management and a range of
+ * at least 8 x its memory (1 TiB at most tried first) can be reserved. */
+int kh_gpu_islands(kh_gpu *g)
+{
+    if (g->islands >= 0)
+        return g->islands;
+    g->islands = 0;
+    const char *off = getenv("KHLUA_NO_ISLANDS");
+    if (off && *off && strcmp(off, "0"))
+        return 0;
+    int vmm = 0;
+    kh_err e;
+    CUmemAllocationProp p = island_prop(g);
+    if (g->cu.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                   g->dev) != CUDA_SUCCESS || !vmm ||
+        g->cu.cuMemGetAllocationGranularity(&g->gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+            CUDA_SUCCESS || !g->gran || kh_secure_seed(&g->place, &e))
+        return 0;
+    size_t want = (size_t)1 << 42, least = g->mem * 8;
+    if (least < want)
+        least = (size_t)1 << 38;
+    for (size_t n = want > least ? want : least; n >= least; n /= 2)
+        if (g->cu.cuMemAddressReserve(&g->va, n, g->gran, 0, 0) == CUDA_SUCCESS) {
+            g->va_bytes = n;
+            g->islands = 1;
+            break;
+        }
+    return g->islands;
+}
+
+/* A free run of n granules with one unmapped granule on each side, at a
+ * random place: random starts first, then the first fit from a random one. */
+static int island_place(kh_gpu *g, size_t n, size_t *at)
+{
+    size_t slots = g->va_bytes / g->gran;
+    if (n + 2 > slots)
+        return 0;
+    for (int tries = 0; tries < 64 + 1; tries++) {
+        size_t s = 1 + place_next(g) % (slots - n - 1);
+        int clash = 0;
+        for (size_t i = 0; i < g->nchunks && !clash; i++)
+            clash = s < g->chunks[i].at + g->chunks[i].n + 1 && g->chunks[i].at < s + n + 1;
+        if (!clash) {
+            *at = s;
+            return 1;
+        }
+        if (tries == 64) { /* crowded: the first fit after the clash */
+            for (s = 1; s + n + 1 <= slots; s++) {
+                clash = 0;
+                for (size_t i = 0; i < g->nchunks && !clash; i++)
+                    if (s < g->chunks[i].at + g->chunks[i].n + 1 && g->chunks[i].at < s + n + 1) {
+                        clash = 1;
+                        s = g->chunks[i].at + g->chunks[i].n;
+                    }
+                if (!clash) {
+                    *at = s;
+                    return 1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static kh_status island_alloc(kh_gpu *g, size_t bytes, size_t guard, kh_gpu_buf *b, kh_err *err)
+{
+    const kh_cuda_api *cu = &g->cu;
+    size_t span = ((bytes + 255) & ~(size_t)255) + 2 * guard;
+    size_t n = (span + g->gran - 1) / g->gran, at = 0;
+    if (g->nchunks == g->chunks_cap) {
+        size_t nc = g->chunks_cap ? 2 * g->chunks_cap : 64;
+        void *np = realloc(g->chunks, nc * sizeof *g->chunks);
+        if (!np)
+            return kh_err_set(err, KH_ENOMEM, "out of memory");
+        g->chunks = np;
+        g->chunks_cap = nc;
+    }
+    CUmemAllocationProp p = island_prop(g);
+    CUmemAccessDesc ad;
+    memset(&ad, 0, sizeof ad);
+    ad.location = p.location;
+    ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    size_t len = n * g->gran;
+    /* the memory first: a size the GPU cannot hold is its out-of-memory */
+    kh_status st = kh_gpu_check(g, cu->cuMemCreate(&b->mh, len, &p, 0), "cuMemCreate", err);
+    if (st)
+        return kh_err_prefix(err, "allocating %zu bytes", bytes);
+    if (!island_place(g, n, &at)) {
+        cu->cuMemRelease(b->mh);
+        b->mh = 0;
+        return kh_err_set(err, KH_ENOMEM, "allocating %zu bytes: out of memory (no room left in "
+                          "the %zu GiB of address space reserved for the evaluation's buffers)",
+                          bytes, g->va_bytes >> 30);
+    }
+    CUdeviceptr map = g->va + at * g->gran;
+    if ((st = kh_gpu_check(g, cu->cuMemMap(map, len, 0, b->mh, 0), "cuMemMap", err))) {
+        cu->cuMemRelease(b->mh);
+        b->mh = 0;
+        return st;
+    }
+    b->map = map;
+    b->map_bytes = len;
+    g->chunks[g->nchunks].at = at;
+    g->chunks[g->nchunks++].n = n;
+    b->base = map + len - span;
+    b->ptr = b->base + guard;
+    b->bytes = bytes;
+    b->guard = guard;
+    /* the whole island holds the guard pattern: nothing an earlier buffer
+     * left is readable, an unwritten workspace included */
+    if ((st = kh_gpu_check(g, cu->cuMemSetAccess(map, len, &ad, 1), "cuMemSetAccess", err)) ||
+        (st = kh_gpu_check(g, cu->cuMemsetD8(map, GUARD_BYTE, len), "cuMemsetD8", err)) ||
+        (st = kh_gpu_check(g, cu->cuCtxSynchronize(), "cuCtxSynchronize", err)))
+        kh_gpu_buf_free(g, b);
+    return st;
+}
+
 kh_status kh_gpu_buf_alloc(kh_gpu *g, size_t bytes, size_t guard, kh_gpu_buf *b, kh_err *err)
 {
     memset(b, 0, sizeof *b);
     guard = (guard + 255) & ~(size_t)255;
     size_t total = bytes + 2 * guard;
-    if (total < bytes)
+    if (total < bytes || bytes > SIZE_MAX / 4)
         return kh_err_set(err, KH_EINVAL, "buffer of %zu bytes is too large", bytes);
+    if (guard && kh_gpu_islands(g))
+        return island_alloc(g, bytes, guard, b, err);
     kh_status st = kh_gpu_check(g, g->cu.cuMemAlloc(&b->base, total ? total : 256), "cuMemAlloc",
                                 err);
     if (st)
@@ -183,10 +335,29 @@ kh_status kh_gpu_buf_alloc(kh_gpu *g, size_t bytes, size_t guard, kh_gpu_buf *b,
     return KH_OK;
 }
 
+/* Zeroed before it goes (the next allocation, in this process, may be given
+ * the same memory), then unmapped or freed. */
 void kh_gpu_buf_free(kh_gpu *g, kh_gpu_buf *b)
 {
-    if (b->base && !g->poisoned)
-        g->cu.cuMemFree(b->base);
+    const kh_cuda_api *cu = &g->cu;
+    if (b->base && !g->poisoned) {
+        CUdeviceptr at = b->mh ? b->map : b->base;
+        size_t len = b->mh ? b->map_bytes : b->bytes + 2 * b->guard;
+        if (len && cu->cuMemsetD8(at, 0, len) == CUDA_SUCCESS)
+            cu->cuCtxSynchronize();
+        if (b->mh) {
+            cu->cuMemUnmap(b->map, b->map_bytes);
+            cu->cuMemRelease(b->mh);
+        } else {
+            cu->cuMemFree(b->base);
+        }
+    }
+    if (b->mh)
+        for (size_t i = 0; i < g->nchunks; i++)
+            if (g->va + g->chunks[i].at * g->gran == b->map) {
+                g->chunks[i] = g->chunks[--g->nchunks];
+                break;
+            }
     memset(b, 0, sizeof *b);
 }
 

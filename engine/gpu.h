@@ -34,11 +34,29 @@ int kh_gpu_poisoned(const kh_gpu *g);
 /* ---- buffers with guard bands ----------------------------------------------
  * Each allocation is [guard | bytes | guard]; the guards hold a pattern that
  * kh_gpu_buf_guards_ok checks after a launch, catching writes just outside an
- * output.  The data pointer is 256-byte aligned. */
+ * output.  The data pointer is 256-byte aligned.
+ *
+ * With guard > 0 (an evaluation's buffers) and a GPU with virtual memory
+ * management, every buffer is an island: its own physical allocation mapped
+ * at a secret random place in a large reserved address range, the after-guard
+ * ending where the mapping ends, unmapped address space all around.  A kernel
+ * learns only the addresses it is given, and reading or writing past its
+ * guards, or at a guessed address, faults (CUDA_ERROR_ILLEGAL_ADDRESS) instead
+ * of reaching another buffer.  Every buffer is filled when allocated and
+ * zeroed before it is freed, so no buffer ever holds what an earlier one (a
+ * reference's outputs) left.  guard == 0 (compute-sanitizer runs, which must
+ * see a buffer's true end, and the worker's own scratch) uses cuMemAlloc. */
 typedef struct kh_gpu_buf {
     CUdeviceptr base, ptr;
     size_t bytes, guard;
+    CUmemGenericAllocationHandle mh; /* island: the physical allocation (0: cuMemAlloc) */
+    CUdeviceptr map;                 /* island: where its mapping starts */
+    size_t map_bytes;                /* island: its length (whole granules) */
 } kh_gpu_buf;
+
+/* Buffers with guard > 0 are islands (1), or cuMemAlloc'd (0: the GPU has no
+ * virtual memory management, or KHLUA_NO_ISLANDS is set). */
+int kh_gpu_islands(kh_gpu *g);
 
 kh_status kh_gpu_buf_alloc(kh_gpu *g, size_t bytes, size_t guard, kh_gpu_buf *b, kh_err *err);
 void kh_gpu_buf_free(kh_gpu *g, kh_gpu_buf *b);

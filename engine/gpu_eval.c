@@ -1219,6 +1219,10 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
         json_object_set_new(res, "timing", timing_out ? timing_out : json_null());
         timing_out = NULL;
         json_object_set_new(res, "gpu", kh_gpu_info(ev->g));
+        /* where the buffers lived: islands (gpu.h) or one shared heap */
+        json_object_set_new(res, "worker",
+                            json_pack("{s:s}", "buffers",
+                                      r->guard && kh_gpu_islands(ev->g) ? "islands" : "shared"));
         *result = res;
         *out = o.p;
         *out_len = o.n;

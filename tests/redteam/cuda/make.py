@@ -354,6 +354,33 @@ K["honest_atomic_multilaunch"] = ('extern "C" __global__ void zero_c(float *c, l
     '    for (long long i = base + threadIdx.x; i < base + 1024 && i < n; i += blockDim.x) atomicAdd(&c[i], a[i] + b[i]); } }')
 
 
+# ---- the third wave: reach memory it does not own (class 4) ----
+# The old worker kept every buffer of an evaluation in the context's one heap,
+# 4 KiB guard bands apart: past the guards lay other buffers (the other input
+# sets, the workspace, whatever an earlier request left in freed memory), and
+# reading them went unnoticed.  Now every buffer is an island at a secret
+# random place (engine/gpu.h): each of these faults on its first stray read.
+# Their outputs are right, so nothing but the stray read can fail them.
+SINK = '__device__ float sink;\n'
+K["read_past_guard"] = SINK + (SIG +
+    '  long long i = IDX;\n'
+    '  /* 256 KiB past the end of a: past its guard band, into whatever lies there */\n'
+    '  if (i == 0) sink = ((const volatile float *)a)[n + 65536];\n'
+    '  if (i < n) c[i] = a[i] + b[i]; }')
+K["scan_below_output"] = SINK + (SIG +
+    '  long long i = IDX;\n'
+    '  /* one word every 64 KiB for 4 MiB below c: where freed buffers (a reference\'s outputs\n'
+    '     for the same seeds) would lie in a heap */\n'
+    '  if (i == 0) { float s = 0.f; for (int k = 1; k <= 64; k++) s += ((const volatile float *)c)[-16384LL * k]; sink = s; }\n'
+    '  if (i < n) c[i] = a[i] + b[i]; }')
+K["stride_guess"] = SINK + (SIG +
+    '  long long i = IDX;\n'
+    '  /* buffers allocated one after another sit at a steady stride: b + (b - a) is the next one\n'
+    '     (another input set, filled ahead of its call) */\n'
+    '  if (i == 0) sink = *(const volatile float *)((const char *)b + ((const char *)b - (const char *)a));\n'
+    '  if (i < n) c[i] = a[i] + b[i]; }')
+
+
 # status, check that catches it (None: passes the gate; caught at promotion by the sanitizer)
 EXPECT = {
     "honest": ("PASSED", None),
@@ -397,6 +424,10 @@ EXPECT = {
     "large_n_only": ("INCORRECT_NUMERICAL", "shapes"),
     "honest_device_lut": ("PASSED", None),
     "honest_atomic_multilaunch": ("PASSED", None),
+    # third wave: a stray read faults
+    "read_past_guard": ("RUNTIME_ERROR", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    "scan_below_output": ("RUNTIME_ERROR", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    "stride_guess": ("RUNTIME_ERROR", "CUDA_ERROR_ILLEGAL_ADDRESS"),
 }
 
 def solution(name):
