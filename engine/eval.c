@@ -2488,7 +2488,8 @@ static const char *fault_kind(const char *msg)
 /* ---- compute-sanitizer (promotion time) ---------------------------------- */
 /* Run sol once under each tool of o->sanitize, in a gpu worker of its own
  * started through the launch template with compute-sanitizer in front, and
- * judge the tool's report.  Only records naming the candidate's kernels
+ * judge the tool's report: one correctness trial, then the timing phase of
+ * the evaluation's protocol (every call on fresh inputs, after a reload).  Only records naming the candidate's kernels
  * count (the worker's own generator and checksum kernels run under the tool
  * too).  Buffers get no guard bands here ("guard_bytes": 0): memcheck must
  * see the allocation's true end.  Outputs are poisoned (so initcheck does
@@ -2577,7 +2578,16 @@ static kh_status sanitize(wctx *c, const kh_task_solution *sol, const art *a, ve
         const char *worker = "ok";
         char wmsg[600];
         if (!st) {
-            json_object_set_new(p, "checks", json_pack("{s:b}", "poison", 1));
+            /* the timing phase too, as the evaluation runs it (the same
+             * protocol, call count, fresh inputs per call, module reloaded
+             * first), unverified: a kernel that misbehaves only there, or only
+             * after N calls, is under the tool as well */
+            add_timing(c, p, 0);
+            json_t *tm = json_object_get(p, "timing");
+            json_object_set_new(tm, "timeout_s", json_real(dl));
+            json_object_set_new(tm, "cold", json_false());
+            json_object_set_new(p, "checks", json_pack("{s:b, s:b}", "poison", 1,
+                                                       "reload_before_timing", 1));
             json_object_set_new(p, "guard_bytes", json_integer(0));
             json_object_set_new(p, "deadline_s", json_real(dl));
             kh_msg reply;

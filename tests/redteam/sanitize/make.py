@@ -1,7 +1,8 @@
 """make.py: writes the compute-sanitizer test package (tests/lua/gpu_sanitize.lua):
 c = alpha * a + b with alpha a *random* float32 scalar passed by value
 ({"scalar": "alpha"}), and candidates whose defect the hardened gate cannot
-see but one compute-sanitizer tool can: an out-of-bounds read (memcheck), a
+see but one compute-sanitizer tool can: an out-of-bounds read (memcheck; one
+from the fifth call on, which only the timing phase reaches), a
 shared-memory race that gives the right answer by luck (racecheck), a read
 of workspace memory nobody wrote (initcheck); an honest one that every tool
 passes, and one that ignores alpha (the random scalar must reach the kernel).
@@ -43,6 +44,15 @@ K["ignores_alpha"] = 'extern "C" __global__ void k' + SIG + ' { long long i = ID
 K["oob_read"] = ('extern "C" __global__ void k' + SIG + ' { long long i = IDX; if (i >= n) return;\n'
                  '  if (i == n - 1) { float x = ((const volatile float *)a)[n]; (void)x; }\n'
                  '  c[i] = alpha * a[i] + b[i]; }')
+# The same read, but only from the fifth call after the module was loaded: a
+# promotion-time sanitizer run of one correctness trial (two calls) never
+# sees it; the timing phase, which the sanitizer run now covers, does.
+K["oob_read_timed"] = ('__device__ unsigned int calls;\n'
+                       'extern "C" __global__ void k' + SIG + ' { long long i = IDX;\n'
+                       '  unsigned int seen = *(volatile unsigned int *)&calls;\n'
+                       '  if (i == n - 1 && seen >= 4) { float x = ((const volatile float *)a)[n]; (void)x; }\n'
+                       '  if (i < n) c[i] = alpha * a[i] + b[i];\n'
+                       '  if (i == 0) atomicAdd(&calls, 1u); }')
 # Each thread writes shared memory, then reads what a thread of the next
 # warp wrote, with no barrier between: a write-read race across warps that
 # racecheck reports whatever the timing; the value read is unused, so the
@@ -62,6 +72,7 @@ EXPECT = {  # without the sanitizer, with it: (status, failed_check)
     "honest": [["PASSED", None], ["PASSED", None]],
     "ignores_alpha": [["INCORRECT_NUMERICAL", "correctness"], ["INCORRECT_NUMERICAL", "correctness"]],
     "oob_read": [["PASSED", None], ["RUNTIME_ERROR", "sanitizer:memcheck"]],
+    "oob_read_timed": [["PASSED", None], ["RUNTIME_ERROR", "sanitizer:memcheck"]],
     "shared_race": [["PASSED", None], ["RUNTIME_ERROR", "sanitizer:racecheck"]],
     "uninit_read": [["PASSED", None], ["RUNTIME_ERROR", "sanitizer:initcheck"]],
 }
