@@ -7,6 +7,7 @@
  * caller's (eval.c, the promotion gate); nothing here runs a kernel. */
 #include "shapes.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,13 +102,25 @@ static int want(int kind, int64_t v)
 
 /* A value of the kind strictly between lo and hi, looked for from a seeded
  * start upwards, then wrapping round from lo; 0 when there is none within
- * the first 4096 values looked at (prime gaps this low are far shorter). */
-static int64_t in_gap(int kind, int64_t lo, int64_t hi, uint64_t r)
+ * the first 4096 values looked at (prime gaps this low are far shorter).
+ * With log_start the start's offset in the gap is log-uniform, not uniform:
+ * in the gap from 1 up to the smallest listed value, small sizes (where a
+ * kernel's tiling assumptions break) are as likely as large ones per
+ * doubling. */
+static int64_t in_gap(int kind, int64_t lo, int64_t hi, uint64_t r, int log_start)
 {
     int64_t width = hi - lo - 1;
     if (width < 1)
         return 0;
-    int64_t start = lo + 1 + (int64_t)(r % (uint64_t)width);
+    int64_t off = (int64_t)(r % (uint64_t)width);
+    if (log_start) {
+        double u = (double)(r >> 11) * 0x1p-53; /* [0, 1) */
+        off = (int64_t)floor(exp(u * log((double)width)));
+        off = off >= 1 ? off - 1 : 0;
+        if (off >= width)
+            off = width - 1;
+    }
+    int64_t start = lo + 1 + off;
     for (int64_t k = 0; k < width && k < 4096; k++) {
         int64_t v = start + k;
         if (v >= hi)
@@ -148,7 +161,7 @@ static int axis_candidates(const int64_t *listed, size_t n, uint64_t seed, size_
         int64_t a = g == 0 ? 1 : listed[g - 1];
         int64_t b = g == n ? above + 1 : listed[g];
         for (int k = K_PRIME; k < K_COUNT && !rc; k++) {
-            int64_t v = in_gap(k, a, b, choose(seed, ai, (uint64_t)k, g));
+            int64_t v = in_gap(k, a, b, choose(seed, ai, (uint64_t)k, g), g == 0);
             if (v >= 1 && !vl_has(&kinds[k], v))
                 rc = vl_push(&kinds[k], v);
         }
@@ -158,6 +171,14 @@ static int axis_candidates(const int64_t *listed, size_t n, uint64_t seed, size_
         shuffle(&kinds[k], seed, ai, (uint64_t)k);
         most = kinds[k].n > most ? kinds[k].n : most;
     }
+    /* the size 1 always comes first (where the constraints admit it): the
+     * smallest shape is where an assumption of a whole tile, a full warp or a
+     * multiple of anything breaks, and a draw must not leave it out */
+    for (size_t i = 1; i < kinds[K_EDGE].n; i++)
+        if (kinds[K_EDGE].v[i] == 1) {
+            kinds[K_EDGE].v[i] = kinds[K_EDGE].v[0];
+            kinds[K_EDGE].v[0] = 1;
+        }
     for (size_t r = 0; r < most && !rc; r++)
         for (int k = 0; k < K_COUNT && !rc; k++)
             if (r < kinds[k].n) {

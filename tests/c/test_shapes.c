@@ -278,6 +278,38 @@ static void test_determinism(void **state)
     pkg_free(&p);
 }
 
+/* The size 1 is always the first shape drawn, and the gap below the smallest
+ * listed size is drawn log-uniformly: with n listed at 100003 and 2^24 only
+ * (the CUDA red team's package), a kernel right only from n = 8192 up
+ * (rt_large_n_only) meets n = 1 under every seed, and another size below
+ * 8192 under most (a uniform draw in that gap finds one 8% of the time). */
+static void test_small_sizes(void **state)
+{
+    (void)state;
+    pkg p;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/redteam/cuda", kh_test_source_dir());
+    pkg_load(&p, path);
+    int with_small = 0;
+    const int seeds = 500;
+    for (int seed = 1; seed <= seeds; seed++) {
+        kh_shapes s = KH_SHAPES_INIT;
+        draw(&p, 8, (uint64_t)seed * 0x9E3779B97F4A7C15ull, &s);
+        assert_int_equal(s.n, 8);
+        assert_int_equal(axis_of(&p, &s.w[0], "n"), 1);
+        int small = 0;
+        for (size_t i = 1; i < s.n; i++) {
+            int64_t n = axis_of(&p, &s.w[i], "n");
+            small |= n > 1 && n < 8192;
+        }
+        with_small += small;
+        kh_shapes_free(&s);
+    }
+    print_message("# %d of %d seeds draw a size in (1, 8192) besides 1\n", with_small, seeds);
+    assert_true(with_small >= seeds * 6 / 10);
+    pkg_free(&p);
+}
+
 static void test_n0(void **state)
 {
     (void)state;
@@ -439,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_only),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_n0),
+        cmocka_unit_test(test_small_sizes),
         cmocka_unit_test(test_constraints_hold),
         cmocka_unit_test(test_size_bound),
         cmocka_unit_test(test_unparsable_constraint),
