@@ -255,7 +255,10 @@ static kh_status stage(kh_hostcc_result *res, const char *const *argv, double en
     if (left <= 0)
         return kh_err_set(err, KH_ETIMEOUT, "hostcc: %s timed out", res->compiler);
     kh_child_result r;
-    kh_status st = kh_proc_run((char *const *)argv, left, 4u << 20, &r, err);
+    /* 4 GiB of address space: a compile that reads an endless file runs out
+     * of memory at once instead of growing until the deadline */
+    kh_status st = kh_proc_run_limited((char *const *)argv, left, 4u << 20, (size_t)4 << 30, &r,
+                                       err);
     if (st)
         return st;
     res->seconds += r.seconds;

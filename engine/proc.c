@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,6 +119,12 @@ kh_status kh_proc_fork_call(kh_child_fn fn, void *arg, double timeout_s, size_t 
 kh_status kh_proc_run(char *const argv[], double timeout_s, size_t max_out,
                       kh_child_result *res, kh_err *err)
 {
+    return kh_proc_run_limited(argv, timeout_s, max_out, 0, res, err);
+}
+
+kh_status kh_proc_run_limited(char *const argv[], double timeout_s, size_t max_out,
+                              size_t max_as, kh_child_result *res, kh_err *err)
+{
     memset(res, 0, sizeof *res);
     /* built before the fork: a child of a threaded process must not allocate */
     char **env = kh_scrub_env(environ, NULL, NULL);
@@ -151,6 +158,10 @@ kh_status kh_proc_run(char *const argv[], double timeout_s, size_t max_out,
         dup2(fds[1], 2);
         signal(SIGPIPE, SIG_DFL);
         setpgid(0, 0);
+        if (max_as) {
+            struct rlimit rl = {max_as, max_as};
+            setrlimit(RLIMIT_AS, &rl);
+        }
         execvpe(argv[0], argv, env);
         int e = errno;
         if (write(efd[1], &e, sizeof e) < 0) {

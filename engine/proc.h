@@ -36,6 +36,11 @@ kh_status kh_proc_fork_call(kh_child_fn fn, void *arg, double timeout_s, size_t 
  * an API key, and some of them run what a candidate wrote. */
 kh_status kh_proc_run(char *const argv[], double timeout_s, size_t max_out,
                       kh_child_result *res, kh_err *err);
+/* The same with the child's address space capped at max_as bytes (0: no
+ * cap): what compiles a candidate's source, which may try to read an endless
+ * file (#include "/dev/zero") into the compiler's memory. */
+kh_status kh_proc_run_limited(char *const argv[], double timeout_s, size_t max_out,
+                              size_t max_as, kh_child_result *res, kh_err *err);
 
 void kh_child_result_free(kh_child_result *res);
 

@@ -10,7 +10,8 @@
 -- and quotes nothing of the other file.  An honest candidate that includes
 -- pthread.h, math.h, immintrin.h (or arm_neon.h), omp.h and its own header
 -- passes; a compile error quotes the candidate's own line; keys the candidate
--- prints (in #error, or on stderr before it dies) are redacted.
+-- prints (in #error, or on stderr before it dies) are redacted; an include of
+-- an endless file (/dev/zero) fails in seconds.
 local T = require "testlib"
 local kh = require "kh"
 
@@ -140,6 +141,17 @@ T.test("keys a candidate prints reach no verdict", function()
   all = kh.json.encode(e)
   T.ok(not all:find("hunter3", 1, true) and not all:find("canary", 1, true), all)
   T.match(e.khlua.detail, "last stderr: api_key=%[redacted%]")
+end)
+
+T.test("an endless include fails at once, not at the compile deadline", function()
+  -- the compiler reads /dev/zero into memory until its address space (4 GiB
+  -- for a candidate's compile) runs out: seconds, not the 120 s deadline
+  local t0 = kh.time.now()
+  local e = eval("dev_zero", '#include "/dev/zero"\n' .. HONEST)
+  local dt = kh.time.now() - t0
+  T.eq(e.status, "COMPILE_ERROR", tostring(e.khlua.detail))
+  T.ok(dt < 60, string.format("took %.1f s", dt))
+  no_leak(e, "dev_zero")
 end)
 
 T.test("cleanup", function() os.execute("rm -rf " .. T.quote(dir)) end)
