@@ -4,6 +4,13 @@
 # (scripts/portable.sh) and kernels/build/ (kernels/build_cubins.sh) carried:
 #   bash scripts/h200-check.sh tests    every gpu test but the task library's, as a table
 #   bash scripts/h200-check.sh host     the host red team (tests/lua/test_redteam_host*.lua)
+#   bash scripts/h200-check.sh islands  the third wave of the CUDA red team (stray reads) with
+#                                       one shared heap (KHLUA_NO_ISLANDS=1, the old worker)
+#                                       and with islands; then gpu_sanitize (the sanitizer
+#                                       runs cover the timing phase)
+#   bash scripts/h200-check.sh cost ANCHOR_KHLUA
+#                                       tests/bench/gate_cost.sh: the gate against the anchor
+#                                       build, on rmsnorm_h4096 (cuda) and host_rmsnorm
 #   bash scripts/h200-check.sh policy   plateau_switch on a CUDA task with the replay
 #                                       provider, killed once and resumed; then compare
 #   bash scripts/h200-check.sh tasks [PACKAGE...]
@@ -46,6 +53,30 @@ host)
     echo "$n: exit $?"
     grep -E '^ok|^not ok|^#   /|^# ' "$out/$n.log" | head -60
   done
+  ;;
+islands)
+  export KH_SOURCE_DIR="$root" KHLUA_STORE=$(mktemp -d)/store
+  only=${ISLANDS_ONLY:-"rt_honest rt_read_past_guard rt_scan_below_output rt_stride_guess rt_out_of_bounds_write rt_prefetch_other_sets"}
+  for mode in shared islands; do
+    echo "== buffers: $mode"
+    if [ $mode = shared ]; then export KHLUA_NO_ISLANDS=1; else unset KHLUA_NO_ISLANDS; fi
+    KH_RT_ONLY="$only" timeout -k 5 240 "$K" tests/lua/run.lua tests/lua/gpu_redteam.lua \
+      > "$out/islands-$mode.log" 2>&1
+    echo "exit $?"
+    grep -E '^# rt_|^not ok|^#   why' "$out/islands-$mode.log"
+  done
+  unset KHLUA_NO_ISLANDS
+  [ -n "${SKIP_SANITIZE:-}" ] && exit 0
+  echo "== gpu_sanitize"
+  timeout -k 5 300 "$K" tests/lua/run.lua tests/lua/gpu_sanitize.lua > "$out/gpu_sanitize.log" 2>&1
+  echo "exit $?"
+  grep -E '^not ok|^#   ' "$out/gpu_sanitize.log" | head -20
+  tail -40 "$out/gpu_sanitize.log"
+  ;;
+cost)
+  anchor=${1:?usage: h200-check.sh cost ANCHOR_KHLUA}
+  OUT="$out/gpu" bash tests/bench/gate_cost.sh "$anchor" "$K" kernels/rmsnorm_h4096 rmsnorm_h4096_cuda_v1
+  OUT="$out/host" bash tests/bench/gate_cost.sh "$anchor" "$K" kernels/host_rmsnorm host_rmsnorm_h1024_c_v1
   ;;
 policy)
   export KHLUA_STORE="$out/store"
@@ -91,7 +122,7 @@ verify)
   tar -czf "$out/verify-out.tgz" -C "$vo" . && rm -rf "$vo"
   ;;
 *)
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
   ;;
 esac
