@@ -219,36 +219,37 @@ int kh_gpu_islands(kh_gpu *g)
     return g->islands;
 }
 
+/* The chunk that a run of n granules at s (with one free granule on each
+ * side) would touch, or -1. */
+static long island_clash(const kh_gpu *g, size_t s, size_t n)
+{
+    for (size_t i = 0; i < g->nchunks; i++)
+        if (s < g->chunks[i].at + g->chunks[i].n + 1 && g->chunks[i].at < s + n + 1)
+            return (long)i;
+    return -1;
+}
+
 /* A free run of n granules with one unmapped granule on each side, at a
- * random place: random starts first, then the first fit from a random one. */
+ * random place: up to 64 random starts, then the first fit. */
 static int island_place(kh_gpu *g, size_t n, size_t *at)
 {
     size_t slots = g->va_bytes / g->gran;
     if (n + 2 > slots)
         return 0;
-    for (int tries = 0; tries < 64 + 1; tries++) {
+    for (int tries = 0; tries < 64; tries++) {
         size_t s = 1 + place_next(g) % (slots - n - 1);
-        int clash = 0;
-        for (size_t i = 0; i < g->nchunks && !clash; i++)
-            clash = s < g->chunks[i].at + g->chunks[i].n + 1 && g->chunks[i].at < s + n + 1;
-        if (!clash) {
+        if (island_clash(g, s, n) < 0) {
             *at = s;
             return 1;
         }
-        if (tries == 64) { /* crowded: the first fit after the clash */
-            for (s = 1; s + n + 1 <= slots; s++) {
-                clash = 0;
-                for (size_t i = 0; i < g->nchunks && !clash; i++)
-                    if (s < g->chunks[i].at + g->chunks[i].n + 1 && g->chunks[i].at < s + n + 1) {
-                        clash = 1;
-                        s = g->chunks[i].at + g->chunks[i].n;
-                    }
-                if (!clash) {
-                    *at = s;
-                    return 1;
-                }
-            }
+    }
+    for (size_t s = 1; s + n + 1 <= slots;) {
+        long c = island_clash(g, s, n);
+        if (c < 0) {
+            *at = s;
+            return 1;
         }
+        s = g->chunks[c].at + g->chunks[c].n + 1;
     }
     return 0;
 }

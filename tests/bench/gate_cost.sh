@@ -6,7 +6,9 @@
 # positions) and this one (secret seeds, fresh inputs and poison before every
 # call, every timed call verified), alternating ANCHOR NEW ANCHOR NEW.
 # Prints wall time per run, the ratio new/anchor, and how the two builds'
-# official latencies agree per workload (the timing must not move).
+# official latencies agree per workload (the timing must not move).  Any
+# package works, host ones too (kernels/host_rmsnorm host_rmsnorm_h1024_c_v1);
+# scripts/h200-check.sh cost runs both.  Results: tests/bench/results/gate-cost-*.
 #   bash tests/bench/gate_cost.sh ANCHOR_KHLUA [NEW_KHLUA] [PACKAGE] [SOLUTION]
 # From the repository root, with both builds carried (scripts/h200-prep.sh;
 # the anchor built from 50d78c4 with scripts/portable.sh).
