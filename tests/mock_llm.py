@@ -34,8 +34,14 @@ FAULTS = {
     "ok", "429ra", "429ms", "500", "502", "503load", "529", "quota", "midstream",
     "midstream_fatal", "truncate", "slowfirst", "drip", "malformed", "bytewise", "echokey",
     "noretry500", "retry400", "400", "whole", "vllm", "vllm_old", "length", "code", "big",
-    "badutf8", "ladder",
+    "badutf8", "ladder", "401", "fail_after_probe",
 }
+
+# The model probe a run sends before its first round (policies/lib/models.lua
+# M.PROBE_TEXT).  Under "ladder" it is answered without advancing the ladder
+# (a 404 when no family has the model's name, like an unknown model); under
+# "fail_after_probe" it is answered and every other request gets a 400.
+PROBE_TEXT = "Reply with the single word OK."
 
 # "ladder": replies from --ladder DIR, a folder of model families, each a
 # folder of steps (01/, 02/, ...) holding one replay record (reply.json with a
@@ -293,6 +299,17 @@ class Handler(BaseHTTPRequestHandler):
         if fault == "retry400":
             return self.send_json(400, error_body(dialect, 400, "invalid_request_error", "odd"),
                                   {"x-should-retry": "true"})
+        if fault == "401":
+            return self.send_json(401, error_body(dialect, 401, "authentication_error",
+                                                  "invalid x-api-key"))
+        if fault in ("ladder", "fail_after_probe") and prompt_of(dialect, body).endswith(PROBE_TEXT):
+            if fault == "ladder" and not os.path.isdir(os.path.join(ARGS.ladder or "",
+                                                                    str(body.get("model", "")))):
+                return self.send_json(404, error_body(dialect, 404, "not_found_error",
+                                                      "model: " + str(body.get("model", ""))))
+            fault = "ok"
+        if fault == "fail_after_probe":
+            fault = "400"
         if fault == "400":
             return self.send_json(400, error_body(dialect, 400, "invalid_request_error",
                                                   "temperature and top_p cannot both be "

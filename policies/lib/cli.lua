@@ -36,6 +36,7 @@ local function usage(name)
     .. "  --finalist-elements N output elements a finalist's seeds may compare in all; past\n"
     .. "                        it big workloads get fewer seeds, 10 at least (2147483648)\n"
     .. "  --candidates N        candidates per round at the start (1)\n"
+    .. "  --max-failed-calls N  stop after N model calls in a row have failed (3)\n"
     .. "  --seed N              the gate's seed: every evaluation's inputs and verified calls\n"
     .. "                        derive from it (default: drawn from the OS, saved with the run)\n"
     .. "  --skills DIR          SKILL.md playbooks (default: skills/ beside policies/)\n"
@@ -51,13 +52,21 @@ local function usage(name)
     .. "not with --json.\n"
     .. "  --fake-evaluator FILE replace kh.eval with FILE's function (tests only)\n"
     .. "The store is khlua's (khlua --store PATH policies/...; default .khlua/store).\n"
-    .. "exit codes: 0 done, 1 could not run, 2 usage, 130 interrupted\n"
+    .. "Before round 1 each model family is asked one tiny question (a replay folder is\n"
+    .. "looked at): a wrong key, an unknown model or a server that is down stops the run.\n"
+    .. "exit codes: 0 done, 1 could not run or no model call succeeded or stopped by failing\n"
+    .. "model calls, 2 usage, 130 interrupted\n"
 end
 
 local NUMS = { rounds = "integer", plateau = "integer", margin = "number", reps = "integer",
   sample = "integer", ["finalist-seeds"] = "integer", ["finalist-elements"] = "number",
-  candidates = "integer", seed = "integer",
+  candidates = "integer", seed = "integer", ["max-failed-calls"] = "integer",
   pace = "number", ["workers-per-gpu"] = "integer", ["host-workers"] = "integer" }
+-- each number's admissible range [lo, hi] and what it means
+local RANGES = { rounds = { 1, 1e6 }, plateau = { 1, 1e6 }, margin = { 0, 10 },
+  reps = { 2, 1000 }, sample = { 1, 1e6 }, ["finalist-seeds"] = { 1, 1e6 },
+  ["finalist-elements"] = { 1, 1e18 }, candidates = { 1, 4 }, ["max-failed-calls"] = { 1, 1e6 },
+  pace = { 0, 86400 }, ["workers-per-gpu"] = { 1, 64 }, ["host-workers"] = { 1, 1024 } }
 
 -- Parse argv; returns opts or nil, message.
 function M.parse(argv)
@@ -84,6 +93,11 @@ function M.parse(argv)
           return nil, a .. " needs " .. (NUMS[k] == "integer" and "a non-negative integer" or "a number")
             .. ", got '" .. v .. "'"
         end
+        local r = RANGES[k]
+        if r and (n < r[1] or n > r[2]) then
+          return nil, string.format("%s must be between %s and %s, got %s", a,
+            tostring(math.tointeger(r[1]) or r[1]), tostring(math.tointeger(r[2]) or r[2]), v)
+        end
         v = n
       end
       o[k] = v
@@ -102,6 +116,7 @@ function M.parse(argv)
       if not key or not tonumber(v) then
         return nil, "--budget: '" .. part .. "' is not wall=SECONDS, tokens=N or usd=X"
       end
+      if tonumber(v) <= 0 then return nil, "--budget: " .. k .. " must be above 0" end
       b[key] = tonumber(v)
     end
     o.budget = b
@@ -120,12 +135,14 @@ function M.config(o)
   local cfg = { task = o.task, definition = o.definition, seed_solution = o["seed-solution"],
     rounds = o.rounds, plateau = o.plateau,
     budget = o.budget, n = o.candidates, pace = o.pace, resume = o.resume,
+    max_failed_calls = o["max-failed-calls"],
     gate = { margin = o.margin, reps = o.reps, sample = o.sample,
       finalist_trials = o["finalist-seeds"], finalist_elements = o["finalist-elements"],
       seed = o.seed },
     skills = o.skills or (here() .. "/../skills"), replay = o.replay, explicit = {} }
   for k in pairs(o.explicit) do
     local map = { candidates = "n", ["seed-solution"] = "seed_solution", margin = "gate", reps = "gate", sample = "gate",
+      ["max-failed-calls"] = "max_failed_calls",
       ["finalist-seeds"] = "gate", ["finalist-elements"] = "gate", seed = "gate" }
     cfg.explicit[map[k] or k] = true
   end
@@ -171,10 +188,17 @@ function M.main(policy, ...)
   local cfg = M.config(o)
   if cfg.resume then
     -- the run's stored configuration supplies what the command line does not
-    local db = kh.store.open(nil, { readonly = true })
+    local db, derr = kh.store.open(nil, { readonly = true })
     local run = db and db:get(cfg.resume)
     if db then db:close() end
-    if run and run.config then
+    if not run or run.type ~= "run" then
+      io.stderr:write(policy.name, ": --resume ", cfg.resume, ": ",
+        not db and ("cannot open the store: " .. tostring(derr))
+        or not run and "no such run in the store (khlua store ls --type run lists them)"
+        or "not a run but a " .. tostring(run.type) .. " record", "\n")
+      os.exit(1, true)
+    end
+    if run.config then
       for k, v in pairs(run.config) do if cfg[k] == nil or not cfg.explicit[k] then cfg[k] = v end end
       if cfg.explicit.model then cfg.model_specs = o.model end
     end
@@ -194,6 +218,7 @@ function M.main(policy, ...)
     io.stderr:write(policy.name, ": ", tostring(msg), code and (" (" .. code .. ")") or "", "\n")
     os.exit(1, true)
   end
+  local failed = res.status == "failed" or (res.calls_made > 0 and res.calls_ok == 0)
   if o.json then
     io.stdout:write(kh.json.encode(res, { sort_keys = true }), "\n")
   else
@@ -203,6 +228,12 @@ function M.main(policy, ...)
       m.rounds, m.candidates, m.accepted, res.incumbent_name, m.incumbent_score or 0, m.tokens,
       m.usd, m.usd_per_accepted and string.format(" ($%.4f per accepted)", m.usd_per_accepted)
       or ""))
+  end
+  if failed then
+    io.stderr:write(policy.name, ": ", res.calls_ok == 0 and res.calls_made > 0
+      and string.format("no model call succeeded (%d made)", res.calls_made)
+      or ("stopped: " .. tostring(res.stop_reason)), "\n")
+    os.exit(1, true)
   end
   return 0
 end

@@ -34,7 +34,7 @@ local progress = require "lib.progress"
 local M = {}
 
 M.defaults = { rounds = 10, plateau = 3, regression_tol = 0.15, n = 1, n_max = 4,
-  gate = {}, budget = {} }
+  gate = {}, budget = {}, max_failed_calls = 3 }
 
 -- ---- small helpers ----------------------------------------------------------
 
@@ -213,6 +213,10 @@ local function stop_reason(cfg, st)
   if left.wall_s and left.wall_s <= 0 then return "wall time budget" end
   if left.tokens and left.tokens <= 0 then return "token budget" end
   if left.usd and left.usd <= 0 then return "money budget" end
+  if (st.failed_streak or 0) >= cfg.max_failed_calls then
+    return string.format("model calls failing (%d in a row; the last: %s)", st.failed_streak,
+      tostring(st.last_call_error))
+  end
   return nil
 end
 
@@ -305,6 +309,14 @@ local function call_models(db, ctx, st, plan, round_index)
         latency_s = rec and rec.latency_s, replay_file = rec and rec.replay_file })
     end))
     out[i] = { record = rec, ok = r[1] ~= nil, msg = msg, call_id = id, family = fam }
+    -- fail fast: failed calls in a row stop the run (stop_reason)
+    if r[1] ~= nil then
+      st.calls_ok, st.failed_streak = (st.calls_ok or 0) + 1, 0
+    else
+      st.failed_streak = (st.failed_streak or 0) + 1
+      st.last_call_error = string.format("%s: %s", fam.spec, tostring(msg)):sub(1, 300)
+    end
+    st.calls_made = (st.calls_made or 0) + 1
   end
   return out
 end
@@ -610,6 +622,14 @@ function M.run(policy, cfg)
     ctx.task = M.load_task(cfg)
     ctx.task_id = ensure_task(db, ctx.task)
     ctx.models = must(cfg.models, "no model families", "EINVAL")
+    -- each family answers before round 1, or the run does not start
+    if cfg.probe ~= false then
+      for _, m in ipairs(ctx.models) do
+        local okp, why = models.probe(m)
+        must(okp, "model probe failed: " .. tostring(why), "ENET")
+        say(cfg, "model %s answers (%.1f s)", m.spec, why)
+      end
+    end
     local sk = cfg.skills and must(skills.load(cfg.skills)) or {}
     ctx.skills = skills.select(sk, { backend = ctx.task.backend, op_type = ctx.task.op_type })
     ctx.peaks = cfg.peaks
@@ -694,14 +714,17 @@ function M.run(policy, cfg)
       if cfg.pace and cfg.pace > 0 then kh.time.sleep(cfg.pace) end
     end
     if cfg.progress_line then cfg.progress_line:finish() end
+    if why:find("^model calls failing") then final = "failed" end
     local metrics = M.metrics(st)
     must(db:update(function(tx)
       local run = assert(tx:get(ctx.run_id))
       run.status, run.stop_reason, run.metrics = final, why, metrics
+      if final == "failed" then run.error = why end
       run.incumbent_candidate = st.incumbent.candidate
       assert(tx:put(run, { replace = true }))
     end))
     return { run = ctx.run_id, status = final, stop_reason = why, metrics = metrics,
+      calls_made = st.calls_made or 0, calls_ok = st.calls_ok or 0,
       incumbent = st.incumbent.candidate, incumbent_name = st.incumbent.name }
   end)
   if own then own:close() end

@@ -105,8 +105,11 @@ function M.resolve(list, replay_root, getenv)
       -- a ladder root holds family folders; a flat or ladder folder serves one family
       local fam = subdirs[(i - 1) % math.max(#subdirs, 1) + 1]
       if fam and M.ladder_steps(replay_root .. "/" .. fam) then dir = replay_root .. "/" .. fam end
+      -- records name what answered: the replay folder, not the model the
+      -- family would have asked (the family keeps its spec)
       m.offline_for = m.spec
       m.provider, m.replay_dir = "replay", dir
+      m.model = "replay:" .. (dir:match("([^/]+)/*$") or dir)
       notes[#notes + 1] = string.format("no %s in the environment: %s runs on the replay "
         .. "provider (%s)", key, m.spec, dir)
     end
@@ -140,6 +143,37 @@ function M.request(m, messages, k, opts)
     req.options = opts.options
   end
   return req
+end
+
+-- ---- the probe before round 1 ----------------------------------------------------
+-- A run asks each family one tiny question before it starts, so a wrong key,
+-- an unknown model, a server that is down or an empty replay folder stops it
+-- at once with the reason (exit 1), not after rounds of failed calls.
+M.PROBE_TEXT = "Reply with the single word OK."
+
+-- Probe family m; returns true, seconds or nil, why.  A replay family is
+-- looked at on disk (a folder with replies); another gets one request of at
+-- most 16 output tokens, one retry, 60 s in all.
+function M.probe(m)
+  local t0 = kh.time.now()
+  if m.provider == "replay" then
+    local dir = m.replay_dir
+    if not is_dir(dir) then
+      return nil, string.format("%s: the replay folder %s does not exist", m.spec, dir)
+    end
+    local steps = M.ladder_steps(dir)
+    local first = steps and (dir .. "/" .. steps[1]) or dir
+    if #listdir(first) == 0 then
+      return nil, string.format("%s: no replies in %s", m.spec, first)
+    end
+    return true, kh.time.now() - t0
+  end
+  local r, msg = kh.llm.chat { provider = m.provider, model = m.model, base_url = m.base_url,
+    max_tokens = 16, label = "probe",
+    messages = { { role = "user", content = M.PROBE_TEXT } },
+    options = { max_retries = 1, connect_timeout = 10, total_timeout = 60 } }
+  if not r then return nil, string.format("%s: %s", m.spec, tostring(msg)) end
+  return true, kh.time.now() - t0
 end
 
 M.keys = KEYS

@@ -59,7 +59,18 @@ T.test("plateau_switch over HTTP: promotion, rejections, plateau and model switc
   local log = p and p:read("a")
   if p then p:close() end
   if log and log ~= "" then
-    local seen = kh.json.decode(log)
+    local all = kh.json.decode(log)
+    -- first the probe of each family (one tiny question), then the rounds' calls
+    T.eq(#all, 10)
+    local probe = "Reply with the single word OK."
+    local seen = {}
+    for i, r in ipairs(all) do
+      local last = r.body.messages[#r.body.messages].content
+      if i <= 2 then T.eq(last, probe); T.eq(r.body.max_tokens, 16)
+      else seen[#seen + 1] = r end
+    end
+    T.eq(all[1].body.model, "a")
+    T.eq(all[2].body.model, "b")
     T.eq(#seen, 8)
     T.eq(seen[1].body.model, "a")
     T.eq(seen[5].body.model, "b")
