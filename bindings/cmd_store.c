@@ -3,6 +3,7 @@
  * the store read-only, so they run beside a coordinator that is writing.
  * Exit 0 ok, 1 failure or problems found, 2 usage. */
 #include "kh_lua.h"
+#include "proc.h"
 
 #include "store.h"
 
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define P "khlua store"
 
@@ -21,7 +23,9 @@ static void usage(FILE *f)
             "\n"
             "verbs:\n"
             "  ls [--type T] [--task X] [--run R] [--candidate C] [--status S]\n"
-            "     [--since TIME] [--limit N] [--json]     records, newest first (limit 50)\n"
+            "     [--since TIME] [--limit N] [--json]     records, newest first (limit 50);\n"
+            "                                   a run marked running whose process is gone\n"
+            "                                   shows as dead (JSON: \"alive\": false)\n"
             "  show ID [--json]                 one record (indented JSON; --json: one line)\n"
             "  cat HASH                         a blob's bytes to stdout\n"
             "  stats [--json]                   counts per type, bytes stored and raw, map use\n"
@@ -147,6 +151,31 @@ static kh_status open_store(kh_engine *e, const opts *o, int readonly, kh_store 
     return kh_store_open(o->store ? o->store : kh_engine_store_path(e), &so, s, err);
 }
 
+/* A run marked running whose process is gone (killed, the machine rebooted)
+ * shows as dead: its record's liveness mark {pid, host, start} names a
+ * process of this host that no longer runs.  Sets "alive" on such records
+ * (false, or true when the process still runs). */
+static void mark_liveness(json_t *arr)
+{
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1))
+        return;
+    size_t i;
+    json_t *r;
+    json_array_foreach(arr, i, r) {
+        const json_t *live = json_object_get(r, "live");
+        const char *st = json_string_value(json_object_get(r, "status"));
+        const char *h = json_string_value(json_object_get(live, "host"));
+        if (!st || strcmp(st, "running") || !h || strcmp(h, host))
+            continue;
+        int a = kh_proc_alive((long)json_integer_value(json_object_get(live, "pid")),
+                              (unsigned long long)json_integer_value(json_object_get(live,
+                                                                                     "start")));
+        if (a >= 0)
+            json_object_set_new(r, "alive", json_boolean(a));
+    }
+}
+
 static int cmd_ls(kh_store *s, const opts *o)
 {
     char tb[160];
@@ -159,14 +188,18 @@ static int cmd_ls(kh_store *s, const opts *o)
     json_t *arr;
     if (kh_store_query(s, &q, 0, &arr, &err))
         return fail("ls", &err);
+    mark_liveness(arr);
     if (o->json) {
         print_json(arr, 1);
     } else {
         size_t i;
         json_t *r;
         json_array_foreach(arr, i, r) {
+            const char *status = str(r, "status");
+            if (json_is_false(json_object_get(r, "alive")))
+                status = "dead";
             printf("%-40s %-11s %-20s %-28s %s\n", str(r, "id"), str(r, "type"),
-                   str(r, "status"), str(r, "created_at"),
+                   status, str(r, "created_at"),
                    strcmp(str(r, "task"), "-") ? str(r, "task") : str(r, "run"));
         }
         fprintf(stderr, "%zu record%s\n", json_array_size(arr),

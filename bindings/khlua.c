@@ -47,9 +47,13 @@ static void stop_hook(lua_State *L, lua_Debug *ar)
     luaL_error(L, "interrupted");
 }
 
+static volatile sig_atomic_t g_stop_signal; /* the signal that asked a script to stop */
+
 static void on_sigint(int sig)
 {
     signal(sig, SIG_DFL); /* a second Ctrl-C kills at once */
+    if (!g_stop_signal)
+        g_stop_signal = sig;
     if (g_engine)
         kh_engine_request_stop(g_engine);
     if (g_L)
@@ -156,7 +160,8 @@ static void print_usage(FILE *f)
             "commands:\n");
     for (size_t i = 0; i < KH_ARRAY_LEN(commands); i++)
         fprintf(f, "  %-14s  %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nexit codes: 0 ok, 1 error, 2 usage, 130 interrupted\n");
+    fprintf(f, "\nexit codes: 0 ok, 1 error, 2 usage, 130 interrupted (Ctrl-C; a script also\n"
+               "stops cleanly on SIGTERM, 143, and SIGHUP, 129)\n");
 }
 
 static void print_version(kh_engine *e)
@@ -263,7 +268,12 @@ static int run_lua(kh_engine *e, int argc, char **argv, int script, const char *
         return 1;
     }
     g_L = L;
+    /* Ctrl-C, kill (SIGTERM) and a closed terminal (SIGHUP) all stop a script
+     * the same way: its __close handlers run (a policy marks its run
+     * interrupted); the exit code is 128 + the signal */
     signal(SIGINT, on_sigint);
+    signal(SIGTERM, on_sigint);
+    signal(SIGHUP, on_sigint);
     struct run_args ra = {argc, argv, script, code};
     lua_pushcfunction(L, pmain);
     lua_pushlightuserdata(L, &ra);
@@ -273,11 +283,13 @@ static int run_lua(kh_engine *e, int argc, char **argv, int script, const char *
         report(L, status);
     /* Shutdown: no more interruptions, then every __gc runs. */
     signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     lua_sethook(L, NULL, 0, 0);
     g_L = NULL;
     lua_close(L);
     if (kh_engine_stop_requested(e))
-        return EXIT_INTERRUPTED;
+        return g_stop_signal ? 128 + g_stop_signal : EXIT_INTERRUPTED;
     return ok ? 0 : 1;
 }
 

@@ -5,11 +5,13 @@
 #include "kh_lua.h"
 
 #include "doctor.h"
+#include "proc.h"
 
 #include <curl/curl.h>
 #include <lmdb.h>
 #include <lualib.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 kh_engine *kh_lua_engine(lua_State *L)
@@ -132,6 +134,47 @@ static int l_secure_seed(lua_State *L)
     return 1;
 }
 
+/* kh.process() -> {pid, host, start}: this process as a liveness mark names
+ * it (a run record carries one; engine/proc.h). */
+static int l_process(lua_State *L)
+{
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1))
+        host[0] = 0;
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, (lua_Integer)getpid());
+    lua_setfield(L, -2, "pid");
+    lua_pushstring(L, host);
+    lua_setfield(L, -2, "host");
+    lua_pushinteger(L, (lua_Integer)kh_proc_start_time((long)getpid()));
+    lua_setfield(L, -2, "start");
+    return 1;
+}
+
+/* kh.process_alive(mark) -> true | false | nil (this machine cannot tell: the
+ * mark names another host, or there is no /proc). */
+static int l_process_alive(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_getfield(L, 1, "pid");
+    lua_getfield(L, 1, "host");
+    lua_getfield(L, 1, "start");
+    long pid = (long)luaL_optinteger(L, -3, 0);
+    const char *h = lua_tostring(L, -2);
+    unsigned long long start = (unsigned long long)luaL_optinteger(L, -1, 0);
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) || !h || strcmp(h, host)) {
+        lua_pushnil(L);
+        return 1;
+    }
+    int a = kh_proc_alive(pid, start);
+    if (a < 0)
+        lua_pushnil(L);
+    else
+        lua_pushboolean(L, a);
+    return 1;
+}
+
 static void push_versions(lua_State *L, kh_engine *e)
 {
     /* [kh] -> [kh, versions] */
@@ -161,7 +204,8 @@ int kh_luaopen_kh(lua_State *L)
     kh_engine *e = kh_lua_engine(L);
     static const luaL_Reg fns[] = {
         {"doctor", l_doctor}, {"stats", l_stats}, {"isatty", l_isatty},
-        {"secure_seed", l_secure_seed}, {NULL, NULL},
+        {"secure_seed", l_secure_seed}, {"process", l_process},
+        {"process_alive", l_process_alive}, {NULL, NULL},
     };
     kh_lua_newlib(L, e, fns);
 

@@ -40,7 +40,9 @@
  *               anthropic_beta = s}
  *   command    {argv = {...}, timeout = 600, workspace = DIR (default: a fresh
  *               directory under $TMPDIR), max_output = bytes}   (provider command)
- *   replay     {dir = DIR}: recorded replies in a directory, or
+ *   replay     {dir = DIR[, index = K]}: recorded replies in a directory
+ *              (index: the K-th in name order, 1-based, wrapping, when no
+ *              reply matches the prompt's fingerprint), or
  *              {store = true, run = RUN}: the successful live llm_call
  *              records of run RUN in the store given to kh_llm_set_store,
  *              their raw streams parsed again (llm_store.h)  (provider replay)

@@ -364,8 +364,13 @@ static void replay_run(kh_llm *c, llm_job *j)
     }
     closedir(d);
     if (!pick[0] && n) {
+        /* replay.index (1-based, the k-th call of a run): that reply, so a
+         * resumed run continues where the stopped one was; else the next one
+         * this process has not served from dir */
         qsort(names, n, sizeof *names, cmp_str);
-        snprintf(pick, sizeof pick, "%s", names[(size_t)llm_replay_next(c, dir) % n]);
+        json_int_t k = json_integer_value(json_object_get(rp, "index"));
+        size_t at = k > 0 ? (size_t)(k - 1) : (size_t)llm_replay_next(c, dir);
+        snprintf(pick, sizeof pick, "%s", names[at % n]);
     }
     for (size_t i = 0; i < n; i++)
         free(names[i]);

@@ -806,12 +806,16 @@ kh_status llm_wire_prepare(llm_job *j, kh_err *err)
             return kh_err_set(err, KH_EINVAL, "provider replay needs request.replay: {dir = DIR} "
                                               "or {store = true, run = RUN}");
         json_object_foreach(rp, k, v) {
-            if (strcmp(k, "dir") && strcmp(k, "store") && strcmp(k, "run"))
+            if (strcmp(k, "dir") && strcmp(k, "store") && strcmp(k, "run") &&
+                strcmp(k, "index"))
                 return kh_err_set(err, KH_EINVAL, "unknown request.replay field '%s' (dir, "
-                                                  "store, run)", k);
+                                                  "index, store, run)", k);
         }
         json_t *dir = json_object_get(rp, "dir"), *st = json_object_get(rp, "store"),
-               *run = json_object_get(rp, "run");
+               *run = json_object_get(rp, "run"), *ix = json_object_get(rp, "index");
+        if (ix && (!dir || !json_is_integer(ix) || json_integer_value(ix) < 1))
+            return kh_err_set(err, KH_EINVAL, "request.replay.index must be an integer >= 1, "
+                                              "with dir");
         if (dir && (st || run))
             return kh_err_set(err, KH_EINVAL, "request.replay: dir, or store and run, not both");
         if (dir && !json_is_string(dir))

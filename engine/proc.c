@@ -247,3 +247,37 @@ char *kh_which(const char *name, const char *extra_dirs)
         p = search_list(extra_dirs, name);
     return p;
 }
+
+unsigned long long kh_proc_start_time(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* the command name (field 2) may hold blanks and parentheses: count the
+     * fields from the last ')' */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    int field = 2;
+    for (p++; *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    return field == 22 ? strtoull(p, NULL, 10) : 0;
+}
+
+int kh_proc_alive(long pid, unsigned long long start)
+{
+    if (pid <= 0)
+        return 0;
+    if (access("/proc/self/stat", R_OK))
+        return -1;
+    unsigned long long now = kh_proc_start_time(pid);
+    if (!now)
+        return 0;
+    return !start || now == start;
+}

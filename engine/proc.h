@@ -44,6 +44,15 @@ kh_status kh_proc_run_limited(char *const argv[], double timeout_s, size_t max_o
 
 void kh_child_result_free(kh_child_result *res);
 
+/* ---- liveness: is the process that wrote a record still there? -------------
+ * A process is named by its pid and its start time (clock ticks after boot,
+ * field 22 of /proc/PID/stat), so a pid the system gave to another process
+ * since does not pass for it. */
+unsigned long long kh_proc_start_time(long pid); /* 0: unknown (no /proc, no such pid) */
+/* 1: pid runs and started at start (start 0: any); 0: it does not; -1: this
+ * system cannot tell (no /proc). */
+int kh_proc_alive(long pid, unsigned long long start);
+
 /* One line describing how a child ended: "exit 0", "killed by SIGSEGV",
  * "timed out after 5.0 s". */
 void kh_child_describe(const kh_child_result *res, char *buf, size_t n);

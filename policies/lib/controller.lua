@@ -515,12 +515,38 @@ local function round(db, ctx, policy, st)
       candidates = cands, verdicts = probes, decision = decision, events = events,
       actions = actions, state_out = saved })
     local run = assert(tx:get(ctx.run_id))
-    run.status, run.rounds_done = "running", idx
+    run.status, run.rounds_done, run.live = "running", idx, M.live_mark()
     run.incumbent_candidate = st.incumbent.candidate
     run.metrics = M.metrics(st)
     assert(tx:put(run, { replace = true }))
   end))
   return outcome, actions
+end
+
+-- A new run's id, in the store's form (run-, 11 Crockford base32 digits of
+-- the time in microseconds, 4 of salt): known before its record is written.
+function M.new_run_id()
+  local b32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+  local us = math.floor(kh.time.wall() * 1e6)
+  local salt = must(kh.secure_seed(20))
+  local out = { "run-" }
+  for i = 10, 0, -1 do
+    local d = (us >> (5 * i)) & 31
+    out[#out + 1] = b32:sub(d + 1, d + 1)
+  end
+  for i = 0, 3 do
+    local d = (salt >> (5 * i)) & 31
+    out[#out + 1] = b32:sub(d + 1, d + 1)
+  end
+  return table.concat(out)
+end
+
+-- The liveness mark a running run carries: this process (pid, host, start)
+-- and the time of the last round (heartbeat, Unix seconds).
+function M.live_mark()
+  local m = kh.process()
+  m.heartbeat = kh.time.wall()
+  return m
 end
 
 function M.metrics(st)
@@ -649,7 +675,26 @@ function M.run(policy, cfg)
       "model_specs", "regression_tol", "skills", "backend", "replay", "seed_solution" }) do
       saved[k] = cfg[k]
     end
-    if ctx.run_id then
+    ctx.run_id = ctx.run_id or M.new_run_id()
+    -- from here on a stop of any kind (an error, Ctrl-C, SIGTERM, SIGHUP)
+    -- marks the run, which keeps its state (its id is chosen before its
+    -- record is written: no moment is left where a run exists unguarded); a
+    -- kill -9 leaves the liveness mark, by which `khlua store ls` tells that
+    -- the run is dead
+    local guard <close> = setmetatable({}, { __close = function(_, err)
+      if err == nil then return end
+      local m = type(err) == "table" and err.msg or tostring(err)
+      local status = m:find("interrupted", 1, true) and "interrupted" or "failed"
+      db:update(function(tx)
+        local run = tx:get(ctx.run_id)
+        if run then
+          run.status, run.error = status, status == "failed" and m or nil
+          run.live = nil
+          tx:put(run, { replace = true })
+        end
+      end)
+    end })
+    if cfg.resume then
       st = resume_state(db, ctx, ctx.run_id)
       if st then
         say(cfg, "resuming %s after round %d", ctx.run_id, st.round)
@@ -658,12 +703,14 @@ function M.run(policy, cfg)
         local run = assert(tx:get(ctx.run_id))
         run.status, run.config = "running", saved
         run.resumed = (run.resumed or 0) + 1
+        run.live = M.live_mark()
         assert(tx:put(run, { replace = true }))
       end))
     else
       -- the versions make a comparison of two runs say what code produced each
-      ctx.run_id = must(db:put { type = "run", policy = policy.name, status = "running",
-        task = ctx.task_id, config = saved, seed = cfg.gate.seed, versions = copy(kh.version) })
+      must(db:put { id = ctx.run_id, type = "run", policy = policy.name, status = "running",
+        task = ctx.task_id, config = saved, seed = cfg.gate.seed, versions = copy(kh.version),
+        live = M.live_mark() })
       say(cfg, "run %s: policy %s, task %s, %d workloads", ctx.run_id, policy.name, ctx.task.name,
         #ctx.task.workloads)
     end
@@ -677,19 +724,6 @@ function M.run(policy, cfg)
     st = st or initial_state(db, ctx, policy)
     ctx.cand_of[st.incumbent.solution] = st.incumbent.candidate
     local final = "done"
-    -- a killed or interrupted run keeps its state; this marks why it stopped
-    local guard <close> = setmetatable({}, { __close = function(_, err)
-      if err == nil then return end
-      local m = type(err) == "table" and err.msg or tostring(err)
-      local status = m:find("interrupted", 1, true) and "interrupted" or "failed"
-      db:update(function(tx)
-        local run = tx:get(ctx.run_id)
-        if run then
-          run.status, run.error = status, status == "failed" and m or nil
-          tx:put(run, { replace = true })
-        end
-      end)
-    end })
     local why
     while true do
       why = stop_reason(cfg, st)
@@ -719,6 +753,7 @@ function M.run(policy, cfg)
     must(db:update(function(tx)
       local run = assert(tx:get(ctx.run_id))
       run.status, run.stop_reason, run.metrics = final, why, metrics
+      run.live = nil
       if final == "failed" then run.error = why end
       run.incumbent_candidate = st.incumbent.candidate
       assert(tx:put(run, { replace = true }))

@@ -136,7 +136,9 @@ function M.request(m, messages, k, opts)
     local dir = m.replay_dir
     local steps = M.ladder_steps(dir)
     if steps then dir = dir .. "/" .. steps[math.min(k, #steps)] end
-    req.replay = { dir = dir }
+    -- a flat folder: the k-th reply in name order (the count is the run's,
+    -- so a resumed run continues where it stopped)
+    req.replay = { dir = dir, index = not steps and k or nil }
   else
     req.provider, req.model, req.base_url = m.provider, m.model, m.base_url
     req.max_tokens = opts.max_tokens or 8192
