@@ -15,7 +15,7 @@ if #r.gpus == 0 then T.skip_all("no GPU on this machine") end
 local SRC = os.getenv("KH_SOURCE_DIR") or "."
 local FIX = SRC .. "/tests/fixtures/task/rmsnorm"
 
-math.randomseed(os.time())
+math.randomseed(T.seed())
 
 T.test("the cuda example passes every workload against the host reference", function()
   local tr = assert(kh.eval(FIX, "rmsnorm_h512_cuda_v1", {

@@ -27,7 +27,7 @@ if not kh.eval then T.skip_all("kh.eval is not in this build") end
 local SRC = os.getenv("KH_SOURCE_DIR") or "."
 local PKG = SRC .. "/tests/redteam/cuda"
 local expect = kh.json.decode(T.read(PKG .. "/expect.json"))
-math.randomseed(os.time())
+math.randomseed(T.seed())
 
 local rows = {}
 local function options(extra)

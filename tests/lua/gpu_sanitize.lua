@@ -17,7 +17,7 @@ local SRC = os.getenv("KH_SOURCE_DIR") or "."
 local PKG = SRC .. "/tests/redteam/sanitize"
 local expect = kh.json.decode(T.read(PKG .. "/expect.json"))
 local TOOLS = { "memcheck", "racecheck", "initcheck" }
-math.randomseed(os.time())
+math.randomseed(T.seed())
 
 local function eval(name, sanitize)
   local t0 = kh.time.now()

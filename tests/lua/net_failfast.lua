@@ -18,7 +18,7 @@ local FAKE = SRC .. "/tests/lua/lib/fake_eval.lua"
 local POLICY = SRC .. "/policies/plateau_switch.lua"
 -- no key in the environment: a family that needs one runs on replay
 local NOKEYS = { ANTHROPIC_API_KEY = "", OPENAI_API_KEY = "" }
-math.randomseed(os.time())
+math.randomseed(T.seed())
 
 local function run(store, ...)
   local t0 = kh.time.now()

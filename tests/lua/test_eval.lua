@@ -11,7 +11,7 @@ local SRC = os.getenv("KH_SOURCE_DIR") or "."
 local FIX = SRC .. "/tests/fixtures/task/rmsnorm"
 local RT = SRC .. "/tests/redteam/host/rmsnorm"
 
-math.randomseed(os.time())
+math.randomseed(T.seed())
 
 local function quick(extra)
   local o = { seed = math.random(1, 1 << 40), warmup = 1, iters = 5, timing_trials = 2,

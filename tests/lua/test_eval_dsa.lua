@@ -12,7 +12,7 @@ local kh = require "kh"
 
 local SRC = os.getenv("KH_SOURCE_DIR") or "."
 local FIX = SRC .. "/tests/fixtures/task/dsa_topk_small"
-math.randomseed(os.time())
+math.randomseed(T.seed())
 
 local dir = T.tmpdir()
 local task = dir .. "/task"

@@ -8,7 +8,7 @@
 local T = require "testlib"
 local kh = require "kh"
 
-math.randomseed(os.time())
+math.randomseed(T.seed())
 
 local SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 local MEM = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"

@@ -3,7 +3,7 @@
 local kh = require "kh"
 local T = require "testlib"
 
-math.randomseed(os.time())
+math.randomseed(T.seed())
 
 local function rand_bytes(n)
   local t = {}

@@ -10,7 +10,7 @@ local FIX = SRC .. "/tests/fixtures/task/rmsnorm"
 local have_data = io.open(DATA .. "/README.md", "r")
 if have_data then have_data:close() end
 
-math.randomseed(os.time())
+math.randomseed(T.seed())
 
 local function need_data()
   if not have_data then T.skip(DATA .. " absent (the shared FlashInfer-Bench copy)") end

@@ -4,8 +4,7 @@
 local kh = require "kh"
 local T = require "testlib"
 
-local seed = os.time() * 1000 + math.random(0, 999)
-print("# seed " .. seed)
+local seed = T.seed()
 
 T.test("dtypes and conversions", function()
   T.eq(#kh.tensor.dtypes(), 11)

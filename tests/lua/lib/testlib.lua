@@ -82,6 +82,15 @@ function T.khlua_env(env, ...)
   return out, code
 end
 
+-- The seed for a test file's math.random: fixed, so every run draws the same
+-- base seeds and inputs and a failure reproduces; KH_TEST_SEED=N explores
+-- others.  Printed as a TAP comment.
+function T.seed()
+  local s = tonumber(os.getenv("KH_TEST_SEED") or "") or 20261204
+  io.write("# test seed ", s, " (KH_TEST_SEED)\n")
+  return s
+end
+
 function T.tmpdir()
   local p = assert(io.popen("mktemp -d"))
   local d = p:read("l")
