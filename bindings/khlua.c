@@ -29,6 +29,7 @@ static const kh_command commands[] = {
     {"profile", "profiler metrics and the bottleneck state of a launch list", kh_cmd_profile},
     {"eval", "evaluate a solution on a task's workloads: verdicts, checks, timing", kh_cmd_eval},
     {"compare", "compare recorded runs: tables (markdown, CSV, JSON), SVG chart, HTML", kh_cmd_compare},
+    {"best", "a run's best kernel out of the store: Solution JSON, source, figures", kh_cmd_best},
 };
 
 static lua_State *g_L;

@@ -3540,6 +3540,8 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
                             kh_task_nsolutions(S));
             goto out;
         }
+        /* a Solution file from anywhere: its definition is the package's */
+        kh_task_bind_definitions(S, P);
         sol = kh_task_solution_at(S, 0);
     } else {
         sol = kh_task_find_solution(P, solution);

@@ -2724,6 +2724,18 @@ const kh_task_def *kh_task_find_def(const kh_task_set *s, const char *name)
             return s->defs[i];
     return NULL;
 }
+size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs)
+{
+    size_t left = 0;
+    for (size_t i = 0; i < sols->nsols; i++) {
+        kh_task_solution *x = sols->sols[i];
+        if (!x->def && x->definition)
+            x->def = kh_task_find_def(defs, x->definition);
+        left += !x->def;
+    }
+    return left;
+}
+
 size_t kh_task_nworkloads(const kh_task_set *s) { return s->nwls; }
 const kh_task_workload *kh_task_workload_at(const kh_task_set *s, size_t i)
 {

@@ -175,6 +175,11 @@ const char *kh_task_deferred_at(const kh_task_set *s, size_t i); /* distinct con
 size_t kh_task_ndefs(const kh_task_set *s);
 const kh_task_def *kh_task_def_at(const kh_task_set *s, size_t i);
 const kh_task_def *kh_task_find_def(const kh_task_set *s, const char *name);
+/* Solutions of `sols` loaded on their own (a Solution file outside any
+ * package) take their definitions from `defs` (a task package loaded
+ * beside): each one whose definition was not found gets defs' of that name.
+ * Returns how many are still without one. */
+size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs);
 size_t kh_task_nworkloads(const kh_task_set *s);
 const kh_task_workload *kh_task_workload_at(const kh_task_set *s, size_t i);
 size_t kh_task_nsolutions(const kh_task_set *s);

@@ -20,8 +20,9 @@ local function usage(name)
     .. "       khlua policies/" .. name .. ".lua --resume RUN [--rounds N] [--json]\n"
     .. "  --task DIR            a task package (definition, workloads, trusted reference)\n"
     .. "  --definition NAME     when the package holds several definitions\n"
-    .. "  --seed-solution NAME  the first incumbent (default: the task's baseline, else its\n"
-    .. "                        reference)\n"
+    .. "  --seed-solution NAME|FILE  the first incumbent: a solution of the task, or a\n"
+    .. "                        Solution file from anywhere (khlua best writes one; default:\n"
+    .. "                        the task's baseline, else its reference)\n"
     .. "  --model SPECS         model families, comma-separated: PROVIDER:MODEL[@URL] or\n"
     .. "                        replay:DIR (default anthropic:claude-sonnet-4-5,openai:gpt-5);\n"
     .. "                        a family whose key is not in the environment runs on replay\n"
@@ -219,6 +220,9 @@ function M.main(policy, ...)
     os.exit(1, true)
   end
   local failed = res.status == "failed" or (res.calls_made > 0 and res.calls_ok == 0)
+  -- the last line says where the best kernel is (a command that writes it out)
+  res.best_command = string.format("khlua --store %s best %s --out best-%s", res.store, res.run,
+    res.run)
   if o.json then
     io.stdout:write(kh.json.encode(res, { sort_keys = true }), "\n")
   else
@@ -228,6 +232,8 @@ function M.main(policy, ...)
       m.rounds, m.candidates, m.accepted, res.incumbent_name, m.incumbent_score or 0, m.tokens,
       m.usd, m.usd_per_accepted and string.format(" ($%.4f per accepted)", m.usd_per_accepted)
       or ""))
+    printer(string.format("best kernel: %s (%s); write it out with: %s", res.incumbent_name,
+      m.accepted > 0 and "promoted" or "the seed: nothing was promoted", res.best_command))
   end
   if failed then
     io.stderr:write(policy.name, ": ", res.calls_ok == 0 and res.calls_made > 0

@@ -89,7 +89,19 @@ function M.load_task(cfg)
   local ref = d.reference and sols[d.reference]
   must(ref, "definition " .. name .. " names no trusted reference solution (khlua.reference)")
   local seed_name = cfg.seed_solution or (d.json.khlua and d.json.khlua.baseline) or d.reference
-  local seed = must(sols[seed_name], "no solution " .. tostring(seed_name) .. " in the task")
+  local seed = sols[seed_name]
+  if not seed and cfg.seed_solution and cfg.seed_solution:match("%.json$") then
+    -- a Solution file from anywhere (`khlua best` writes one)
+    local fs <close> = must(kh.task.load(cfg.seed_solution))
+    local list = fs:solutions()
+    must(#list == 1 and list[1] or nil, string.format("%s: expected one Solution, found %d",
+      cfg.seed_solution, #list), "EINVAL")
+    must(list[1].definition == name and list[1] or nil, string.format(
+      "%s is a solution of %s, not of %s", cfg.seed_solution, tostring(list[1].definition), name),
+      "EINVAL")
+    seed = list[1]
+  end
+  must(seed, "no solution " .. tostring(seed_name) .. " in the task (nor a Solution file)")
   task.reference_solution = ref.json
   task.seed_solution = seed.json
   task.backend = cfg.backend or ref.backend
@@ -759,7 +771,7 @@ function M.run(policy, cfg)
       assert(tx:put(run, { replace = true }))
     end))
     return { run = ctx.run_id, status = final, stop_reason = why, metrics = metrics,
-      calls_made = st.calls_made or 0, calls_ok = st.calls_ok or 0,
+      calls_made = st.calls_made or 0, calls_ok = st.calls_ok or 0, store = db:path(),
       incumbent = st.incumbent.candidate, incumbent_name = st.incumbent.name }
   end)
   if own then own:close() end

@@ -1,0 +1,246 @@
+/* cmd_best.c: `khlua best RUN [--out DIR] [--json]`: a run's best kernel out
+ * of the store in one command.  The run's incumbent (the last promoted
+ * candidate, else the seed it started from) becomes a Solution JSON in
+ * FlashInfer-Bench's form with khlua's launch manifest (spec.khlua), its
+ * source file, and figures.json (the run's score, the promotion that made it
+ * the incumbent: gate figures and evidence ids).  Without --out it prints
+ * what it would write.  Reads the store read-only.  Exit 0 ok, 1 failure,
+ * 2 usage. */
+#include "kh_lua.h"
+
+#include "store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define P "khlua best"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: khlua [--store PATH] best RUN [--out DIR] [--json]\n"
+               "  The run's best kernel: the candidate it promoted last (else the seed it\n"
+               "  started from), as a Solution JSON (spec.khlua: its launch manifest), its\n"
+               "  source and figures.json (score, gate figures, evidence ids).\n"
+               "  --out DIR   write them there (created); without it, print the source\n"
+               "  --json      print a JSON summary (paths, candidate, score) on stdout\n"
+               "  RUN may be 'last': the newest run in the store.\n"
+               "exit codes: 0 ok, 1 failure, 2 usage\n");
+}
+
+static const char *str(const json_t *o, const char *k, const char *dflt)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : dflt;
+}
+
+static int fail(const char *what, const char *msg)
+{
+    fprintf(stderr, P ": %s: %s\n", what, msg);
+    return 1;
+}
+
+static kh_status write_file(const char *path, const void *data, size_t n, kh_err *err)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return kh_err_set(err, KH_EIO, "%s: %s", path, strerror(errno));
+    int ok = fwrite(data, 1, n, f) == n;
+    ok &= fclose(f) == 0;
+    return ok ? KH_OK : kh_err_set(err, KH_EIO, "writing %s: %s", path, strerror(errno));
+}
+
+/* The newest promotion record of run for candidate, or NULL (new ref). */
+static json_t *promotion_of(kh_store *s, const char *run, const char *cand)
+{
+    kh_store_filter q = {.type = "promotion", .run = run, .limit = 1000};
+    json_t *arr = NULL, *best = NULL;
+    kh_err err;
+    if (kh_store_query(s, &q, 0, &arr, &err))
+        return NULL;
+    size_t i;
+    json_t *r;
+    json_array_foreach(arr, i, r) {
+        if (!strcmp(str(r, "candidate", ""), cand) &&
+            (!best || json_integer_value(json_object_get(r, "round_index")) >
+                          json_integer_value(json_object_get(best, "round_index"))))
+            best = r;
+    }
+    json_incref(best);
+    json_decref(arr);
+    return best;
+}
+
+int kh_cmd_best(kh_engine *e, int argc, char **argv)
+{
+    const char *run_id = NULL, *out = NULL, *store_path = kh_engine_store_path(e);
+    int as_json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            as_json = 1;
+        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (argv[i][0] == '-' || run_id) {
+            fprintf(stderr, P ": unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else {
+            run_id = argv[i];
+        }
+    }
+    if (!run_id) {
+        fprintf(stderr, P ": which run? (khlua store ls --type run lists them)\n");
+        usage(stderr);
+        return 2;
+    }
+    kh_store_opts so = {.readonly = 1};
+    kh_store *s = NULL;
+    kh_err err;
+    if (kh_store_open(store_path, &so, &s, &err))
+        return fail("store", err.msg);
+    int rc = 1;
+    json_t *run = NULL, *cand = NULL, *task = NULL, *promo = NULL, *sol = NULL, *fig = NULL;
+    void *src = NULL;
+    size_t src_len = 0;
+    char rid[160];
+    snprintf(rid, sizeof rid, "%s", run_id);
+    if (!strcmp(run_id, "last")) {
+        kh_store_filter q = {.type = "run", .limit = 1};
+        json_t *arr = NULL;
+        if (kh_store_query(s, &q, 1, &arr, &err) || json_array_size(arr) == 0) {
+            json_decref(arr);
+            fail("last", "the store holds no run");
+            goto done;
+        }
+        snprintf(rid, sizeof rid, "%s", json_string_value(json_array_get(arr, 0)));
+        json_decref(arr);
+    }
+    if (kh_store_get(s, rid, &run, &err)) {
+        fail(rid, err.code == KH_ENOTFOUND ? "no such run in the store (khlua store ls --type "
+                                             "run lists them)"
+                                           : err.msg);
+        goto done;
+    }
+    if (strcmp(str(run, "type", ""), "run")) {
+        fail(rid, "not a run record");
+        goto done;
+    }
+    const char *cid = str(run, "incumbent_candidate", NULL);
+    if (!cid) {
+        fail(rid, "the run has no incumbent yet (it stopped before its seed was measured)");
+        goto done;
+    }
+    if (kh_store_get(s, cid, &cand, &err)) {
+        fail(cid, err.msg);
+        goto done;
+    }
+    kh_hash h;
+    if (kh_hash_parse(str(cand, "source_blob", ""), &h, &err) ||
+        kh_store_get_blob(s, &h, &src, &src_len, &err)) {
+        fail(cid, err.msg);
+        goto done;
+    }
+    kh_store_get(s, str(cand, "task", ""), &task, &err); /* optional: the definition's name */
+    promo = promotion_of(s, rid, cid);
+    const json_t *man = json_object_get(cand, "manifest");
+    const char *backend = str(man, "backend", "cuda");
+    int host = !strcmp(backend, "host");
+    const char *file = host ? "kernel.c" : "kernel.cu";
+    const char *fn = host ? str(man, "function", "run")
+                          : str(json_array_get(json_object_get(man, "launches"), 0), "kernel",
+                                "kernel");
+    const char *name = str(cand, "solution_name", cid);
+    const char *origin = str(cand, "origin", "model");
+    char entry[300], desc[600];
+    snprintf(entry, sizeof entry, "%s::%s", file, fn);
+    snprintf(desc, sizeof desc, "%s of khlua run %s (candidate %s)",
+             !strcmp(origin, "seed") ? "the seed (nothing was promoted)" : "the best kernel", rid,
+             cid);
+    sol = json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:[s], s:s, s:b, s:O}, s:[{s:s, s:s%}]}",
+                    "name", name, "definition", str(task, "name", str(cand, "task", "")),
+                    "author", str(cand, "model", origin), "description", desc, "spec",
+                    "language", host ? "cpp" : "cuda", "target_hardware", host ? "cpu" : "cuda",
+                    "entry_point", entry, "destination_passing_style", 1, "khlua", man,
+                    "sources", "path", file, "content", (const char *)src, src_len);
+    fig = json_pack("{s:s, s:s, s:s, s:O, s:O, s:O}", "run", rid, "candidate", cid, "origin",
+                    origin, "score",
+                    json_object_get(json_object_get(run, "metrics"), "incumbent_score")
+                        ? json_object_get(json_object_get(run, "metrics"), "incumbent_score")
+                        : json_null(),
+                    "metrics", json_object_get(run, "metrics") ? json_object_get(run, "metrics")
+                                                               : json_null(),
+                    "promotion", promo ? promo : json_null());
+    if (!sol || !fig) {
+        fail(cid, "the source is not UTF-8 text, or out of memory");
+        goto done;
+    }
+    if (!out) {
+        if (as_json) {
+            json_t *sum = json_pack("{s:O, s:O}", "solution", sol, "figures", fig);
+            char *t = json_dumps(sum, JSON_SORT_KEYS);
+            printf("%s\n", t ? t : "{}");
+            free(t);
+            json_decref(sum);
+        } else {
+            fwrite(src, 1, src_len, stdout);
+            fprintf(stderr, "%s: %s, %s (score %s); --out DIR writes the Solution JSON, %s and "
+                    "figures.json\n", rid, cid, name,
+                    json_is_number(json_object_get(fig, "score")) ? "recorded" : "none", file);
+        }
+        rc = 0;
+        goto done;
+    }
+    if (mkdir(out, 0777) && errno != EEXIST) {
+        char m[600];
+        snprintf(m, sizeof m, "cannot create it: %s", strerror(errno));
+        fail(out, m);
+        goto done;
+    }
+    char p_sol[4200], p_src[4200], p_fig[4200];
+    snprintf(p_sol, sizeof p_sol, "%s/%s.json", out, name);
+    snprintf(p_src, sizeof p_src, "%s/%s", out, file);
+    snprintf(p_fig, sizeof p_fig, "%s/figures.json", out);
+    char *tsol = json_dumps(sol, JSON_INDENT(2) | JSON_SORT_KEYS);
+    char *tfig = json_dumps(fig, JSON_INDENT(2) | JSON_SORT_KEYS);
+    kh_status st = !tsol || !tfig ? kh_err_set(&err, KH_ENOMEM, "out of memory") : KH_OK;
+    if (!st)
+        st = write_file(p_sol, tsol, strlen(tsol), &err);
+    if (!st)
+        st = write_file(p_src, src, src_len, &err);
+    if (!st)
+        st = write_file(p_fig, tfig, strlen(tfig), &err);
+    free(tsol);
+    free(tfig);
+    if (st) {
+        fail(out, err.msg);
+        goto done;
+    }
+    if (as_json) {
+        json_t *sum = json_pack("{s:s, s:s, s:s, s:s, s:s, s:O}", "run", rid, "candidate", cid,
+                                "solution", p_sol, "source", p_src, "figures", p_fig, "score",
+                                json_object_get(fig, "score"));
+        char *t = json_dumps(sum, JSON_SORT_KEYS);
+        printf("%s\n", t ? t : "{}");
+        free(t);
+        json_decref(sum);
+    } else {
+        printf("%s\n%s\n%s\n", p_sol, p_src, p_fig);
+        fprintf(stderr, "%s: %s (%s) written to %s\n", rid, name, cid, out);
+    }
+    rc = 0;
+done:
+    free(src);
+    json_decref(sol);
+    json_decref(fig);
+    json_decref(promo);
+    json_decref(task);
+    json_decref(cand);
+    json_decref(run);
+    kh_store_close(s);
+    return rc;
+}
