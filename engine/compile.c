@@ -986,7 +986,7 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
     /* 4. resources, and the manifest's kernels must be symbols of the cubin */
     double tp = kh_now();
     if ((st = kh_cubin_parse(a->cubin, a->cubin_len, &a->res, err))) {
-        kh_err_prefix(err, "reading the cubin NVRTC produced: ");
+        kh_err_prefix(err, "reading the cubin NVRTC produced");
         goto fail;
     }
     a->t.parse = kh_now() - tp;

@@ -386,7 +386,7 @@ kh_status kh_artifact_from_json(const json_t *j, const void *cubin, size_t len,
         kh_status st = kh_cubin_parse(a->cubin, len, &a->res, err);
         if (st) {
             kh_artifact_free(a);
-            return kh_err_prefix(err, "artifact %s: ", hash);
+            return kh_err_prefix(err, "artifact %s", hash);
         }
     }
     *out = a;
@@ -652,7 +652,7 @@ static void prepare(kh_compile_service *s, kh_store *store, job *j)
         if (st == KH_ECOMPILE) {
             kh_artifact *a = bare_artifact(s, j, report ? report : err.msg);
             free(report);
-            kh_err_prefix(&err, "static check: ");
+            kh_err_prefix(&err, "static check");
             finish(j, a ? st : KH_ENOMEM, &err, a);
             return;
         }
@@ -776,7 +776,7 @@ static void server_answer(kh_compile_service *s, kh_store *store, job *j, kh_poo
         kh_status st = kh_artifact_from_json(json_object_get(r, "artifact"), d->d.reply.payload,
                                              d->d.reply.payload_len, &a, &err);
         if (st) {
-            kh_err_prefix(&err, "compile server (pid %d) sent a bad answer: ", d->pid);
+            kh_err_prefix(&err, "compile server (pid %d) sent a bad answer", d->pid);
             finish(j, KH_ECHILD, &err, NULL);
             return;
         }

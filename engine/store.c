@@ -392,6 +392,16 @@ kh_status kh_store_open(const char *path, const kh_store_opts *opts, kh_store **
     if (o.nosync)
         flags |= MDB_NOSYNC;
     rc = mdb_env_open(s->env, path, flags, 0644);
+    if (rc == EACCES && o.readonly) {
+        /* a store this user may read but not write (another user's, a
+         * read-only mount): read it without the lock file, which needs write
+         * access; a writer running meanwhile could make what is read stale */
+        mdb_env_close(s->env);
+        s->env = NULL;
+        if (!(rc = mdb_env_create(&s->env)) && !(rc = mdb_env_set_maxdbs(s->env, 8)) &&
+            !(rc = mdb_env_set_mapsize(s->env, s->map_size)))
+            rc = mdb_env_open(s->env, path, flags | MDB_NOLOCK, 0644);
+    }
     if (rc) {
         if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
             st = kh_err_set(err, KH_ECORRUPT,
@@ -402,7 +412,7 @@ kh_status kh_store_open(const char *path, const kh_store_opts *opts, kh_store **
             st = kh_err_set(err, KH_ENOTFOUND, "no store at %s (no data.mdb)", path);
         else
             st = kh_store_mdb_err(err, rc, "opening the store");
-        kh_err_prefix(err, "opening store %s: ", path);
+        kh_err_prefix(err, "opening store %s", path);
         goto fail;
     }
     if ((st = check_length(s, err)))
@@ -1745,7 +1755,7 @@ static kh_status check_blob_ref(void *arg, const char *field, const char *value,
     if (!value)
         return kh_err_set(err, KH_EINVAL, "field '%s' must hold a blob hash string", field);
     if (kh_hash_parse(value, &h, err))
-        return kh_err_prefix(err, "field '%s': ", field), KH_EINVAL;
+        return kh_err_prefix(err, "field '%s'", field), KH_EINVAL;
     if (!c->check_exists)
         return KH_OK;
     MDB_val key = {16, h.b}, v;
@@ -1930,7 +1940,7 @@ kh_status kh_store_txn_put_many(kh_store_txn *tx, json_t *const *recs, size_t n,
     for (size_t i = 0; i < n; i++) {
         kh_status st = kh_store_txn_put(tx, recs[i], flags, ids ? ids[i] : NULL, err);
         if (st) {
-            kh_err_prefix(err, "record %zu of %zu: ", i + 1, n);
+            kh_err_prefix(err, "record %zu of %zu", i + 1, n);
             if (tx->st == st) /* the sticky copy, which update reports, says which too */
                 tx->err = *err;
             return st;
@@ -1954,7 +1964,7 @@ kh_status kh_store_txn_get(kh_store_txn *tx, const char *id, json_t **out, kh_er
         return kh_store_mdb_err(err, rc, "reading a record");
     *out = kh_store_decode_record(tx->s, &v, err);
     if (!*out)
-        return kh_err_prefix(err, "record %s: ", id), KH_ECORRUPT;
+        return kh_err_prefix(err, "record %s", id), KH_ECORRUPT;
     return KH_OK;
 }
 
