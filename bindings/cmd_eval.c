@@ -6,12 +6,14 @@
 #include "kh_lua.h"
 
 #include "eval.h"
+#include "task.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The progress line on stderr (a terminal, no --json): workloads done of
@@ -178,6 +180,33 @@ static const char *fmt_num(const json_t *j, char *buf, size_t n, int digits)
     return buf;
 }
 
+/* The admissible range of each numeric option (usage error, exit 2, outside). */
+typedef struct range {
+    const char *opt;
+    double lo, hi;
+    int integer;
+} range;
+static const range RANGES[] = {
+    {"--trials", 1, 64, 1},          {"--warmup", 0, 100000, 1},
+    {"--iters", 1, 1000000, 1},      {"--timing-trials", 1, 1000, 1},
+    {"--rotate", 1, 8, 1},           {"--verify", 0, 1, 0},
+    {"--host-memory", 1, 1 << 30, 0}, {"--deadline", 0.001, 86400, 0},
+    {"--atol", 0, 1e300, 0},         {"--rtol", 0, 1e300, 0},
+    {"--ratio", 0, 1, 0},            {"--sanitize-deadline", 0.001, 86400, 0},
+};
+
+static int in_range(const char *a, const char *v, double x, const range *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(a, r[i].opt) &&
+            (x < r[i].lo || x > r[i].hi || (r[i].integer && x != floor(x)))) {
+            fprintf(stderr, "khlua eval: %s: expected %s from %g to %g, got '%s'\n", a,
+                    r[i].integer ? "an integer" : "a number", r[i].lo, r[i].hi, v);
+            return 0;
+        }
+    return 1;
+}
+
 int kh_cmd_eval(kh_engine *e, int argc, char **argv)
 {
     if (kh_cli_wants_help(argc, argv)) {
@@ -253,6 +282,8 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
                 return 2;
             }
             o.shapes = (int)x;
+        } else if (!in_range(a, v, x, RANGES, KH_ARRAY_LEN(RANGES))) {
+            return 2;
         } else if (!strcmp(a, "--trials"))
             o.trials = (int)x;
         else if (!strcmp(a, "--warmup"))
@@ -303,6 +334,21 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         return 2;
     }
     kh_err err;
+    /* a Solution file is checked as `task check` would: its first error is
+     * named with file and line, and nothing runs */
+    struct stat sst;
+    if (!stat(sol, &sst) && S_ISREG(sst.st_mode)) {
+        kh_task_set *S = NULL;
+        kh_task_opts to = {0};
+        kh_status cst = kh_task_load(sol, &to, &S, &err);
+        if (!cst)
+            cst = kh_task_check_errors(S, sol, &err);
+        kh_task_set_free(S);
+        if (cst) {
+            fprintf(stderr, "khlua eval: %s\n", err.msg);
+            return 1;
+        }
+    }
     progress pg = {.t0 = kh_now()};
     if (!as_json && isatty(STDERR_FILENO)) {
         o.progress = show_progress;
@@ -321,6 +367,7 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
     int all_ok = 1;
     size_t i;
     json_t *t;
+    const char *last_detail = NULL; /* a detail is printed once, not per workload */
     if (!as_json)
         printf("%-38s %-20s %-17s %11s %11s %12s %8s\n", "workload", "status", "failed check",
                "max abs", "max rel", "latency ms", "speedup");
@@ -349,11 +396,25 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
                fmt_num(json_object_get(p, "latency_ms"), b3, sizeof b3, 4),
                fmt_num(json_object_get(p, "speedup_factor"), b4, sizeof b4, 2));
         const char *detail = json_string_value(json_object_get(kl, "detail"));
-        if (status && strcmp(status, "PASSED") && detail && *detail)
-            printf("    %.300s\n", detail);
+        if (status && strcmp(status, "PASSED") && detail && *detail) {
+            if (last_detail && !strcmp(last_detail, detail))
+                printf("    (the same as above)\n");
+            else
+                printf("    %.300s\n", detail);
+            last_detail = detail;
+        }
     }
     if (!as_json)
         print_summary(traces);
+    /* a verdict the store refused is said, not skipped in silence */
+    json_array_foreach(traces, i, t) {
+        const char *stored = json_string_value(
+            json_object_get(json_object_get(json_object_get(t, "evaluation"), "khlua"), "stored"));
+        if (stored && strcmp(stored, "yes") && strncmp(stored, "no (", 4)) {
+            fprintf(stderr, "khlua eval: the verdicts were not recorded: %s\n", stored);
+            break;
+        }
+    }
     json_decref(traces);
     return all_ok ? 0 : 1;
 }

@@ -3531,6 +3531,10 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         kh_task_fp_free(&fp0);
         return st;
     }
+    /* a package with errors (a JSON syntax error, a bad workload line) is
+     * refused, the first error named with its file and line */
+    if ((st = kh_task_check_errors(P, task_path, err)))
+        goto out;
     const kh_task_solution *sol = NULL;
     if (is_file(solution)) {
         if ((st = kh_task_load(solution, &to, &S, err)))

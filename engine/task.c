@@ -1091,12 +1091,12 @@ kh_status kh_task_speed_of_light(const kh_task_def *d, const int64_t *axes, int6
     *flops = -1;
     if (d->sol_bytes) {
         if ((st = kh_task_eval(d, axes, d->sol_bytes, NULL, NULL, bytes, err)))
-            return kh_err_prefix(err, "khlua.speed_of_light.bytes: ");
+            return kh_err_prefix(err, "khlua.speed_of_light.bytes");
     } else if ((st = kh_task_io_bytes(d, axes, bytes, err))) {
         return st;
     }
     if (d->sol_flops && (st = kh_task_eval(d, axes, d->sol_flops, NULL, NULL, flops, err)))
-        return kh_err_prefix(err, "khlua.speed_of_light.flops: ");
+        return kh_err_prefix(err, "khlua.speed_of_light.flops");
     return KH_OK;
 }
 
@@ -2724,6 +2724,23 @@ const kh_task_def *kh_task_find_def(const kh_task_set *s, const char *name)
             return s->defs[i];
     return NULL;
 }
+kh_status kh_task_check_errors(const kh_task_set *s, const char *path, kh_err *err)
+{
+    const kh_task_problem *first = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < s->nprobs; i++)
+        if (s->probs[i].severity == KH_TASK_ERROR && s->probs[i].field &&
+            !strcmp(s->probs[i].field, "json") && !n++)
+            first = &s->probs[i];
+    if (!n)
+        return KH_OK;
+    char buf[1024];
+    if (n == 1)
+        return kh_err_set(err, KH_EPARSE, "%s", kh_task_problem_format(first, buf, sizeof buf));
+    return kh_err_set(err, KH_EPARSE, "%s (and %zu more unreadable: khlua task check %s lists "
+                      "them)", kh_task_problem_format(first, buf, sizeof buf), n - 1, path);
+}
+
 size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs)
 {
     size_t left = 0;

@@ -221,6 +221,12 @@ kh_status kh_task_manifest_resolve(const kh_task_solution *sol, const int64_t *a
 
 /* "file:line: field: message" into buf (truncated); returns buf. */
 const char *kh_task_problem_format(const kh_task_problem *p, char *buf, size_t n);
+/* KH_EPARSE naming the set's first unreadable file or line (a JSON syntax
+ * error: "file:line: json: message, and N more: khlua task check PATH lists
+ * them"), or KH_OK when every file parsed.  What parsed but breaks a rule (a
+ * workload outside a constraint) is left to the caller: eval still runs a
+ * workload it was asked for. */
+kh_status kh_task_check_errors(const kh_task_set *s, const char *path, kh_err *err);
 
 
 /* The fingerprint of a task package on disk: every regular file under it

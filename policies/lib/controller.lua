@@ -70,8 +70,27 @@ end
 
 function M.load_task(cfg)
   local ts <close> = must(kh.task.load(cfg.task))
+  -- a package with a file or line that does not parse is refused, the
+  -- first named with file and line
+  local first, nerr = nil, 0
+  for _, p in ipairs(ts:problems()) do
+    if p.severity == "error" and p.field == "json" then
+      nerr = nerr + 1
+      first = first or p.text
+    end
+  end
+  if first then
+    must(nil, first .. (nerr > 1 and string.format(" (and %d more unreadable: khlua task check "
+      .. "%s lists them)", nerr - 1, cfg.task) or ""), "EPARSE")
+  end
   local names = ts:definitions()
   local name = cfg.definition or names[1]
+  local known = false
+  for _, n in ipairs(names) do known = known or n == name end
+  if cfg.definition and not known then
+    must(nil, string.format("no definition '%s' in %s (it holds: %s)", cfg.definition, cfg.task,
+      #names > 0 and table.concat(names, ", ") or "none"), "ENOTFOUND")
+  end
   if not cfg.definition and #names ~= 1 then
     must(nil, string.format("%s holds %d definitions: choose one with --definition", cfg.task,
       #names), "EINVAL")

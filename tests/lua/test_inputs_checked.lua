@@ -1,0 +1,128 @@
+-- test_inputs_checked.lua: bad input is named where it is, in every command
+-- (issue 23, "tasks in" and "options checked"): a JSON syntax error in
+-- definition.json and a broken line of workloads.jsonl stop `khlua eval` and
+-- a policy with file:line (they used to say "holds 0 definitions" or skip
+-- the line without a word); --definition of a name the package lacks is one
+-- line, not a traceback; eval's numeric options out of range are usage
+-- errors (exit 2); one failure's detail is printed once, not per workload; a
+-- store this user may read but not write can be listed and verified, and an
+-- eval that cannot record says so.
+local T = require "testlib"
+local kh = require "kh"
+
+local SRC = os.getenv("KH_SOURCE_DIR") or "."
+local TASK = SRC .. "/tests/fixtures/task/rmsnorm"
+local FAKE = SRC .. "/tests/lua/lib/fake_eval.lua"
+local POLICY = SRC .. "/policies/plateau_switch.lua"
+local LADDER = SRC .. "/tests/fixtures/replay/ctl/a"
+local NOKEYS = { ANTHROPIC_API_KEY = "", OPENAI_API_KEY = "" }
+
+-- a copy of the fixture package with one file changed by fn(text) -> text
+local function broken(file, fn)
+  local dir = T.tmpdir() .. "/pkg"
+  os.execute("cp -r " .. T.quote(TASK) .. " " .. T.quote(dir))
+  T.write(dir .. "/" .. file, fn(T.read(dir .. "/" .. file)))
+  return dir
+end
+
+local function policy(task, ...)
+  return T.khlua_env(NOKEYS, "--store", T.tmpdir() .. "/store", POLICY, "--task", task,
+    "--fake-evaluator", FAKE, "--model", "replay:" .. LADDER, "--rounds", "1", ...)
+end
+
+T.test("a JSON syntax error in definition.json is named with file and line", function()
+  local pkg = broken("definition.json", function(t)
+    return t:gsub('"op_type": "rmsnorm",', '"op_type": "rmsnorm",,', 1)
+  end)
+  local out, code = T.khlua("eval", "--task", pkg, "--solution", "rmsnorm_h512_ref_c", "--no-store")
+  T.eq(code, 1, out)
+  T.match(out, "definition%.json:%d+: json: invalid JSON")
+  out, code = policy(pkg)
+  T.eq(code, 1, out)
+  T.match(out, "definition%.json:%d+: json: invalid JSON")
+  T.ok(not out:find("holds 0 definitions", 1, true), out)
+end)
+
+T.test("a broken line of workloads.jsonl is named, not skipped", function()
+  local pkg = broken("workloads.jsonl", function(t)
+    return t .. '{"definition": "rmsnorm_h512", "workload": {"uuid": "x", "axes": {\n'
+  end)
+  local out, code = T.khlua("eval", "--task", pkg, "--solution", "rmsnorm_h512_ref_c", "--no-store")
+  T.eq(code, 1, out)
+  T.match(out, "workloads%.jsonl:4: json: invalid JSON")
+  out, code = policy(pkg)
+  T.eq(code, 1, out)
+  T.match(out, "workloads%.jsonl:4:")
+end)
+
+T.test("--definition of a name the package lacks: one line, no traceback", function()
+  local out, code = policy(TASK, "--definition", "nope")
+  T.eq(code, 1, out)
+  T.match(out, "no definition 'nope' in .* %(it holds: rmsnorm_h512%)")
+  T.ok(not out:find("traceback", 1, true), out)
+end)
+
+T.test("eval's numeric options out of range are usage errors", function()
+  local cases = { { "--trials", "0" }, { "--trials", "65" }, { "--rotate", "9" },
+    { "--verify", "1.5" }, { "--iters", "0" }, { "--deadline", "0" }, { "--ratio", "-1" } }
+  for _, c in ipairs(cases) do
+    local out, code = T.khlua("eval", "--task", TASK, "--solution", "rmsnorm_h512_ref_c",
+      c[1], c[2])
+    T.eq(code, 2, c[1] .. " " .. c[2] .. ": " .. out)
+    T.match(out, c[1]:gsub("%-", "%%-") .. ": expected")
+  end
+end)
+
+T.test("a failure's detail is printed once, not per workload", function()
+  local sol = kh.json.decode(T.read(TASK .. "/solutions/rmsnorm_h512_ref_c.json"))
+  sol.name = "bad_args"
+  sol.spec.khlua.args[1] = { input = "nope" }
+  local file = T.tmpdir() .. "/bad_args.json"
+  T.write(file, kh.json.encode(sol))
+  local out, code = T.khlua("eval", "--task", TASK, "--solution", file, "--no-store", "--no-timing")
+  T.eq(code, 1, out)
+  local n = 0
+  for _ in out:gmatch("no tensor 'nope'") do n = n + 1 end
+  T.eq(n, 1, out)
+  local same = 0
+  for _ in out:gmatch("%(the same as above%)") do same = same + 1 end
+  T.eq(same, 2, out)
+end)
+
+T.test("a store this user may read but not write: listed, verified; eval says it did not record",
+       function()
+  local p = io.popen("id -u")
+  local uid = p and tonumber(p:read("l"))
+  if p then p:close() end
+  local bin = os.getenv("KHLUA_BIN") or arg[-1]
+  if uid ~= 0 or not os.execute("command -v runuser >/dev/null 2>&1") then
+    T.skip("needs root and runuser to act as another user")
+  end
+  local top = T.tmpdir()
+  local store = top .. "/store"
+  local out, code = T.khlua("--store", store, "eval", "--task", TASK, "--solution",
+    "rmsnorm_h512_ref_c", "--no-timing")
+  T.eq(code, 0, out)
+  os.execute("chmod -R a-w " .. T.quote(store) .. " && chmod a+rx " .. T.quote(top) .. " "
+    .. T.quote(store))
+  local function as_nobody(...)
+    local args = { "runuser", "-u", "nobody", "--", T.quote(bin) }
+    for _, a in ipairs({ ... }) do args[#args + 1] = T.quote(a) end
+    local q = assert(io.popen("cd / && " .. table.concat(args, " ") .. " 2>&1"))
+    local o = q:read("a")
+    local _, _, c = q:close()
+    return o, c
+  end
+  local probe, pc = as_nobody("--version")
+  if pc ~= 0 then T.skip("nobody cannot run " .. bin .. ": " .. probe) end
+  out, code = as_nobody("--store", store, "store", "ls", "--type", "evaluation")
+  T.eq(code, 0, out)
+  T.match(out, "3 records")
+  out, code = as_nobody("--store", store, "store", "verify")
+  T.eq(code, 0, out)
+  out, code = as_nobody("--store", store, "eval", "--task", TASK, "--solution",
+    "rmsnorm_h512_ref_c", "--no-timing")
+  T.eq(code, 0, out)
+  T.match(out, "the verdicts were not recorded: .*Permission denied")
+  os.execute("chmod -R u+w " .. T.quote(top))
+end)
