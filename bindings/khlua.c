@@ -231,6 +231,17 @@ static int pmain(lua_State *L)
     lua_setfield(L, -2, "kh");
     lua_pop(L, 2);
     create_arg_table(L, ra->argv, ra->argc, ra->script < ra->argc ? ra->script : 0);
+    /* khlua's own policies/ last on the search path: a policy saved anywhere
+     * can `require "lib.agent"` (a script's own folder, which the shipped
+     * policies put first, still wins) */
+    char pdir[4096];
+    if (kh_policies_dir(pdir, sizeof pdir)) {
+        lua_getglobal(L, "package");
+        lua_getfield(L, -1, "path");
+        lua_pushfstring(L, "%s;%s/?.lua", lua_tostring(L, -1), pdir);
+        lua_setfield(L, -3, "path");
+        lua_pop(L, 2);
+    }
 
     if (ra->code) {
         if (luaL_loadbuffer(L, ra->code, strlen(ra->code), "=(command line)") != LUA_OK ||

@@ -108,3 +108,20 @@ T.test("errors: no run given, a run that does not exist", function()
   T.eq(code, 1, out)
   T.match(out, "run%-NOPE: no such run in the store")
 end)
+
+T.test("the README's policy example runs from a folder of its own", function()
+  -- the lua block of the README that defines greedy_family, saved outside policies/
+  local readme = T.read(SRC .. "/README.md")
+  local code
+  for block in readme:gmatch("```lua\n(.-)```") do
+    if block:find('name = "greedy_family"', 1, true) then code = block end
+  end
+  T.ok(code, "the README has the example")
+  local dir = T.tmpdir()
+  T.write(dir .. "/greedy_family.lua", code)
+  local out, code_ = T.khlua_env(NOKEYS, "--store", T.tmpdir() .. "/store", dir .. "/greedy_family.lua",
+    "--task", TASK, "--fake-evaluator", FAKE, "--model", "replay:" .. LADDER, "--rounds", "2",
+    "--seed", "5")
+  T.eq(code_, 0, out)
+  T.match(out, "run run%-%w+ done")
+end)
