@@ -37,13 +37,15 @@ T.test("plateau_switch with real host evaluation", function()
       T.eq(v.rejected_for, "incorrect", s .. " is caught")
       T.match(v.reason, "INCORRECT_NUMERICAL")
     elseif s == "a/01" then
-      -- rejected, and measured slower; on a loaded two-core machine the
-      -- interval can be too wide to call it "slower" (the candidate's jail
-      -- and the warden each need a core), but never faster
-      local ratio = tonumber((v.reason or ""):match("ratio ([%d.]+)"))
-      T.ok(v.rejected_for == "slower" or (v.rejected_for == "not_faster" and ratio and ratio < 1),
+      -- rejected as slower, or as no faster beyond noise: on a loaded
+      -- two-core machine (the candidate's jail and the warden each need a
+      -- core, and ctest -j runs other tests beside) the paired interval can
+      -- straddle 1 either way (a median ratio of 1.056 with a lower bound
+      -- of 0.826 was seen); what must never happen is its promotion
+      T.ok(v.rejected_for == "slower" or v.rejected_for == "not_faster",
            "a/01 (double, a square root per element): " .. tostring(v.rejected_for) .. ": " ..
            tostring(v.reason))
+      T.ok(not r.decision.promoted, "a/01 is not promoted")
     end
     for _, a in ipairs(r.actions) do if a.kind == "switch_family" then switched = true end end
     if r.decision.promoted then promoted = promoted + 1 end
