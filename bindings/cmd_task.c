@@ -14,6 +14,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: khlua task check PATH [--strict] [--json]\n"
+            "       khlua task new DIR [--from DEFINITION.json] [--name NAME]   a package "
+            "skeleton\n"
             "\n"
             "Validates PATH against FlashInfer-Bench's formats and khlua's additions:\n"
             "  a Definition or Solution .json, a workload or trace .jsonl, a task package\n"
@@ -147,7 +149,9 @@ int kh_cmd_task(kh_engine *e, int argc, char **argv)
         }
         return check(argc, argv);
     }
-    fprintf(stderr, "khlua task: unknown subcommand '%s' (known: check)\n", argv[1]);
+    if (!strcmp(argv[1], "new"))
+        return kh_cmd_task_new(argc, argv);
+    fprintf(stderr, "khlua task: unknown subcommand '%s' (known: check, new)\n", argv[1]);
     usage(stderr);
     return 2;
 }

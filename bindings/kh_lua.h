@@ -90,6 +90,7 @@ int kh_cmd_doctor(kh_engine *e, int argc, char **argv);
 int kh_cmd_llm(kh_engine *e, int argc, char **argv);
 int kh_cmd_worker(kh_engine *e, int argc, char **argv);
 int kh_cmd_task(kh_engine *e, int argc, char **argv);
+int kh_cmd_task_new(int argc, char **argv); /* `khlua task new` (cmd_task_new.c) */
 int kh_cmd_compile(kh_engine *e, int argc, char **argv);
 int kh_cmd_store(kh_engine *e, int argc, char **argv);
 int kh_cmd_profile(kh_engine *e, int argc, char **argv);
