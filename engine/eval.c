@@ -3650,6 +3650,13 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         st = kh_err_set(err, KH_ENOTFOUND, "no workloads of '%s' in %s", d->name, task_path);
         goto out;
     }
+    if (by_count && (size_t)firstn > n) {
+        /* asked for more than there are: said, not silently fewer */
+        st = kh_err_set(err, KH_EINVAL, "--workloads %ld: '%s' has %zu workload%s in %s",
+                        firstn, d->name, n, n == 1 ? "" : "s", task_path);
+        free(ws);
+        goto out;
+    }
 
     char sol_hash[33];
     {

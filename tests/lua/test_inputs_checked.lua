@@ -126,3 +126,13 @@ T.test("a store this user may read but not write: listed, verified; eval says it
   T.match(out, "the verdicts were not recorded: .*Permission denied")
   os.execute("chmod -R u+w " .. T.quote(top))
 end)
+
+T.test("--workloads N beyond the workloads there are is said, not silently fewer", function()
+  local out, code = T.khlua("eval", "--task", TASK, "--solution", "rmsnorm_h512_ref_c",
+    "--workloads", "99", "--no-store", "--no-timing")
+  T.eq(code, 1, out)
+  T.match(out, "%-%-workloads 99: 'rmsnorm_h512' has 3 workloads")
+  out, code = T.khlua("eval", "--task", TASK, "--solution", "rmsnorm_h512_ref_c",
+    "--workloads", "3", "--no-store", "--no-timing")
+  T.eq(code, 0, out)
+end)
