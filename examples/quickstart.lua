@@ -4,8 +4,9 @@
 -- 2. compiles a bf16 RMSNorm kernel with NVRTC and prints what its cubin says
 --    (registers, shared memory, spills) and how long the compile took, cold,
 --    then from the cache;
--- 3. checks a FlashInfer-Bench dataset (default: ../shared/data/flashinfer-trace)
---    and prints its summary.
+-- 3. checks khlua's task library (kernels/: FlashInfer-Bench definitions and
+--    workloads with khlua's references and baselines), or the FlashInfer-Bench
+--    dataset given as DATASET, and prints the summary.
 local kh = require "kh"
 
 -- 1. The machine.
@@ -55,14 +56,28 @@ local again = assert(kh.compile.build { source = source, kernels = { "rmsnorm_bf
 print(string.format("the same compile again: %s in %.3f ms",
   again.cache_hit and "cache hit" or "recompiled", again.timings.total * 1e3))
 
--- 3. A dataset.
-local dataset = arg[1] or "../shared/data/flashinfer-trace"
-local r, msg = kh.task.check(dataset)
-if not r then
-  print("dataset check skipped: " .. msg)
-else
+-- 3. A dataset: the one given, else the task library beside this script.
+local function summary(path, r)
   local s = r.summary
-  print(string.format("%s: %d definitions, %d workloads, %d constraints (%d deferred: they "
-    .. "read tensor data), %d errors, %d warnings", dataset, s.definitions or 0,
-    s.workloads or 0, s.constraints or 0, s.deferred or 0, s.errors or 0, s.warnings or 0))
+  return string.format("%s: %d definitions, %d workloads, %d constraints (%d deferred: they "
+    .. "read tensor data), %d errors, %d warnings", path, s.definitions or 0, s.workloads or 0,
+    s.constraints or 0, s.deferred or 0, s.errors or 0, s.warnings or 0)
+end
+if arg[1] then
+  local r, msg = kh.task.check(arg[1])
+  print(r and summary(arg[1], r) or ("dataset check failed: " .. tostring(msg)))
+else
+  local root = ((arg[0] or ""):match("^(.*)/examples/[^/]*$") or ".") .. "/kernels"
+  local p = io.popen("ls -1 '" .. root:gsub("'", "'\\''") .. "' 2>/dev/null")
+  local n, defs, wls, errs = 0, 0, 0, 0
+  for name in p:lines() do
+    local r = kh.task.check(root .. "/" .. name)
+    if r and (r.summary.definitions or 0) > 0 then
+      n, defs = n + 1, defs + r.summary.definitions
+      wls, errs = wls + (r.summary.workloads or 0), errs + (r.summary.errors or 0)
+    end
+  end
+  p:close()
+  print(string.format("the task library (%s): %d packages, %d definitions, %d workloads, "
+    .. "%d errors", root, n, defs, wls, errs))
 end
