@@ -3562,6 +3562,12 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
                         task_path);
         goto out;
     }
+    if (sol->manifest && sol->manifest->host && o->gpus && *o->gpus) {
+        /* said, not ignored: a host solution runs in host workers */
+        st = kh_err_set(err, KH_EINVAL, "--gpus %s: solution '%s' runs on the host backend (its "
+                        "workers are --host-workers)", o->gpus, sol->name ? sol->name : "?");
+        goto out;
+    }
     if (!sol->manifest) {
         st = kh_err_set(err, KH_EUNSUPPORTED,
                         "solution '%s' has no khlua manifest (spec.khlua): khlua runs candidates "

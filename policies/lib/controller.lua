@@ -677,6 +677,10 @@ function M.run(policy, cfg)
     cfg.gate = cfg.gate or {}
     if cfg.gate.seed == nil then cfg.gate.seed = must(kh.secure_seed(40)) end
     ctx.task = M.load_task(cfg)
+    if ctx.task.backend == "host" and cfg.placement and cfg.placement.gpus then
+      must(nil, string.format("--gpus %s: %s runs on the host backend (use --host-workers N)",
+        tostring(cfg.placement.gpus), ctx.task.name), "EINVAL")
+    end
     ctx.task_id = ensure_task(db, ctx.task)
     ctx.models = must(cfg.models, "no model families", "EINVAL")
     -- each family answers before round 1, or the run does not start

@@ -136,3 +136,13 @@ T.test("--workloads N beyond the workloads there are is said, not silently fewer
     "--workloads", "3", "--no-store", "--no-timing")
   T.eq(code, 0, out)
 end)
+
+T.test("--gpus on a host task is said, not ignored", function()
+  local out, code = T.khlua("eval", "--task", TASK, "--solution", "rmsnorm_h512_ref_c",
+    "--gpus", "0", "--no-store")
+  T.eq(code, 1, out)
+  T.match(out, "%-%-gpus 0: solution 'rmsnorm_h512_ref_c' runs on the host backend")
+  out, code = policy(TASK, "--gpus", "0")
+  T.eq(code, 1, out)
+  T.match(out, "%-%-gpus 0: rmsnorm_h512 runs on the host backend")
+end)
