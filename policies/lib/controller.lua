@@ -352,6 +352,18 @@ local function call_models(db, ctx, st, plan, round_index)
   return out
 end
 
+-- The run's wall time so far, the round under way included.
+local function wall_now(ctx, st)
+  return st.elapsed_s + (ctx.round_t0 and (kh.time.now() - ctx.round_t0) or 0)
+end
+
+-- True when the wall-time budget ran out: the gate stops between its steps
+-- (a measurement under way is not cut, the next one does not start).
+local function out_of_wall(ctx, st)
+  local b = ctx.cfg.budget
+  return b and b.wall_s and wall_now(ctx, st) >= b.wall_s
+end
+
 -- The gate, in order; returns {pass, reason, rejected_for, steps = {...}, evidence, score}.
 local function judge(ctx, measure, cand, st)
   local inc = st.incumbent.solution
@@ -362,14 +374,24 @@ local function judge(ctx, measure, cand, st)
     for _, id in ipairs(g.evidence or {}) do out.evidence[#out.evidence + 1] = id end
     out.reason, out.rejected_for = g.reason, g.rejected_for
   end
+  local function budget_stop()
+    out.pass = false
+    out.reason = (out.reason and (out.reason .. "; ") or "")
+      .. "the gate stopped: the wall time budget ran out"
+    out.rejected_for = "budget"
+    return out
+  end
+  if out_of_wall(ctx, st) then return budget_stop() end
   local r = must(gate.representative(measure, cand, inc, ctx.task.workloads, o))
   add(r)
   out.representative = r
   if not r.pass then return out end
+  if out_of_wall(ctx, st) then return budget_stop() end
   local s = must(gate.sweep(measure, cand, ctx.task.workloads, o))
   add(s)
   out.sweep = s
   if not s.pass then return out end
+  if out_of_wall(ctx, st) then return budget_stop() end
   local f = must(gate.finalist(measure, cand, ctx.task.backend, o))
   add(f)
   if not f.pass then return out end
@@ -424,6 +446,7 @@ end
 local function round(db, ctx, policy, st)
   local idx = st.round + 1
   local t0 = kh.time.now()
+  ctx.round_t0 = t0
   local view = make_view(ctx, st)
   local state_in = { incumbent = st.incumbent.candidate, bottleneck = view.state,
     budget_left = view.budget_left, family = ctx.models[st.family].spec, direction = st.direction }
@@ -534,6 +557,7 @@ local function round(db, ctx, policy, st)
   if events.plateau and #actions > 0 then st.since_improvement = 0 end
   st.round = idx
   st.elapsed_s = st.elapsed_s + (kh.time.now() - t0)
+  ctx.round_t0 = nil
   -- one transaction: the round and the run
   must(db:update(function(tx)
     local pb = assert(tx:put_blob(plan.text))
@@ -592,6 +616,7 @@ end
 -- ---- the run ------------------------------------------------------------------------
 
 local function initial_state(db, ctx, policy)
+  local t_init = kh.time.now()
   local task = ctx.task
   local sol = copy(task.seed_solution)
   local cid = put_candidate(db, ctx, sol, { origin = "seed" })
@@ -626,6 +651,8 @@ local function initial_state(db, ctx, policy)
     accepted = 0, elapsed_s = 0, policy = {} }
   profile_incumbent(db, ctx, st.incumbent)
   if policy.init then policy.init(st.policy, ctx) end
+  -- the seed's measurement counts toward the run's wall time (its budget)
+  st.elapsed_s = kh.time.now() - t_init
   return st
 end
 

@@ -6,7 +6,8 @@
 -- line, not a traceback; eval's numeric options out of range are usage
 -- errors (exit 2); one failure's detail is printed once, not per workload; a
 -- store this user may read but not write can be listed and verified, and an
--- eval that cannot record says so.
+-- eval that cannot record says so; the wall-time budget stops the gate
+-- between its steps.
 local T = require "testlib"
 local kh = require "kh"
 
@@ -145,4 +146,28 @@ T.test("--gpus on a host task is said, not ignored", function()
   out, code = policy(TASK, "--gpus", "0")
   T.eq(code, 1, out)
   T.match(out, "%-%-gpus 0: rmsnorm_h512 runs on the host backend")
+end)
+
+T.test("the wall-time budget stops the gate between its steps", function()
+  -- one reply, the ladder's promoted one; each evaluation of it takes 1 s
+  -- (the fake evaluator's delay): the budget (0.5 s) runs out during the
+  -- gate's first step, so the sweep and the finalist never start
+  local flat = T.tmpdir()
+  T.write(flat .. "/r.json", T.read(LADDER:gsub("/a$", "") .. "/a/02/reply.json"))
+  local store = T.tmpdir() .. "/store"
+  local t0 = kh.time.now()
+  local env = { KH_FAKE_EVAL_DELAY = "1", ANTHROPIC_API_KEY = "", OPENAI_API_KEY = "" }
+  local out, code = T.khlua_env(env, "--store", store, POLICY, "--task", TASK, "--fake-evaluator",
+    FAKE, "--model", "replay:" .. flat, "--rounds", "10", "--budget", "wall=0.5", "--seed", "5")
+  local dt = kh.time.now() - t0
+  T.eq(code, 0, out)
+  T.match(out, "the gate stopped: the wall time budget ran out")
+  T.match(out, "done %(wall time budget%): 1 rounds, 1 candidates, 0 accepted")
+  -- without the budget the same reply is promoted (sweep and finalist run too)
+  local out2, code2 = T.khlua_env({ ANTHROPIC_API_KEY = "", OPENAI_API_KEY = "" }, "--store",
+    T.tmpdir() .. "/store", POLICY, "--task", TASK, "--fake-evaluator", FAKE, "--model",
+    "replay:" .. flat, "--rounds", "1", "--seed", "5")
+  T.eq(code2, 0, out2)
+  T.match(out2, "PROMOTED")
+  T.ok(dt < 30, string.format("took %.1f s", dt))
 end)

@@ -53,11 +53,17 @@ function F.behaviour(source)
   return { key = "reference", correct = true, speed = ladder.reference.speed }
 end
 
+-- KH_FAKE_EVAL_DELAY=SECONDS: each evaluation of a ladder candidate takes
+-- that long (a slow measurement, for the wall-time budget's tests; the
+-- task's own solutions stay instant)
+local DELAY = tonumber(os.getenv("KH_FAKE_EVAL_DELAY") or "")
+
 function F.evaluate(task_path, sol, opts)
   opts = opts or {}
   F.calls = F.calls + 1
   local src = sol.sources[1].content
   local b = F.behaviour(src)
+  if DELAY and b.key ~= "reference" then kh.time.sleep(DELAY) end
   F.log[#F.log + 1] = { key = b.key, purpose = opts.protocol, workloads = opts.workloads,
     trials = opts.trials }
   local want = nil
