@@ -369,8 +369,9 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
     json_t *t;
     const char *last_detail = NULL; /* a detail is printed once, not per workload */
     if (!as_json)
-        printf("%-38s %-20s %-17s %11s %11s %12s %8s\n", "workload", "status", "failed check",
-               "max abs", "max rel", "latency ms", "speedup");
+        printf("%-38s %-20s %-17s %11s %11s %12s %8s %7s %8s  %s\n", "workload", "status",
+               "failed check", "max abs", "max rel", "latency ms", "GB/s", "SoL %", "speedup",
+               "axes");
     json_array_foreach(traces, i, t) {
         json_t *evj = json_object_get(t, "evaluation");
         const char *status = json_string_value(json_object_get(evj, "status"));
@@ -387,14 +388,32 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         json_t *c = json_object_get(evj, "correctness");
         json_t *p = json_object_get(evj, "performance");
         const char *fc = json_string_value(json_object_get(kl, "failed_check"));
-        char b1[32], b2[32], b3[32], b4[32];
-        printf("%-38s %-20s %-17s %11s %11s %12s %8s\n",
+        char b1[32], b2[32], b3[32], b4[32], gbs[32] = "-", solf[32] = "-", axes[160] = "";
+        /* bytes moved per second and the fraction of the speed-of-light bound,
+         * where the definition gives the bound's figures */
+        const json_t *sl = json_object_get(kl, "speed_of_light");
+        double lat_ms = json_number_value(json_object_get(p, "latency_ms"));
+        double bytes = json_number_value(json_object_get(sl, "bytes"));
+        double bound = json_number_value(json_object_get(sl, "bound_ns"));
+        if (lat_ms > 0 && bytes > 0)
+            snprintf(gbs, sizeof gbs, "%.3g", bytes / (lat_ms * 1e6));
+        if (lat_ms > 0 && bound > 0)
+            snprintf(solf, sizeof solf, "%.3g", 100.0 * bound / (lat_ms * 1e6));
+        const char *ak;
+        json_t *av;
+        size_t al = 0;
+        json_object_foreach(json_object_get(json_object_get(t, "workload"), "axes"), ak, av) {
+            if (al < sizeof axes)
+                al += (size_t)snprintf(axes + al, sizeof axes - al, "%s%s=%lld", al ? " " : "",
+                                       ak, (long long)json_integer_value(av));
+        }
+        printf("%-38s %-20s %-17s %11s %11s %12s %8s %7s %8s  %s\n",
                json_string_value(json_object_get(json_object_get(t, "workload"), "uuid")),
                status ? status : "?", fc ? fc : "-",
                fmt_num(json_object_get(c, "max_absolute_error"), b1, sizeof b1, -1),
                fmt_num(json_object_get(c, "max_relative_error"), b2, sizeof b2, -1),
-               fmt_num(json_object_get(p, "latency_ms"), b3, sizeof b3, 4),
-               fmt_num(json_object_get(p, "speedup_factor"), b4, sizeof b4, 2));
+               fmt_num(json_object_get(p, "latency_ms"), b3, sizeof b3, 4), gbs, solf,
+               fmt_num(json_object_get(p, "speedup_factor"), b4, sizeof b4, 2), axes);
         const char *detail = json_string_value(json_object_get(kl, "detail"));
         if (status && strcmp(status, "PASSED") && detail && *detail) {
             if (last_detail && !strcmp(last_detail, detail))

@@ -171,3 +171,16 @@ T.test("the wall-time budget stops the gate between its steps", function()
   T.match(out2, "PROMOTED")
   T.ok(dt < 30, string.format("took %.1f s", dt))
 end)
+
+T.test("eval's table shows each workload's axes, GB/s and fraction of speed of light", function()
+  local out, code = T.khlua("eval", "--task", TASK, "--solution", "rmsnorm_h512_ref_c",
+    "--no-store", "--protocol", "screen")
+  T.eq(code, 0, out)
+  T.match(out, "latency ms +GB/s +SoL %% +speedup +axes")
+  local rows = 0
+  for gbs, sol, axes in out:gmatch("PASSED[^\n]-([%d.e+-]+) +([%d.e+-]+) +[%d.]+ +(batch_size=%d+)") do
+    rows = rows + 1
+    T.ok(tonumber(gbs) > 0 and tonumber(sol) > 0, gbs .. " " .. sol)
+  end
+  T.eq(rows, 3, out)
+end)
