@@ -8,10 +8,12 @@
 #include "proc.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <lmdb.h>
 #include <lualib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 kh_engine *kh_lua_engine(lua_State *L)
@@ -175,6 +177,40 @@ static int l_process_alive(lua_State *L)
     return 1;
 }
 
+/* kh.mkdir(path): make the folder and any missing parents (mkdir -p);
+ * true, or nil, message naming the part that could not be made. */
+static int l_mkdir(lua_State *L)
+{
+    size_t n;
+    const char *path = luaL_checklstring(L, 1, &n);
+    if (n == 0 || n >= 4096)
+        return luaL_argerror(L, 1, n ? "path too long" : "empty path");
+    char buf[4096];
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        struct stat sb;
+        if (mkdir(buf, 0777) && errno != EEXIST) {
+            lua_pushnil(L);
+            lua_pushfstring(L, "cannot make folder %s: %s", buf, strerror(errno));
+            return 2;
+        }
+        if (stat(buf, &sb) || !S_ISDIR(sb.st_mode)) {
+            lua_pushnil(L);
+            lua_pushfstring(L, "%s is not a folder", buf);
+            return 2;
+        }
+        *p = c;
+        if (c == '\0')
+            break;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static void push_versions(lua_State *L, kh_engine *e)
 {
     /* [kh] -> [kh, versions] */
@@ -205,7 +241,7 @@ int kh_luaopen_kh(lua_State *L)
     static const luaL_Reg fns[] = {
         {"doctor", l_doctor}, {"stats", l_stats}, {"isatty", l_isatty},
         {"secure_seed", l_secure_seed}, {"process", l_process},
-        {"process_alive", l_process_alive}, {NULL, NULL},
+        {"process_alive", l_process_alive}, {"mkdir", l_mkdir}, {NULL, NULL},
     };
     kh_lua_newlib(L, e, fns);
 

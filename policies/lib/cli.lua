@@ -47,6 +47,10 @@ local function usage(name)
     .. "  --host-workers N      host workers (1)\n"
     .. "  --launch L            local, srun, ssh or a template ({exe} worker --role {role})\n"
     .. "  --hosts A,B           hosts for --launch ssh\n"
+    .. "  --report FILE         the run's HTML report, rewritten after every round: each\n"
+    .. "                        candidate's source, its diff against the incumbent, verdict\n"
+    .. "                        and deciding check, the best-so-far plot (default:\n"
+    .. "                        reports/RUN.html beside the store's folder; 'none': no report)\n"
     .. "  --resume RUN          continue a run from its last whole round\n"
     .. "  --json                print the run summary as JSON on stdout\n"
     .. "On a terminal, stderr shows a progress line (round, candidates, best speedup, ETA);\n"
@@ -84,10 +88,10 @@ function M.parse(argv)
       local v = argv[i + 1]
       if not ({ task = 1, definition = 1, model = 1, replay = 1, budget = 1, skills = 1,
         resume = 1, ["fake-evaluator"] = 1, ["seed-solution"] = 1, gpus = 1, launch = 1,
-        hosts = 1 })[k] and not NUMS[k] then
+        hosts = 1, report = 1 })[k] and not NUMS[k] then
         return nil, "unknown option " .. a
       end
-      if v == nil then return nil, a .. " needs a value" end
+      if v == nil or (k == "report" and v == "") then return nil, a .. " needs a value" end
       if NUMS[k] then
         local n = tonumber(v)
         if not n or (NUMS[k] == "integer" and (n ~= math.floor(n) or n < 0)) then
@@ -137,6 +141,7 @@ function M.config(o)
     rounds = o.rounds, plateau = o.plateau,
     budget = o.budget, n = o.candidates, pace = o.pace, resume = o.resume,
     max_failed_calls = o["max-failed-calls"],
+    report = o.report,
     gate = { margin = o.margin, reps = o.reps, sample = o.sample,
       finalist_trials = o["finalist-seeds"], finalist_elements = o["finalist-elements"],
       seed = o.seed },
@@ -147,6 +152,7 @@ function M.config(o)
       ["finalist-seeds"] = "gate", ["finalist-elements"] = "gate", seed = "gate" }
     cfg.explicit[map[k] or k] = true
   end
+  if cfg.report == "none" then cfg.report = false end
   if next(cfg.gate) == nil then cfg.gate = nil end
   -- where the evaluations run (kh.eval's placement options)
   local pl = { gpus = o.gpus, workers_per_gpu = o["workers-per-gpu"],
@@ -232,8 +238,9 @@ function M.main(policy, ...)
       m.rounds, m.candidates, m.accepted, res.incumbent_name, m.incumbent_score or 0, m.tokens,
       m.usd, m.usd_per_accepted and string.format(" ($%.4f per accepted)", m.usd_per_accepted)
       or ""))
-    printer(string.format("best kernel: %s (%s); write it out with: %s", res.incumbent_name,
-      m.accepted > 0 and "promoted" or "the seed: nothing was promoted", res.best_command))
+    printer(string.format("best kernel: %s (%s); write it out with: %s; report: %s", res.incumbent_name,
+      m.accepted > 0 and "promoted" or "the seed: nothing was promoted", res.best_command,
+      res.report or "none"))
   end
   if failed then
     io.stderr:write(policy.name, ": ", res.calls_ok == 0 and res.calls_made > 0

@@ -30,6 +30,7 @@ local dirs = require "lib.directions"
 local skills = require "lib.skills"
 local stats = require "lib.stats"
 local progress = require "lib.progress"
+local report = require "lib.report"
 
 local M = {}
 
@@ -667,6 +668,32 @@ local function resume_state(db, ctx, run_id)
   return last and last.state_out or nil
 end
 
+-- Rewrite the run's live report (cfg.report; lib.report.write_live).  A
+-- report that cannot be written is said once; the run goes on.
+local function write_report(db, ctx)
+  if not ctx.report then return end
+  local ok, why = report.write_live(db, ctx.run_id, ctx.report)
+  if not ok and not ctx.report_warned then
+    ctx.report_warned = true
+    say(ctx.cfg, "the report %s could not be written: %s", ctx.report, tostring(why))
+  end
+end
+
+-- Where the run's report goes: cfg.report (false: nowhere), by default
+-- reports/RUN.html beside the store's folder.  Its folder is made now, so a
+-- path that cannot hold it stops the run before it starts.
+local function report_path(db, cfg, run_id)
+  if cfg.report == false then return nil end
+  local path = cfg.report
+  if not path then
+    local base = db:path():gsub("/+$", ""):match("^(.*)/[^/]*$") or "."
+    path = base .. "/reports/" .. run_id .. ".html"
+  end
+  local dir = path:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" then must(kh.mkdir(dir)) end
+  return path
+end
+
 -- cfg: task, definition, models (parsed + resolved), rounds, plateau, budget {wall_s,
 -- tokens, usd}, gate {margin, reps, sample, finalist_trials, seed}, n, store (path) or db,
 -- resume (run id), skills (root), peaks, out (line printer), quiet.
@@ -734,10 +761,11 @@ function M.run(policy, cfg)
     end
     local saved = {}
     for _, k in ipairs({ "task", "definition", "rounds", "plateau", "budget", "gate", "n",
-      "model_specs", "regression_tol", "skills", "backend", "replay", "seed_solution" }) do
+      "model_specs", "regression_tol", "skills", "backend", "replay", "seed_solution", "report" }) do
       saved[k] = cfg[k]
     end
     ctx.run_id = ctx.run_id or M.new_run_id()
+    ctx.report = report_path(db, cfg, ctx.run_id)
     -- from here on a stop of any kind (an error, Ctrl-C, SIGTERM, SIGHUP)
     -- marks the run, which keeps its state (its id is chosen before its
     -- record is written: no moment is left where a run exists unguarded); a
@@ -755,6 +783,8 @@ function M.run(policy, cfg)
           tx:put(run, { replace = true })
         end
       end)
+      -- the report says how the run ended (it must not raise here)
+      pcall(write_report, db, ctx)
     end })
     if cfg.resume then
       st = resume_state(db, ctx, ctx.run_id)
@@ -785,6 +815,7 @@ function M.run(policy, cfg)
     end
     st = st or initial_state(db, ctx, policy)
     ctx.cand_of[st.incumbent.solution] = st.incumbent.candidate
+    write_report(db, ctx)
     local final = "done"
     local why
     while true do
@@ -803,6 +834,7 @@ function M.run(policy, cfg)
         if outcome.events[k] then say(cfg, "  %s: %s", k, outcome.events[k].why) end
       end
       for _, a in ipairs(actions) do say(cfg, "  action %s: %s", a.kind, a.why or "") end
+      write_report(db, ctx)
       if cfg.progress_line then
         cfg.progress_line:update { done = st.round, candidates = st.candidates,
           best = st.incumbent.score }
@@ -820,9 +852,11 @@ function M.run(policy, cfg)
       run.incumbent_candidate = st.incumbent.candidate
       assert(tx:put(run, { replace = true }))
     end))
+    write_report(db, ctx)
     return { run = ctx.run_id, status = final, stop_reason = why, metrics = metrics,
       calls_made = st.calls_made or 0, calls_ok = st.calls_ok or 0, store = db:path(),
-      incumbent = st.incumbent.candidate, incumbent_name = st.incumbent.name }
+      incumbent = st.incumbent.candidate, incumbent_name = st.incumbent.name,
+      report = not ctx.report_warned and ctx.report or nil }
   end)
   if own then own:close() end
   if cfg.progress_line then cfg.progress_line:finish(); cfg.progress_line = nil end

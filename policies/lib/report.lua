@@ -8,6 +8,7 @@
 -- charts (best-so-far speedup per round, per-workload speedup bars, latency
 -- distributions) and one self-contained HTML file.  Pure Lua over kh.store.
 local kh = require "kh"
+local diff = require "lib.diff"
 
 local M = {}
 
@@ -230,6 +231,52 @@ local function settings(db, run)
     resumed = run.resumed, versions = run.versions }
 end
 
+-- The source text of a candidate record, or nil.
+local function source_of(db, cid)
+  local c = cid and db:get(cid)
+  return c and c.source_blob and db:get_blob(c.source_blob) or nil
+end
+
+-- Every model call of every round: its candidate (if the reply held one),
+-- the verdict and the check that decided it, rejected candidates included.
+-- sources: candidate id -> source text, filled for each candidate and the
+-- incumbent it was measured against.
+local function round_rows(db, rounds, evaluated, built, sources)
+  local rows = {}
+  for _, r in ipairs(rounds) do
+    local inc = r.state_in and r.state_in.incumbent
+    for i, p in ipairs(r.verdicts or {}) do
+      local c = p.candidate
+      local steps = p.gate and p.gate.steps or {}
+      local last = steps[#steps]
+      local verdict, check
+      if p.accepted then
+        verdict, check = "promoted", "every gate step passed"
+      elseif not c then
+        local failed = tostring(p.reason):find("^model call failed")
+        verdict, check = failed and "model call failed" or "no candidate", failed and "model call" or "reply"
+      else
+        verdict = "rejected"
+        if evaluated[c] and not built[c] then check = "compile"
+        elseif p.rejected_for == "budget" then check = "budget"
+        elseif last then check = last.step
+        else check = "-" end
+      end
+      local f = p.figures or {}
+      rows[#rows + 1] = { round = r.index, index = i, model = p.model, direction = p.direction,
+        plan = p.plan, candidate = c, incumbent = inc, verdict = verdict, check = check,
+        rejected_for = c and not p.accepted and (check == "compile" and "compile_error"
+          or p.rejected_for) or nil,
+        reason = p.reason, ratio = f.ratio, lo = f.lo, hi = f.hi, score = f.score,
+        promotion = p.promotion, llm_call = p.llm_call }
+      for _, id in ipairs({ c or false, inc or false }) do
+        if id and sources[id] == nil then sources[id] = source_of(db, id) or false end
+      end
+    end
+  end
+  return rows
+end
+
 -- One run's figures.  Returns a table, or nil, msg.
 function M.summarize(db, run_id)
   local run = db:get(run_id)
@@ -313,10 +360,17 @@ function M.summarize(db, run_id)
   for _, pr in ipairs(promos) do s.promotions[#s.promotions + 1] = promotion_evidence(db, pr) end
   s.workloads = per_workload(db, s, evals)
   s.settings = settings(db, run)
+  -- the sources stay out of --json (M.json): the report shows them
+  s.sources = {}
+  s.round_rows = round_rows(db, rounds, evaluated, built, s.sources)
+  s.incumbent = run.incumbent_candidate
+  s.rounds_budget = run.config and run.config.rounds
   return s
 end
 
 -- ---- rendering -------------------------------------------------------------------
+
+local function letter(i) return string.char(64 + i) end
 
 local function fmt(x, p)
   if x == nil then return "-" end
@@ -337,8 +391,9 @@ end
 M.ROWS = {
   { "policy", function(s) return s.policy or "-" end, "policy" },
   { "task", function(s) return s.task_name end, "task_name" },
-  { "baseline speedup (seed)", function(s) return fmt(s.baseline) end, "baseline" },
-  { "best speedup (mean over workloads)", function(s) return fmt(s.best_speedup) end, "best_speedup" },
+  { "seed's speedup over the reference", function(s) return fmt(s.baseline) end, "baseline" },
+  { "best speedup over the reference (mean over workloads)", function(s) return fmt(s.best_speedup) end,
+    "best_speedup" },
   { "S_d", function(s) return fmt(s.best_sd) end, "best_sd" },
   { "correctness of the best", function(s) return fmt(s.best_correct) end, "best_correct" },
   { "evaluation pass rate", function(s) return fmt(s.eval_pass_rate) end, "eval_pass_rate" },
@@ -396,6 +451,33 @@ function M.markdown(sums)
     for _, s in ipairs(sums) do row[#row + 1] = r[2](s) end
     out[#out + 1] = "| " .. table.concat(row, " | ") .. " |"
   end
+  out[#out + 1] = ""
+  out[#out + 1] = M.rounds_markdown(sums)
+  return table.concat(out, "\n")
+end
+
+-- A candidate id as the tables show it: "candidate-" and 12 hex digits.
+local function short(id) return id and (id:gsub("^(candidate%-%x%x%x%x%x%x%x%x%x%x%x%x)%x+$", "%1")) or "-" end
+M.short = short
+
+-- The interval of a paired ratio, "0.981 to 1.020".
+local function interval(x)
+  return (x.lo and x.hi) and string.format("%.3f to %.3f", x.lo, x.hi) or "-"
+end
+
+-- Every round's candidates, rejected ones included: the verdict and the
+-- gate step that decided it.
+function M.rounds_markdown(sums)
+  local out = { "| run | round | model | candidate | verdict | decided by | paired ratio | interval | S_d |",
+    "|---|---|---|---|---|---|---|---|---|" }
+  for i, s in ipairs(sums) do
+    for _, r in ipairs(s.round_rows or {}) do
+      out[#out + 1] = string.format("| %s | %d | %s | %s | %s | %s | %s | %s | %s |", letter(i), r.round,
+        r.model or "-", short(r.candidate), r.verdict .. (r.rejected_for and (" (" .. r.rejected_for .. ")") or ""),
+        r.check, fmt(r.ratio), interval(r), fmt(r.score))
+    end
+  end
+  if #out == 2 then out[#out + 1] = "| - | - | - | - | no rounds | - | - | - | - |" end
   return table.concat(out, "\n") .. "\n"
 end
 
@@ -419,7 +501,14 @@ function M.csv(sums)
 end
 
 function M.json(sums)
-  return kh.json.encode({ runs = sums }, { sort_keys = true, indent = 2 })
+  local out = {}
+  for i, s in ipairs(sums) do
+    local c = {}
+    for k, v in pairs(s) do c[k] = v end
+    c.sources = nil
+    out[i] = c
+  end
+  return kh.json.encode({ runs = out }, { sort_keys = true, indent = 2 })
 end
 
 local function esc(s)
@@ -463,7 +552,7 @@ function M.svg(sums)
     o[#o + 1] = string.format('<text x="%d" y="%.1f" text-anchor="end">%.2f</text>', L - 6, Y(v) + 4, v)
   end
   o[#o + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">round</text>', L + pw / 2, H - 10)
-  o[#o + 1] = string.format('<text x="15" y="%.1f" text-anchor="middle" transform="rotate(-90 15 %.1f)">best speedup vs baseline</text>', TOP + ph / 2, TOP + ph / 2)
+  o[#o + 1] = string.format('<text x="15" y="%.1f" text-anchor="middle" transform="rotate(-90 15 %.1f)">best S_d: speedup over the reference (×)</text>', TOP + ph / 2, TOP + ph / 2)
   -- one polyline per run (a round without a score keeps the previous one)
   for i, s in ipairs(sums) do
     local c = COLORS[(i - 1) % #COLORS + 1]
@@ -517,8 +606,6 @@ local function num_label(v)
   return string.format("%.3g", v)
 end
 
-local function letter(i) return string.char(64 + i) end
-
 local function svg_open(o, W, H, title)
   o[#o + 1] = string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
     .. 'viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">', W, H, W, H)
@@ -555,13 +642,15 @@ function M.svg_speedup(sums)
   groups[#groups + 1] = { uuid = "mean", label = "mean over workloads" }
   local nr = #sums
   local BW, GAP = 18, 16
-  -- a group is wide enough for its label, one axis a line ("batch_size=33")
-  local gw = math.max(nr * BW + GAP, 100)
-  local nl = 1
+  -- a group is wide enough for its label, one axis a line ("batch_size=33",
+  -- about 6 px a character at 10 px)
+  local nl, longest = 1, 0
   for _, g in ipairs(groups) do
     local _, commas = g.label:gsub(", ", "")
     nl = math.max(nl, commas + 1)
+    for part in (g.label .. ", "):gmatch("(.-), ") do longest = math.max(longest, utf8.len(part) or #part) end
   end
+  local gw = math.max(nr * BW + GAP, 6 * longest + 14, 60)
   local L, R, TOP, B = 64, 230, 44, 44 + 13 * nl
   local pw = math.max(#groups * gw, 240)
   local W, H = L + pw + R, TOP + 260 + B
@@ -602,8 +691,10 @@ function M.svg_speedup(sums)
           .. 'x="%.1f" y="%.1f" width="%d" height="%.1f" fill="%s"%s><title>%s %s, %s: speedup %.3f</title></rect>',
           esc(s.run), esc(g.uuid), v, x, Y(v), BW - 2, TOP + ph - Y(v), c,
           g.uuid == "mean" and ' fill-opacity="0.7"' or "", letter(i), esc(s.policy or "?"), esc(g.label), v)
-        o[#o + 1] = string.format('<text x="%.1f" y="%.1f" font-size="8" text-anchor="middle">%.2f</text>',
-          x + (BW - 2) / 2, Y(v) - 3, v)
+        -- the value above its bar, written upwards: a bar is narrower than "10.25"
+        local tx, ty = x + (BW - 2) / 2 + 3, Y(v) - 3
+        o[#o + 1] = string.format('<text class="value" x="%.1f" y="%.1f" font-size="9" '
+          .. 'transform="rotate(-90 %.1f %.1f)">%.2f</text>', tx, ty, tx, ty, v)
       end
     end
     local cx = x0 + nr * BW / 2
@@ -632,62 +723,77 @@ function M.svg_speedup(sums)
 end
 
 -- Latency distributions per workload from the raw timing samples: for each
--- run, the seed (first incumbent, light) and the best (dark) as box plots on
--- a log axis, and the reference's median latency as a dashed line.  sums:
--- runs on one task.
+-- run, the seed (first incumbent, light) and the best (dark) as box plots,
+-- and the reference's median latency as a dashed line.  Each workload has
+-- its own axis, fitted to its own samples (linear; logarithmic where they
+-- span more than 3x): latencies of different workloads differ by orders of
+-- magnitude, and one shared axis would draw every box a few pixels wide.
+-- sums: runs on one task.
 function M.svg_latency(sums)
   local ws = union_workloads(sums)
-  local lo, hi = math.huge, -math.huge
-  local function widen(v) if v and v > 0 then lo, hi = math.min(lo, v), math.max(hi, v) end end
-  for _, s in ipairs(sums) do
-    for _, w in ipairs(s.workloads or {}) do
-      for _, d in ipairs({ w.seed_dist or false, w.best_dist or false }) do
-        if d then widen(d.p5); widen(d.p95) end
-      end
-      widen(w.reference_ms)
-    end
-  end
-  if lo == math.huge then lo, hi = 1e-3, 1 end
-  -- ms, or µs when everything is under a millisecond
-  local scale, unit = 1, "ms"
-  if hi < 1 then scale, unit = 1000, "µs" end
-  local a, b = math.log(lo * scale * 0.8, 10), math.log(hi * scale * 1.25, 10)
-  if b - a < 0.3 then a, b = a - 0.15, b + 0.15 end
-  local BOX, STEP, ROWGAP = 10, 13, 12
-  local L, R, TOP, B = 210, 250, 44, 70
+  local BOX, STEP, ROWGAP, TICKH = 10, 13, 12, 16
+  local L, R, TOP, B = 210, 250, 44, 44
   local pw = 460
   local per_row = 0
   for _, s in ipairs(sums) do per_row = per_row + (#s.promotions == 0 and 1 or 2) end
-  local rowh = per_row * STEP + ROWGAP
+  local rowh = per_row * STEP + ROWGAP + TICKH
   local ph = math.max(#ws * rowh, 60)
   local W, H = L + pw + R, TOP + ph + B
-  local function X(ms) return L + pw * (math.log(ms * scale, 10) - a) / (b - a) end
   local o = {}
   svg_open(o, W, H, "Latency per workload: " .. (sums[1] and sums[1].task_name or "?"))
-  -- labels on 2 and 5 too when a decade is wide enough for them
-  local wide = pw / (b - a) >= 200
-  for _, v in ipairs(log_ticks(10 ^ a, 10 ^ b)) do
-    local x = X(v / scale)
-    local one = math.abs(v / 10 ^ math.floor(math.log(v, 10) + 1e-9) - 1) < 1e-6
-    o[#o + 1] = string.format('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>', x, TOP, x, TOP + ph,
-      one and "#ccc" or "#eee")
-    if one or wide then
-      o[#o + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">%s</text>', x, TOP + ph + 16, num_label(v))
-    end
-  end
-  o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>', L, TOP + ph, L + pw, TOP + ph)
-  o[#o + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">latency per call (%s, log scale)</text>',
-    L + pw / 2, TOP + ph + 34, unit)
+  o[#o + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle">latency per call (each workload on its '
+    .. 'own scale)</text>', L + pw / 2, TOP + ph + 18)
   o[#o + 1] = string.format('<text x="%.1f" y="%d" text-anchor="middle" font-size="10">box: quartiles, '
     .. 'bar: median, whiskers: 5th to 95th percentile of the raw samples; dashed: the reference</text>',
-    L + pw / 2, TOP + ph + 52)
+    L + pw / 2, TOP + ph + 34)
   for wi, w in ipairs(ws) do
     local y0 = TOP + (wi - 1) * rowh + ROWGAP / 2
+    -- this workload's range: every box's whiskers and the reference
+    local lo, hi = math.huge, -math.huge
+    local function widen(v) if v and v > 0 then lo, hi = math.min(lo, v), math.max(hi, v) end end
+    for _, s in ipairs(sums) do
+      local sw = find_workload(s, w.uuid)
+      if sw then
+        for _, d in ipairs({ sw.seed_dist or false, sw.best_dist or false }) do
+          if d then widen(d.p5); widen(d.p95) end
+        end
+      end
+    end
+    widen(w.reference_ms)
+    if lo == math.huge then lo, hi = 1e-3, 1 end
+    local scale, unit = 1, "ms"
+    if hi < 1 then scale, unit = 1000, "µs" end
+    local logx = hi / lo > 3
+    local a, b
+    if logx then
+      a, b = math.log(lo * scale, 10) - 0.05, math.log(hi * scale, 10) + 0.05
+    else
+      local pad = math.max((hi - lo) * 0.08, hi * 0.01)
+      a, b = math.max((lo - pad) * scale, 0), (hi + pad) * scale
+    end
+    local function X(ms)
+      local v = ms * scale
+      if logx then return L + pw * (math.log(v, 10) - a) / (b - a) end
+      return L + pw * (v - a) / (b - a)
+    end
     if wi > 1 then
-      o[#o + 1] = string.format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>', 10, y0 - ROWGAP / 2, L + pw, y0 - ROWGAP / 2)
+      o[#o + 1] = string.format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#bbb"/>', 10, y0 - ROWGAP / 2,
+        L + pw, y0 - ROWGAP / 2)
     end
     o[#o + 1] = string.format('<text x="%d" y="%.1f" text-anchor="end" font-size="11">%s</text>', L - 8,
       y0 + per_row * STEP / 2 + 4, esc(w.label))
+    -- the row's axis: grid lines and tick labels under it, the unit at its end
+    local ty = y0 + per_row * STEP + 2
+    local tv = logx and log_ticks(10 ^ a, 10 ^ b) or ticks(a, b, 4)
+    for _, v in ipairs(tv) do
+      local x = X(v / scale)
+      o[#o + 1] = string.format('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>', x, y0 - 3, x, ty)
+      o[#o + 1] = string.format('<text class="tick" x="%.1f" y="%.1f" text-anchor="middle" font-size="9">%s</text>',
+        x, ty + 10, num_label(v))
+    end
+    o[#o + 1] = string.format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#888"/>', L, ty, L + pw, ty)
+    o[#o + 1] = string.format('<text x="%d" y="%.1f" font-size="9">%s%s</text>', L + pw + 4, ty + 10, unit,
+      logx and " (log)" or "")
     local k = 0
     for i, s in ipairs(sums) do
       local c = COLORS[(i - 1) % #COLORS + 1]
@@ -728,22 +834,22 @@ function M.svg_latency(sums)
   for i, s in ipairs(sums) do
     local c = COLORS[(i - 1) % #COLORS + 1]
     o[#o + 1] = string.format('<rect x="%d" y="%d" width="12" height="10" fill="%s" fill-opacity="0.25" stroke="%s"/>',
-      L + pw + 10, ly - 8, c, c)
-    o[#o + 1] = string.format('<text x="%d" y="%d">%s seed (first incumbent)</text>', L + pw + 27, ly + 1, letter(i))
+      L + pw + 30, ly - 8, c, c)
+    o[#o + 1] = string.format('<text x="%d" y="%d">%s seed (first incumbent)</text>', L + pw + 47, ly + 1, letter(i))
     ly = ly + 16
     if #s.promotions > 0 then
       o[#o + 1] = string.format('<rect x="%d" y="%d" width="12" height="10" fill="%s" fill-opacity="0.85" stroke="%s"/>',
-        L + pw + 10, ly - 8, c, c)
-      o[#o + 1] = string.format('<text x="%d" y="%d">%s best (last promotion)</text>', L + pw + 27, ly + 1, letter(i))
+        L + pw + 30, ly - 8, c, c)
+      o[#o + 1] = string.format('<text x="%d" y="%d">%s best (last promotion)</text>', L + pw + 47, ly + 1, letter(i))
       ly = ly + 16
     end
-    o[#o + 1] = string.format('<text x="%d" y="%d" font-size="9">%s: %s</text>', L + pw + 27, ly, esc(s.policy or "?"),
+    o[#o + 1] = string.format('<text x="%d" y="%d" font-size="9">%s: %s</text>', L + pw + 47, ly, esc(s.policy or "?"),
       esc(s.run))
     ly = ly + 22
   end
   o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#444" stroke-width="1.5" '
-    .. 'stroke-dasharray="3 2"/>', L + pw + 16, ly - 10, L + pw + 16, ly + 2)
-  o[#o + 1] = string.format('<text x="%d" y="%d">reference (median)</text>', L + pw + 27, ly)
+    .. 'stroke-dasharray="3 2"/>', L + pw + 36, ly - 10, L + pw + 36, ly + 2)
+  o[#o + 1] = string.format('<text x="%d" y="%d">reference (median)</text>', L + pw + 47, ly)
   o[#o + 1] = "</svg>"
   return table.concat(o, "\n") .. "\n"
 end
@@ -766,9 +872,15 @@ table{border-collapse:collapse;margin:0.6em 0 1.2em}
 td,th{border:1px solid #999;padding:3px 8px;text-align:right;vertical-align:top}
 td:first-child{white-space:nowrap}
 th{background:#f0f0f0}td.l,th.l{text-align:left}
+figure svg{max-width:100%;height:auto}
 figure{margin:1em 0}figcaption{font-size:0.9em;color:#444;max-width:900px}
 section.evidence{border-left:4px solid #1f77b4;padding-left:1em;margin:1.5em 0}
 code{font-size:0.9em}nav a{margin-right:1em}
+tr.promoted td{background:#e8f5e9}
+details.candidate{margin:0.4em 0;border:1px solid #ddd;padding:0.3em 0.8em}
+pre{background:#f8f8f8;padding:0.5em;overflow-x:auto;font-size:0.85em}
+pre.diff span.a{color:#1a7f37;background:#e6ffec}pre.diff span.d{color:#b3261e;background:#ffebe9}
+pre.diff span.h{color:#6f42c1}
 ]]
 
 local function td(text, attrs, class)
@@ -974,25 +1086,137 @@ local function html_promotions(sums, h)
   end
 end
 
-function M.html(sums)
+local function cand_anchor(run, r) return string.format("cand-%s-%d-%d", run, r.round, r.index) end
+
+-- A unified diff as HTML: added lines, removed lines and hunk heads marked.
+local function html_diff(text)
+  local out = {}
+  for line in text:gmatch("([^\n]*)\n") do
+    local c = line:sub(1, 1)
+    local class = c == "+" and "a" or c == "-" and "d" or c == "@" and "h" or nil
+    out[#out + 1] = class and ('<span class="' .. class .. '">' .. esc(line) .. "</span>") or esc(line)
+  end
+  return table.concat(out, "\n")
+end
+
+-- Every round of every run: a table of its candidates (verdict, the check
+-- that decided, the paired figures), then each candidate's source and its
+-- diff against the incumbent it was measured against.
+local function html_rounds(sums, h)
+  h[#h + 1] = '<h2 id="rounds">Rounds</h2>'
+  h[#h + 1] = "<p>Every model call of every round: the candidate it gave (if any), the verdict, the "
+    .. "gate step that decided it (paired comparison with the incumbent, sweep over every workload, "
+    .. "finalist correctness and sanitizer; or compile, budget), the paired ratio (incumbent / "
+    .. "candidate latency) with its 95% interval, and S_d of a candidate that passed the sweep. A "
+    .. "candidate links to its source and its diff against the incumbent.</p>"
+  for i, s in ipairs(sums) do
+    local rows = s.round_rows or {}
+    h[#h + 1] = string.format('<h3 id="rounds-%s">%s: %s (%s)</h3>', esc(s.run), letter(i),
+      esc(s.policy or "?"), esc(s.run))
+    if #rows == 0 then
+      h[#h + 1] = "<p>No round yet: the seed is the incumbent.</p>"
+    else
+      h[#h + 1] = string.format('<table class="rounds" data-run="%s"><tr><th>round</th><th class="l">model</th>'
+        .. '<th class="l">candidate</th><th class="l">verdict</th><th class="l">decided by</th>'
+        .. '<th>paired ratio</th><th>95%% interval</th><th>S_d</th><th class="l">reason</th></tr>', esc(s.run))
+      for _, r in ipairs(rows) do
+        local cand = r.candidate and string.format('<a href="#%s"><code>%s</code></a>',
+          cand_anchor(s.run, r), esc(short(r.candidate))) or "-"
+        local verdict = esc(r.verdict) .. (r.rejected_for and (" (" .. esc(r.rejected_for) .. ")") or "")
+        if r.promotion then verdict = '<a href="#' .. ev_anchor(r.promotion) .. '">' .. verdict .. "</a>" end
+        local reason = tostring(r.reason or "")
+        if #reason > 240 then reason = reason:sub(1, 240) .. "…" end
+        h[#h + 1] = string.format('<tr class="%s" data-round="%d">', r.verdict == "promoted" and "promoted"
+          or "rejected", r.round) .. td(fmt(r.round)) .. td(esc(r.model or "-"), nil, "l") .. td(cand, nil, "l")
+          .. td(verdict, nil, "l") .. td(esc(r.check), nil, "l") .. td(fmt(r.ratio)) .. td(esc(interval(r)))
+          .. td(fmt(r.score)) .. td(esc(reason), nil, "l") .. "</tr>"
+      end
+      h[#h + 1] = "</table>"
+      for _, r in ipairs(rows) do
+        if r.candidate then
+          local src = s.sources and s.sources[r.candidate]
+          local inc = r.incumbent and s.sources and s.sources[r.incumbent]
+          h[#h + 1] = string.format('<details class="candidate" id="%s"><summary>round %d, call %d: '
+            .. "<code>%s</code> %s (%s)</summary>", cand_anchor(s.run, r), r.round, r.index,
+            esc(short(r.candidate)), esc(r.verdict), esc(r.check))
+          if r.plan and r.plan ~= "" then h[#h + 1] = "<p>The model's plan: " .. esc(r.plan) .. "</p>" end
+          if r.reason then h[#h + 1] = "<p>Verdict: " .. esc(r.reason) .. "</p>" end
+          if src and inc then
+            local d = diff.unified(inc, src)
+            h[#h + 1] = string.format("<p>Diff against the incumbent <code>%s</code>:</p>", esc(short(r.incumbent)))
+            h[#h + 1] = d == "" and "<p>(the same source)</p>" or ('<pre class="diff">' .. html_diff(d) .. "</pre>")
+          end
+          h[#h + 1] = src and ("<p>Source:</p><pre>" .. esc(src) .. "</pre>") or "<p>(source not in the store)</p>"
+          h[#h + 1] = "</details>"
+        end
+      end
+    end
+  end
+end
+
+-- opts.live: the report of one run under way (khlua policies/X.lua --report
+-- FILE): a heading with its state, and the page reloads itself every 30 s
+-- while the run is running.
+function M.html(sums, opts)
+  opts = opts or {}
   local h = { "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">' }
+  local live = opts.live and sums[1]
+  if live and live.status == "running" then h[#h + 1] = '<meta http-equiv="refresh" content="30">' end
   local names = {}
   for i, s in ipairs(sums) do names[i] = letter(i) .. " " .. (s.policy or "?") end
-  h[#h + 1] = "<title>khlua compare: " .. esc(table.concat(names, " vs ")) .. "</title>"
+  if live then
+    h[#h + 1] = "<title>khlua run " .. esc(live.run) .. " (" .. esc(live.status or "?") .. ")</title>"
+  else
+    h[#h + 1] = "<title>khlua compare: " .. esc(table.concat(names, " vs ")) .. "</title>"
+  end
   h[#h + 1] = "<style>" .. CSS .. "</style></head><body>"
-  h[#h + 1] = "<h1>Run comparison</h1><ul>"
+  if live then
+    h[#h + 1] = string.format('<h1>Run <code>%s</code></h1><p id="state" data-status="%s" data-rounds="%d">'
+      .. "Policy %s on task %s: <b>%s</b>%s, %d of %s rounds, %d candidates, %d promoted; best speedup "
+      .. "over the reference %s (incumbent <code>%s</code>). Written %s.</p>", esc(live.run),
+      esc(live.status or "?"), live.rounds, esc(live.policy or "?"), esc(live.task_name), esc(live.status or "?"),
+      live.settings and live.settings.stop_reason and (" (" .. esc(live.settings.stop_reason) .. ")") or "",
+      live.rounds, tostring(live.rounds_budget or "?"), live.candidates, live.accepted, fmt(live.best_speedup),
+      esc(short(live.incumbent)), os.date("!%Y-%m-%d %H:%M:%S UTC"))
+    h[#h + 1] = "<ul>"
+  else
+    h[#h + 1] = "<h1>Run comparison</h1><ul>"
+  end
   for i, s in ipairs(sums) do
     h[#h + 1] = string.format("<li>%s: <code>%s</code>, policy %s, task %s</li>", letter(i), esc(s.run),
       esc(s.policy or "?"), esc(s.task_name))
   end
   h[#h + 1] = '</ul><nav><a href="#table">table</a><a href="#figures">figures</a><a href="#plots">plots</a>'
-    .. '<a href="#settings">settings</a><a href="#promotions">promotions</a><a href="#evidence">evidence</a></nav>'
+    .. '<a href="#rounds">rounds</a><a href="#settings">settings</a><a href="#promotions">promotions</a>'
+    .. '<a href="#evidence">evidence</a></nav>'
   html_tables(sums, h)
   html_plots(sums, h)
+  html_rounds(sums, h)
   html_settings(sums, h)
   html_promotions(sums, h)
   h[#h + 1] = "</body></html>"
   return table.concat(h, "\n") .. "\n"
+end
+
+-- The live report of one run (--report FILE): its summary as HTML, written
+-- beside FILE and renamed over it, so a browser or a script reading FILE sees
+-- the previous page or the new one, never half of one.  true, or nil, msg.
+function M.write_live(db, run_id, path)
+  local s, msg = M.summarize(db, run_id)
+  if not s then return nil, msg end
+  local html = M.html({ s }, { live = true })
+  local tmp = path .. ".tmp"
+  local f, e = io.open(tmp, "wb")
+  if not f then return nil, tostring(e) end
+  local ok, e2 = f:write(html)
+  local closed, e3 = f:close()
+  if not ok or not closed then
+    os.remove(tmp)
+    return nil, tmp .. ": " .. tostring(e2 or e3)
+  end
+  local moved, e4 = os.rename(tmp, path)
+  if not moved then os.remove(tmp); return nil, tostring(e4) end
+  return true
 end
 
 return M

@@ -28,7 +28,8 @@ T.test("the run's last line says how to get its best kernel out", function()
   T.ok(run and incumbent, out)
   local last = out:match("([^\n]+)\n?$")
   T.eq(last, string.format("best kernel: %s (promoted); write it out with: khlua --store %s best "
-    .. "%s --out best-%s", incumbent, store, run, run))
+    .. "%s --out best-%s; report: %s/reports/%s.html", incumbent, store, run, run,
+    store:match("^(.*)/[^/]*$"), run))
 end)
 
 T.test("khlua best RUN --out DIR writes the Solution, its source and the figures", function()

@@ -70,6 +70,7 @@ T.test("Chromium renders the page: three charts with their data", function()
   T.match(DOM, "<h1>Run comparison</h1>")
   local _, nsvg = DOM:gsub("<svg ", "")
   T.eq(nsvg, 3, "best-so-far, speedup bars, latency distributions")
+  T.match(DOM, '<h2 id="rounds">Rounds</h2>')
   local _, npoly = DOM:gsub('<polyline class="run"', "")
   T.eq(npoly, 2, "a best-so-far line per run")
   local nw = #JSON.runs[1].workloads
@@ -128,12 +129,23 @@ T.test("the charts are laid out: every bar and box has a size on the page", func
 <script>
 const sized = (sel) => [...document.querySelectorAll(sel)].filter(e => {
   const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; }).length;
+const overlaps = (sel) => {
+  const r = [...document.querySelectorAll(sel)].map(e => e.getBoundingClientRect());
+  let n = 0;
+  for (let i = 0; i < r.length; i++) for (let j = i + 1; j < r.length; j++)
+    if (r[i].right > r[j].left + 0.5 && r[j].right > r[i].left + 0.5 &&
+        r[i].bottom > r[j].top + 0.5 && r[j].bottom > r[i].top + 0.5) n++;
+  return n; };
 const out = document.createElement("pre");
 out.id = "probe";
 out.textContent = JSON.stringify({svgs: sized("svg"), bars: sized("rect.bar"), boxes: sized("g.box"),
   lines: sized("polyline.run"), total_bars: document.querySelectorAll("rect.bar").length,
   total_boxes: document.querySelectorAll("g.box").length,
-  ev_target: !!document.getElementById(document.querySelector('a[href^="#ev-"]').getAttribute("href").slice(1))});
+  ev_target: !!document.getElementById(document.querySelector('a[href^="#ev-"]').getAttribute("href").slice(1)),
+  values: document.querySelectorAll("text.value").length, overlaps: overlaps("text.value"),
+  tick_overlaps: overlaps("text.tick"), min_box: Math.min(...[...document.querySelectorAll("g.box rect")].map(
+    e => e.getBoundingClientRect().width)), round_rows: document.querySelectorAll("table.rounds tr[data-round]").length,
+  diffs: document.querySelectorAll("details.candidate pre.diff").length});
 document.body.appendChild(out);
 </script>]]
   local copy = DIR .. "/probe.html"
@@ -148,6 +160,15 @@ document.body.appendChild(out);
   T.eq(j.bars, j.total_bars, "every bar drawn with a size")
   T.eq(j.boxes, j.total_boxes, "every box drawn with a size")
   T.eq(j.ev_target, true, "an evidence link lands on its section")
+  T.eq(j.values, j.total_bars, "a value label per bar")
+  T.eq(j.overlaps, 0, "no two value labels overlap")
+  T.eq(j.tick_overlaps, 0, "no two tick labels overlap")
+  T.ok(j.min_box >= 4, "every latency box is drawn wide enough to see (" .. tostring(j.min_box) .. " px)")
+  local rows = 0
+  for _, s in ipairs(JSON.runs) do rows = rows + #s.round_rows end
+  T.ok(rows > 0)
+  T.eq(j.round_rows, rows, "every round's candidates, rejected ones included")
+  T.ok(j.diffs > 0, "candidates' diffs against the incumbent")
 end)
 
 T.test("a screenshot comes out (the page paints)", function()
