@@ -894,6 +894,9 @@ typedef struct pyref_stat {
 
 typedef struct wctx {
     char task_hash[17]; /* the package as loaded (kh_task_fingerprint) */
+    /* the solution's file holds an error (kh_task_solution_errors): every
+     * workload's verdict is COMPILE_ERROR with it; empty when none */
+    char bad_solution[1024];
     kh_eval *ev;
     const kh_eval_opts *o;
     const kh_task_def *d;
@@ -2970,6 +2973,11 @@ static kh_status eval_workload(wctx *c, const kh_task_solution *sol, const kh_ta
     /* c->pyref_*: the driver restores this workload's from its earlier
      * rounds (a Python run in round one stays "python" when the reply
      * arrives in round two) */
+    if (c->bad_solution[0]) {
+        fail(&v, "COMPILE_ERROR", NULL, "%s", c->bad_solution);
+        json_object_set_new(ev, "log", json_string(c->bad_solution));
+        goto verdict;
+    }
     if ((st = build(c->ev, sol, 0, &a, err)))
         goto out;
     if (!a->ok) {
@@ -3537,7 +3545,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
         goto out;
     const kh_task_solution *sol = NULL;
     if (is_file(solution)) {
-        if ((st = kh_task_load(solution, &to, &S, err)))
+        kh_task_opts so = to;
+        so.defs_from = task_path;
+        if ((st = kh_task_load(solution, &so, &S, err)))
             goto out;
         if (kh_task_nsolutions(S) != 1) {
             st = kh_err_set(err, KH_EINVAL, "%s: expected one Solution, found %zu", solution,
@@ -3672,6 +3682,14 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     }
     wctx c;
     memset(&c, 0, sizeof c);
+    {
+        /* a solution whose file holds an error (a binding naming what the
+         * definition lacks is left out of its argument list) never runs:
+         * the candidate's verdict, not an error of the evaluation */
+        kh_err se;
+        if (kh_task_solution_errors(S ? S : P, sol, &se))
+            snprintf(c.bad_solution, sizeof c.bad_solution, "%s", se.msg);
+    }
     c.ev = ev;
     c.o = o;
     c.d = d;

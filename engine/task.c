@@ -2652,7 +2652,21 @@ kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set *
             free(text);
             if (is_sol) {
                 s->sum.kind = "solution";
-                if (s->root) {
+                if (!s->root && opts && opts->defs_from) {
+                    /* a Solution from anywhere, checked against the definitions
+                     * of the package or dataset it is for */
+                    s->quiet = 1;
+                    char *p = path_join(opts->defs_from, "definition.json");
+                    char *q = path_join(opts->defs_from, "definitions");
+                    if (p && is_package(opts->defs_from))
+                        load_def_file(s, p);
+                    else if (q && is_dataset(opts->defs_from))
+                        load_tree(s, q, ".json", F_DEF);
+                    free(p);
+                    free(q);
+                    s->quiet = 0;
+                    s->sum.files = 0;
+                } else if (s->root) {
                     s->quiet = 1;
                     char *p = path_join(s->root, pkg ? "definition.json" : "definitions");
                     if (p && pkg)
@@ -2741,6 +2755,27 @@ kh_status kh_task_check_errors(const kh_task_set *s, const char *path, kh_err *e
                       "them)", kh_task_problem_format(first, buf, sizeof buf), n - 1, path);
 }
 
+kh_status kh_task_solution_errors(const kh_task_set *s, const kh_task_solution *sol, kh_err *err)
+{
+    const kh_task_problem *first = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < s->nprobs; i++) {
+        const kh_task_problem *p = &s->probs[i];
+        if (p->severity == KH_TASK_ERROR && sol->file && p->file && !strcmp(p->file, sol->file) &&
+            !n++)
+            first = p;
+    }
+    if (!n)
+        return KH_OK;
+    char buf[1024];
+    kh_task_problem_format(first, buf, sizeof buf);
+    if (n == 1)
+        return kh_err_set(err, KH_EINVAL, "solution %s is not usable: %s", sol->name ? sol->name : "?",
+                          buf);
+    return kh_err_set(err, KH_EINVAL, "solution %s is not usable: %s (and %zu more)",
+                      sol->name ? sol->name : "?", buf, n - 1);
+}
+
 size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs)
 {
     size_t left = 0;
@@ -2781,7 +2816,7 @@ static kh_status eval_dim(const kh_task_def *d, const int64_t *axes, const kh_ex
     }
     kh_status st = kh_task_eval(d, axes, e, NULL, NULL, out, err);
     if (st)
-        return kh_err_prefix(err, "%s '%s': ", what, kh_expr_text(e));
+        return kh_err_prefix(err, "%s '%s'", what, kh_expr_text(e));
     return KH_OK;
 }
 

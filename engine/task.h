@@ -155,6 +155,9 @@ typedef struct kh_task_summary {
 
 typedef struct kh_task_opts {
     int strict; /* an absent safetensors blob is an error, not a warning */
+    /* a Solution file outside any package or dataset: the package or dataset
+     * whose definitions its manifest is checked against (NULL: none) */
+    const char *defs_from;
 } kh_task_opts;
 
 /* Load PATH: one .json (definition or solution, told apart by content), one
@@ -172,6 +175,7 @@ const kh_task_problem *kh_task_problem_at(const kh_task_set *s, size_t i);
 size_t kh_task_ndeferred(const kh_task_set *s);
 const char *kh_task_deferred_at(const kh_task_set *s, size_t i); /* distinct constraint texts */
 
+
 size_t kh_task_ndefs(const kh_task_set *s);
 const kh_task_def *kh_task_def_at(const kh_task_set *s, size_t i);
 const kh_task_def *kh_task_find_def(const kh_task_set *s, const char *name);
@@ -180,6 +184,10 @@ const kh_task_def *kh_task_find_def(const kh_task_set *s, const char *name);
  * beside): each one whose definition was not found gets defs' of that name.
  * Returns how many are still without one. */
 size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs);
+/* Non-OK when SOL's file holds an error (a launch manifest that names what
+ * its definition lacks, a bad field): an argument list with a binding left
+ * out must never run.  The first error is named with its file and line. */
+kh_status kh_task_solution_errors(const kh_task_set *s, const kh_task_solution *sol, kh_err *err);
 size_t kh_task_nworkloads(const kh_task_set *s);
 const kh_task_workload *kh_task_workload_at(const kh_task_set *s, size_t i);
 size_t kh_task_nsolutions(const kh_task_set *s);

@@ -152,8 +152,11 @@ function M.summary(traces)
     if e.status == "PASSED" then
       s.passed = s.passed + 1
     elseif not s.failed then
-      s.failed = { status = e.status, check = e.khlua and e.khlua.failed_check or nil,
-        workload = uuid, log = e.log }
+      -- JSON null (a verdict no check decided: COMPILE_ERROR) is no check
+      local chk = e.khlua and e.khlua.failed_check
+      local log = e.log
+      s.failed = { status = e.status, check = type(chk) == "string" and chk or nil,
+        workload = uuid, log = type(log) == "string" and log or nil }
     end
   end
   s.ok = s.total > 0 and s.passed == s.total

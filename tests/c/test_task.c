@@ -22,7 +22,7 @@ static char *fixture(const char *rel)
 
 static kh_task_set *load_ok(const char *path, int strict)
 {
-    kh_task_opts o = {strict};
+    kh_task_opts o = {.strict = strict};
     kh_task_set *s;
     kh_err err;
     if (kh_task_load(path, &o, &s, &err))

@@ -3,7 +3,9 @@
 -- definition.json and a broken line of workloads.jsonl stop `khlua eval` and
 -- a policy with file:line (they used to say "holds 0 definitions" or skip
 -- the line without a word); --definition of a name the package lacks is one
--- line, not a traceback; eval's numeric options out of range are usage
+-- line, not a traceback; a solution whose launch manifest names what its
+-- definition lacks is refused with file:line, whether in the package or
+-- from anywhere (it used to run with the binding left out); eval's numeric options out of range are usage
 -- errors (exit 2); one failure's detail is printed once, not per workload; a
 -- store this user may read but not write can be listed and verified, and an
 -- eval that cannot record says so; the wall-time budget stops the gate
@@ -56,6 +58,52 @@ T.test("a broken line of workloads.jsonl is named, not skipped", function()
   T.match(out, "workloads%.jsonl:4:")
 end)
 
+T.test("a solution whose manifest names what the definition lacks is refused with file:line", function()
+  -- it used to run with the bad binding left out (every later argument one
+  -- place off: INCORRECT_NUMERICAL), and a Solution file from outside the
+  -- package was checked only at launch, by its first bad expression
+  local bad = function(t) return (t:gsub('{"input": "weight"}', '{"input": "nope"}', 1)) end
+  local pkg = broken("solutions/rmsnorm_h512_ref_c.json", bad)
+  -- the candidate's verdict (a model's reply must not stop a run), the
+  -- problem said once
+  local out, code = T.khlua("eval", "--task", pkg, "--solution", "rmsnorm_h512_ref_c", "--no-store")
+  T.eq(code, 1, out)
+  T.match(out, 'solution rmsnorm_h512_ref_c is not usable: [^\n]*rmsnorm_h512_ref_c%.json:15: '
+    .. 'spec%.khlua%.args%[1%]%.input: expected a tensor input of rmsnorm_h512, got "nope"')
+  T.ok(not out:find("INCORRECT", 1, true), out)
+  T.match(out, "3 workloads: 3 COMPILE_ERROR")
+  T.eq(select(2, out:gsub("is not usable", "")), 1, out)
+  local file = T.tmpdir() .. "/elsewhere.json"
+  T.write(file, bad(T.read(TASK .. "/solutions/rmsnorm_h512_ref_c.json")))
+  out, code = T.khlua("eval", "--task", TASK, "--solution", file, "--no-store")
+  T.eq(code, 1, out)
+  T.match(out, "elsewhere%.json:15: spec%.khlua%.args%[1%]%.input: expected a tensor input")
+  -- an axis the definition lacks, from anywhere: named at load, one clean message
+  T.write(file, (T.read(TASK .. "/solutions/rmsnorm_h512_ref_c.json"):gsub('"axis": "batch_size"',
+    '"axis": "batch"', 1)))
+  out, code = T.khlua("eval", "--task", TASK, "--solution", file, "--no-store")
+  T.eq(code, 1, out)
+  T.match(out, 'elsewhere%.json:%d+: spec%.khlua%.args%[%d%]%.axis: expected an axis of rmsnorm_h512, got "batch"')
+  T.ok(not out:find(": :", 1, true), out)
+end)
+
+T.test("a model's reply whose manifest names what the definition lacks: rejected, the run goes on", function()
+  local dir = T.tmpdir() .. "/replay"
+  os.execute("mkdir -p " .. T.quote(dir .. "/01"))
+  local rec = kh.json.decode(T.read(SRC .. "/tests/fixtures/replay/ctl/a/02/reply.json"))
+  rec.text = rec.text:gsub('"input": "weight"', '"input": "nope"', 1)
+  T.write(dir .. "/01/reply.json", kh.json.encode(rec))
+  local store = T.tmpdir() .. "/store"
+  local out, code = T.khlua_env(NOKEYS, "--store", store, POLICY, "--task", TASK, "--model",
+    "replay:" .. dir, "--rounds", "1", "--seed", "3", "--report", "none", "--json")
+  T.eq(code, 0, out)
+  T.match(out, "round 1 .- rejected: candidate COMPILE_ERROR on workload")
+  local res = kh.json.decode(out:match("\n(%b{})%s*$"))
+  T.eq(res.status, "done")
+  T.eq(res.metrics.candidates, 1)
+  T.eq(res.metrics.accepted, 0)
+end)
+
 T.test("--definition of a name the package lacks: one line, no traceback", function()
   local out, code = policy(TASK, "--definition", "nope")
   T.eq(code, 1, out)
@@ -75,15 +123,16 @@ T.test("eval's numeric options out of range are usage errors", function()
 end)
 
 T.test("a failure's detail is printed once, not per workload", function()
+  -- a compile error: its log used to be printed once per workload
   local sol = kh.json.decode(T.read(TASK .. "/solutions/rmsnorm_h512_ref_c.json"))
-  sol.name = "bad_args"
-  sol.spec.khlua.args[1] = { input = "nope" }
-  local file = T.tmpdir() .. "/bad_args.json"
+  sol.name = "bad_src"
+  sol.sources[1].content = sol.sources[1].content .. "\nint broken(void) { return qqq_undeclared; }\n"
+  local file = T.tmpdir() .. "/bad_src.json"
   T.write(file, kh.json.encode(sol))
   local out, code = T.khlua("eval", "--task", TASK, "--solution", file, "--no-store", "--no-timing")
   T.eq(code, 1, out)
   local n = 0
-  for _ in out:gmatch("no tensor 'nope'") do n = n + 1 end
+  for _ in out:gmatch("error: [^\n]*qqq_undeclared[^\n]* undeclared") do n = n + 1 end
   T.eq(n, 1, out)
   local same = 0
   for _ in out:gmatch("%(the same as above%)") do same = same + 1 end
