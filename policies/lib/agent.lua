@@ -17,7 +17,9 @@ function M.propose(view, ps, ctx)
   end
   view.direction = { name = d.name, title = d.title, brief = d.brief, why = why }
   view.skills = ctx.skills
-  if view.add_reference then
+  -- a reference kernel to show (a task checked by its Python reference
+  -- has none: the prompt carries the Python semantics anyway)
+  if view.add_reference and ctx.task.reference_solution then
     local ref = ctx.task.reference_solution
     view.reference = { name = ref.name, source = ref.sources[1].content,
       lang = ctx.task.backend == "host" and "c" or "cuda" }

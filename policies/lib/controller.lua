@@ -106,9 +106,25 @@ function M.load_task(cfg)
   end
   local sols = {}
   for _, s in ipairs(ts:solutions(name)) do sols[s.name] = s end
+  -- candidates are checked against the trusted khlua reference, else the
+  -- definition's Python reference (kh.eval runs it with python3 and torch)
   local ref = d.reference and sols[d.reference]
-  must(ref, "definition " .. name .. " names no trusted reference solution (khlua.reference)")
+  if d.reference and not ref then
+    must(nil, string.format("definition %s names the trusted reference %s (khlua.reference), which "
+      .. "is not among the task's solutions", name, d.reference), "ENOTFOUND")
+  end
+  local pyref = type(d.json.reference) == "string" and d.json.reference:find("%S") ~= nil
+  if not ref and not pyref then
+    must(nil, string.format("definition %s has neither a trusted reference (khlua.reference) nor a "
+      .. "Python reference (\"reference\"): nothing to check candidates against", name), "ENOTFOUND")
+  end
   local seed_name = cfg.seed_solution or (d.json.khlua and d.json.khlua.baseline) or d.reference
+  if not seed_name then
+    must(nil, string.format("definition %s has no khlua solution to start from (no trusted reference, "
+      .. "no khlua.baseline): give the first incumbent with --seed-solution NAME|FILE, a kernel with "
+      .. "a launch manifest (khlua task new DIR --from DEFINITION writes a reference stub to fill "
+      .. "in); candidates are checked against the definition's Python reference", name), "EINVAL")
+  end
   local seed = sols[seed_name]
   if not seed and cfg.seed_solution and cfg.seed_solution:match("%.json$") then
     -- a Solution file from anywhere (`khlua best` writes one)
@@ -122,10 +138,10 @@ function M.load_task(cfg)
     seed = list[1]
   end
   must(seed, "no solution " .. tostring(seed_name) .. " in the task (nor a Solution file)")
-  task.reference_solution = ref.json
+  task.reference_solution = ref and ref.json
   task.seed_solution = seed.json
-  task.backend = cfg.backend or ref.backend
-  if seed.backend ~= task.backend then
+  task.backend = cfg.backend or (ref or seed).backend
+  if ref and seed.backend ~= task.backend then
     -- the seed incumbent must run where candidates run: fall back to the reference
     task.seed_solution = ref.json
   end
