@@ -31,9 +31,13 @@ static void usage(FILE *f)
             "  stats [--json]                   counts per type, bytes stored and raw, map use\n"
             "  verify [--json]                  check every record, blob and index entry;\n"
             "                                   exit 1 with a report on any problem\n"
-            "  export --format jsonl|fib-trace [--task X] [--output FILE]\n"
+            "  export --format jsonl|fib-trace [--task X] [--run R] [--gate] [--output FILE]\n"
             "                                   jsonl: blobs and records (what import reads);\n"
-            "                                   fib-trace: FlashInfer-Bench Trace JSONL\n"
+            "                                   fib-trace: FlashInfer-Bench Trace JSONL of\n"
+            "                                   official-protocol timings (a run's finalists,\n"
+            "                                   khlua eval --protocol official); --run: one\n"
+            "                                   run's; --gate: the gate's measurements too,\n"
+            "                                   marked in their logs\n"
             "  import FILE                      read what export --format jsonl wrote (- = stdin)\n"
             "  gc [--grace SECONDS] [--json]    delete blobs no record references (spares\n"
             "                                   blobs younger than the grace, default 3600 s)\n"
@@ -88,7 +92,7 @@ typedef struct opts {
     const char *type, *task, *run, *candidate, *status, *since, *format, *output;
     long limit;
     double grace;
-    int json;
+    int json, gate;
     const char *pos[2];
     int npos;
 } opts;
@@ -133,6 +137,8 @@ static int parse(int argc, char **argv, opts *o, const char *allowed)
             continue;
         if (!strcmp(a, "--json") && strstr(allowed, "--json")) {
             o->json = 1;
+        } else if (!strcmp(a, "--gate") && strstr(allowed, "--gate")) {
+            o->gate = 1;
         } else if (a[0] == '-' && a[1]) {
             return usage_error("unknown option '%s'", a);
         } else if (o->npos < 2) {
@@ -285,15 +291,24 @@ static int cmd_export(kh_store *s, const opts *o)
         fprintf(stderr, P " export: cannot write %s: %s\n", o->output, strerror(errno));
         return 1;
     }
-    size_t n = 0;
+    size_t n = 0, marked = 0;
     kh_err err;
-    kh_status st = kh_store_export(s, o->format, task_id(o->task, tb, sizeof tb), f, &n, &err);
+    kh_store_export_opts eo = {.format = o->format, .task = task_id(o->task, tb, sizeof tb),
+                               .run = o->run, .gate = o->gate};
+    kh_status st = kh_store_export(s, &eo, f, &n, &marked, &err);
     if (f != stdout && fclose(f) != 0 && !st)
         st = kh_err_set(&err, KH_EIO, "closing %s: %s", o->output, strerror(errno));
-    if (st)
+    if (st) {
+        if (f != stdout)
+            remove(o->output);
         return fail("export", &err);
-    fprintf(stderr, "exported %zu %s\n", n,
-            strcmp(o->format, "jsonl") ? "traces" : "records (and their blobs)");
+    }
+    if (strcmp(eo.format ? eo.format : "jsonl", "jsonl"))
+        fprintf(stderr, "exported %zu traces (%zu official-protocol timings%s)\n", n, n - marked,
+                o->gate ? ", the rest gate measurements, marked in their logs"
+                        : "; --gate adds the gate's measurements, marked");
+    else
+        fprintf(stderr, "exported %zu records (and their blobs)\n", n);
     return 0;
 }
 
@@ -335,7 +350,7 @@ int kh_cmd_store(kh_engine *e, int argc, char **argv)
         {"cat", "", 1, 1},
         {"stats", "--json", 0, 1},
         {"verify", "--json", 0, 1},
-        {"export", "--format --task --output", 0, 1},
+        {"export", "--format --task --run --gate --output", 0, 1},
         {"import", "", 1, 0},
         {"gc", "--grace --json", 0, 0},
         {"backup", "", 1, 1},

@@ -167,10 +167,22 @@ kh_status kh_store_verify(kh_store *s, json_t **report, kh_err *err);
 kh_status kh_store_gc(kh_store *s, double grace_s, json_t **report, kh_err *err);
 /* A consistent compacted copy into dest (a new or empty directory). */
 kh_status kh_store_backup(kh_store *s, const char *dest, kh_err *err);
-/* Export: "jsonl" (blobs then records, the import format) or "fib-trace"
- * (FlashInfer-Bench Trace lines, one per evaluation).  task: NULL for all. */
-kh_status kh_store_export(kh_store *s, const char *format, const char *task, FILE *f,
-                          size_t *count, kh_err *err);
+/* What to export: format "jsonl" (blobs then records, the import format) or
+ * "fib-trace" (FlashInfer-Bench Trace lines, one per evaluation record).
+ * fib-trace writes by default only official-protocol timings: a run's
+ * "official" step (the gate's last, on every finalist) and `khlua eval
+ * --protocol official`; gate set, also every other measurement (screening,
+ * sweeps, correctness-only, seeds), each marked at the head of its log. */
+typedef struct kh_store_export_opts {
+    const char *format;
+    const char *task; /* a task id; NULL: every task */
+    const char *run;  /* fib-trace: this run's evaluations only; NULL: all */
+    int gate;         /* fib-trace: the gate's measurements too, marked */
+} kh_store_export_opts;
+/* count: records (jsonl) or traces (fib-trace) written; marked: traces of
+ * gate measurements among them (NULL allowed). */
+kh_status kh_store_export(kh_store *s, const kh_store_export_opts *o, FILE *f, size_t *count,
+                          size_t *marked, kh_err *err);
 /* Import what export --format jsonl wrote.  Records already present with the
  * same content are skipped; a different record under an existing id fails. */
 kh_status kh_store_import(kh_store *s, FILE *f, json_t **report, kh_err *err);

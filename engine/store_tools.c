@@ -611,9 +611,10 @@ static unsigned char *b64_decode(const char *s, size_t n, size_t *out_len)
 
 /* ---- export ---------------------------------------------------------------------------------- */
 struct export_ctx {
-    const char *format, *task;
+    const kh_store_export_opts *o;
+    const char *task;
     FILE *f;
-    size_t count;
+    size_t count, marked;
 };
 
 static kh_status write_blob_line(kh_store_txn *tx, const kh_hash *h, FILE *f, kh_err *err)
@@ -714,8 +715,22 @@ static kh_status export_jsonl(kh_store_txn *tx, struct export_ctx *c, kh_err *er
 
 #define FIB_LOG_MAX (5u << 20) /* FlashInfer-Bench truncates logs at 5 MiB */
 
-/* One FlashInfer-Bench Trace for an evaluation record (reference/fib-harness.md). */
-static json_t *fib_trace(kh_store_txn *tx, const json_t *rec)
+/* An official-protocol timing: a run's "official" gate step, or `khlua eval
+ * --protocol official` (no purpose).  Everything else a run measures
+ * (screening, paired comparisons, sweeps, correctness-only seeds) is a
+ * gate measurement: a candidate the gate rejected may have PASSED those. */
+static int official(const json_t *rec)
+{
+    const char *purpose = json_string_value(json_object_get(rec, "purpose"));
+    if (purpose)
+        return !strcmp(purpose, "official");
+    const char *proto = json_string_value(json_object_get(rec, "protocol"));
+    return proto && !strcmp(proto, "official");
+}
+
+/* One FlashInfer-Bench Trace for an evaluation record (reference/fib-harness.md);
+ * mark: a gate measurement, said at the head of its log. */
+static json_t *fib_trace(kh_store_txn *tx, const json_t *rec, int mark)
 {
     const char *def = json_string_value(json_object_get(rec, "definition"));
     const char *task = json_string_value(json_object_get(rec, "task"));
@@ -755,24 +770,42 @@ static json_t *fib_trace(kh_store_txn *tx, const json_t *rec)
         json_object_set_new(ev, "log", json_string(text ? text : ""));
         free(text);
     }
+    if (mark) {
+        const char *purpose = json_string_value(json_object_get(rec, "purpose"));
+        const char *proto = json_string_value(json_object_get(rec, "protocol"));
+        const char *old = json_string_value(json_object_get(ev, "log"));
+        static const char head[] = "[khlua gate measurement, not an official-protocol timing: "
+                                   "purpose %s, protocol %s]\n%s";
+        size_t n = sizeof head + 128 + (old ? strlen(old) : 0);
+        char *log = malloc(n);
+        if (log)
+            snprintf(log, n, head, purpose ? purpose : "-", proto ? proto : "-", old ? old : "");
+        json_object_set_new(ev, "log", json_string(log ? log : "[khlua gate measurement]"));
+        free(log);
+    }
     return json_pack("{s:s?, s:O?, s:O?, s:o}", "definition", def, "workload", workload,
                      "solution", sol, "evaluation", ev);
 }
 
 static kh_status export_fib(kh_store_txn *tx, struct export_ctx *c, kh_err *err)
 {
-    kh_store_filter q = {.type = "evaluation", .task = c->task};
+    kh_store_filter q = {.type = "evaluation", .task = c->task, .run = c->o->run};
     json_t *arr;
     kh_status st = kh_store_txn_query(tx, &q, 0, &arr, err);
     if (st)
         return st;
     /* traces are appended in time order: oldest first */
     for (size_t i = json_array_size(arr); !st && i-- > 0;) {
-        json_t *line = fib_trace(tx, json_array_get(arr, i));
+        const json_t *rec = json_array_get(arr, i);
+        int off = !official(rec);
+        if (off && !c->o->gate)
+            continue;
+        json_t *line = fib_trace(tx, rec, off);
         if (!line || json_dumpf(line, c->f, JSON_COMPACT) || fputc('\n', c->f) == EOF)
             st = kh_err_set(err, line ? KH_EIO : KH_ENOMEM, "writing a trace failed");
         json_decref(line);
         c->count++;
+        c->marked += off;
     }
     json_decref(arr);
     return st;
@@ -781,21 +814,45 @@ static kh_status export_fib(kh_store_txn *tx, struct export_ctx *c, kh_err *err)
 static kh_status do_export(kh_store_txn *tx, void *arg, kh_err *err)
 {
     struct export_ctx *c = arg;
-    return !strcmp(c->format, "jsonl") ? export_jsonl(tx, c, err) : export_fib(tx, c, err);
+    return !strcmp(c->o->format, "jsonl") ? export_jsonl(tx, c, err) : export_fib(tx, c, err);
 }
 
-kh_status kh_store_export(kh_store *s, const char *format, const char *task, FILE *f,
-                          size_t *count, kh_err *err)
+kh_status kh_store_export(kh_store *s, const kh_store_export_opts *o, FILE *f, size_t *count,
+                          size_t *marked, kh_err *err)
 {
+    const char *format = o->format ? o->format : "jsonl";
     if (strcmp(format, "jsonl") && strcmp(format, "fib-trace"))
         return kh_err_set(err, KH_EINVAL, "unknown export format '%s' (jsonl or fib-trace)",
                           format);
-    struct export_ctx c = {format, task, f, 0};
+    if (!strcmp(format, "jsonl") && (o->run || o->gate))
+        return kh_err_set(err, KH_EINVAL, "--run and --gate select traces: they go with "
+                                          "--format fib-trace (jsonl exports whole tasks)");
+    kh_store_export_opts oo = *o;
+    oo.format = format;
+    if (o->run) {
+        /* a run that is not there is said, not an empty file */
+        json_t *r = NULL;
+        kh_status gs = kh_store_get(s, o->run, &r, err);
+        const char *t = r ? json_string_value(json_object_get(r, "type")) : NULL;
+        char type[64];
+        snprintf(type, sizeof type, "%s", t ? t : "typeless");
+        json_decref(r);
+        if (gs == KH_ENOTFOUND)
+            return kh_err_set(err, KH_ENOTFOUND, "no run %s in the store (khlua store ls --type "
+                                                 "run lists them)", o->run);
+        if (gs)
+            return gs;
+        if (strcmp(type, "run"))
+            return kh_err_set(err, KH_EINVAL, "%s is a %s record, not a run", o->run, type);
+    }
+    struct export_ctx c = {&oo, o->task, f, 0, 0};
     kh_status st = kh_store_view(s, do_export, &c, err);
     if (!st && fflush(f) != 0)
         st = kh_err_set(err, KH_EIO, "write failed: %s", strerror(errno));
     if (count)
         *count = c.count;
+    if (marked)
+        *marked = c.marked;
     return st;
 }
 

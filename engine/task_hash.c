@@ -103,7 +103,8 @@ kh_status kh_task_fingerprint(const char *path, kh_task_fp *fp, kh_err *err)
         kh_task_fp_free(fp);
         return kh_err_set(err, KH_ENOMEM, "out of memory");
     }
-    qsort(fp->e, fp->n, sizeof *fp->e, cmp_entry);
+    if (fp->n > 1) /* an empty folder has no entries (and qsort no NULL) */
+        qsort(fp->e, fp->n, sizeof *fp->e, cmp_entry);
     XXH64_state_t *h = XXH64_createState();
     if (!h) {
         kh_task_fp_free(fp);

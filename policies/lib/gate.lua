@@ -33,6 +33,12 @@
 --    candidate's kernels rejects it, a machine without compute-sanitizer
 --    records that and does not); recorded as unavailable on the host
 --    backend.  `sanitize = false` skips it.
+-- 4. official(): the finalist timed under the official protocol on every
+--    workload (FlashInfer-Bench's timing; the sweep's is the cheaper
+--    `screen`), correct on all.  These are the evaluations `khlua store
+--    export --format fib-trace --run RUN` writes by default: the gate's own
+--    screening measurements, which a candidate it rejected may have PASSED,
+--    stay out of a leaderboard.  `official = false` skips it.
 --
 -- `measure(solution, opts, purpose)` is the caller's: it runs the evaluation
 -- (lib.evaluate), stores the verdicts and returns {summary, ids} or nil, msg.
@@ -43,7 +49,7 @@ local M = {}
 
 M.defaults = { margin = 0.02, reps = 5, sample = 2, alpha = 0.05, resamples = 2000,
   finalist_trials = 100, finalist_batch = 25, finalist_min_trials = 10,
-  finalist_elements = 2 ^ 31, shapes = 8,
+  finalist_elements = 2 ^ 31, shapes = 8, official = true,
   sanitize = { "memcheck", "racecheck", "initcheck" }, sanitize_workloads = 1 }
 
 local function opt(o, k)
@@ -58,6 +64,7 @@ local function opt(o, k)
   end
   return M.defaults[k]
 end
+M.option = opt
 
 -- Sampled workloads: `sample` of them, drawn with the gate's seed (the
 -- same draw for candidate and incumbent).
@@ -159,6 +166,29 @@ function M.sweep(measure, cand, workloads, o)
   g.pass = s.ok and s.total == #workloads
   g.reason = g.pass and string.format("correct on all %d workloads, score %.3f", s.total, g.score)
     or fail_reason("candidate", s)
+  if not g.pass then g.rejected_for = "incorrect" end
+  return g
+end
+
+-- The finalist's official-protocol timing (step 4): every workload, its own
+-- seed (seed * 1000 + 1001: the paired step uses seed * 1000 + 1..reps).
+function M.official(measure, cand, workloads, o)
+  local m, msg, code = measure(cand, { workloads = "all", protocol = "official", trials = 1,
+    seed = opt(o, "seed") * 1000 + 1001 }, "official")
+  if not m then return nil, msg, code end
+  local g = { step = "official", evidence = m.ids, workloads = #workloads }
+  local s = m.summary
+  local rs = {}
+  for _, w in ipairs(workloads) do
+    local v = s.by_uuid[w.uuid]
+    if v and v.status == "PASSED" and v.latency_ms and v.reference_latency_ms then
+      rs[#rs + 1] = v.reference_latency_ms / v.latency_ms
+    end
+  end
+  g.mean_speedup = #rs > 0 and stats.mean(rs) or 0
+  g.pass = s.ok and s.total == #workloads
+  g.reason = g.pass and string.format("official protocol: correct on all %d workloads, mean speedup %.3f",
+    s.total, g.mean_speedup) or fail_reason("candidate", s)
   if not g.pass then g.rejected_for = "incorrect" end
   return g
 end

@@ -101,10 +101,10 @@ T.test("a promotion carries its evidence: paired, sweep and finalist evaluations
   T.ok(g.lo > 1 + 0.02 and g.ratio > g.lo and g.hi >= g.ratio, "bootstrap bounds bracket the ratio")
   T.eq(p.gate.finalist.trials, 100)
   T.eq(p.gate.sweep.correct, 1)
-  -- evidence: 5 reps x 2 solutions x 2 sampled workloads, 3 sweep, and the
-  -- finalist's 100 seeds on each of 3 small workloads: a first batch of 10,
-  -- then 25, 25, 25, 15
-  T.eq(#p.evidence, 5 * 2 * 2 + 3 + 5 * 3)
+  -- evidence: 5 reps x 2 solutions x 2 sampled workloads, 3 sweep, the
+  -- finalist's 100 seeds on each of 3 small workloads (a first batch of 10,
+  -- then 25, 25, 25, 15), and the official-protocol timing of the 3
+  T.eq(#p.evidence, 5 * 2 * 2 + 3 + 5 * 3 + 3)
   local purposes = {}
   for _, id in ipairs(p.evidence) do
     local e = db:get(id)
@@ -115,6 +115,9 @@ T.test("a promotion carries its evidence: paired, sweep and finalist evaluations
   T.eq(purposes["representative:incumbent"], 10)
   T.eq(purposes.sweep, 3)
   T.eq(purposes.finalist, 15)
+  T.eq(purposes.official, 3)
+  T.near(p.gate.official.mean_speedup, 1.4, 0.05)
+  T.eq(#p.gate.official.evaluations, 3)
   -- the score: mean of reference / candidate latency over every workload
   T.near(p.score, 1.4, 0.05)
   -- the store is consistent

@@ -221,7 +221,7 @@ T.test("khlua store: ls, show, cat, stats, verify, export, import, gc, backup", 
     task, cand, h, src = base(db)
     for i = 1, 3 do
       assert(db:put { type = "evaluation", task = task, candidate = cand, status = "PASSED",
-        definition = task:sub(6), solution = "sol_" .. i, provenance = prov(h),
+        definition = task:sub(6), solution = "sol_" .. i, provenance = prov(h), protocol = "official",
         workload = { uuid = kh.store.hash(tostring(i)), axes = { batch_size = i } },
         evaluation = { status = "PASSED", log = "", environment = { hardware = "H200", libs = {} },
           performance = { latency_ms = i / 10, reference_latency_ms = i, speedup_factor = 10.0 } } })
