@@ -460,9 +460,16 @@ end
 local function short(id) return id and (id:gsub("^(candidate%-%x%x%x%x%x%x%x%x%x%x%x%x)%x+$", "%1")) or "-" end
 M.short = short
 
+-- A paired ratio: 3 decimals, and 3 significant digits below 0.001 (a
+-- candidate thousands of times slower is not "0.000").
+local function ratio(x)
+  if type(x) == "number" and x > 0 and x < 0.001 then return string.format("%.3g", x) end
+  return fmt(x)
+end
+
 -- The interval of a paired ratio, "0.981 to 1.020".
 local function interval(x)
-  return (x.lo and x.hi) and string.format("%.3f to %.3f", x.lo, x.hi) or "-"
+  return (x.lo and x.hi) and (ratio(x.lo) .. " to " .. ratio(x.hi)) or "-"
 end
 
 -- Every round's candidates, rejected ones included: the verdict and the
@@ -474,7 +481,7 @@ function M.rounds_markdown(sums)
     for _, r in ipairs(s.round_rows or {}) do
       out[#out + 1] = string.format("| %s | %d | %s | %s | %s | %s | %s | %s | %s |", letter(i), r.round,
         r.model or "-", short(r.candidate), r.verdict .. (r.rejected_for and (" (" .. r.rejected_for .. ")") or ""),
-        r.check, fmt(r.ratio), interval(r), fmt(r.score))
+        r.check, ratio(r.ratio), interval(r), fmt(r.score))
     end
   end
   if #out == 2 then out[#out + 1] = "| - | - | - | - | no rounds | - | - | - | - |" end
@@ -1128,7 +1135,7 @@ local function html_rounds(sums, h)
         if #reason > 240 then reason = reason:sub(1, 240) .. "…" end
         h[#h + 1] = string.format('<tr class="%s" data-round="%d">', r.verdict == "promoted" and "promoted"
           or "rejected", r.round) .. td(fmt(r.round)) .. td(esc(r.model or "-"), nil, "l") .. td(cand, nil, "l")
-          .. td(verdict, nil, "l") .. td(esc(r.check), nil, "l") .. td(fmt(r.ratio)) .. td(esc(interval(r)))
+          .. td(verdict, nil, "l") .. td(esc(r.check), nil, "l") .. td(ratio(r.ratio)) .. td(esc(interval(r)))
           .. td(fmt(r.score)) .. td(esc(reason), nil, "l") .. "</tr>"
       end
       h[#h + 1] = "</table>"
