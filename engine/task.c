@@ -1953,7 +1953,13 @@ static void check_evaluation(vctx *v, json_t *ev)
     vpop(v);
 }
 
-static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces, file_state *fs)
+/* What a JSONL file holds.  FlashInfer-Bench's TraceSet.from_path asserts
+ * that every line of workloads/ is a workload trace (solution and
+ * evaluation null) and that no line of traces/ is; a file outside both (a
+ * `khlua store export`) is told line by line. */
+typedef enum jl_kind { JL_WORKLOADS, JL_TRACES, JL_EITHER } jl_kind;
+
+static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, jl_kind kind, file_state *fs)
 {
     kh_task_set *s = v->s;
     if (!json_is_object(rec)) {
@@ -1980,19 +1986,26 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces
             VERR(v, "definition", "expected the name of a known definition, got \"%s\" (%zu "
                                   "definitions loaded)", dn, s->ndefs);
     }
+    /* FlashInfer-Bench's Trace: solution is a name or null (a trace may
+     * name none), evaluation an Evaluation or null */
     json_t *sol = json_object_get(rec, "solution");
     json_t *ev = json_object_get(rec, "evaluation");
-    int trace = in_traces || (sol && !json_is_null(sol)) || (ev && !json_is_null(ev));
-    w->is_trace = trace;
-    if (trace) {
-        get_str(v, rec, "solution", 1, 1);
-        if (!ev)
-            VERR(v, "evaluation", "missing; a trace carries an evaluation");
-        else if (!json_is_null(ev))
-            check_evaluation(v, ev);
-    } else if (sol && !json_is_null(sol)) {
-        VERR(v, "solution", "expected null in a workload file, got %s", jtype(sol));
+    int has_sol = sol && !json_is_null(sol), has_ev = ev && !json_is_null(ev);
+    if (has_sol && !json_is_string(sol))
+        VERR(v, "solution", "expected a solution name or null, got %s", jtype(sol));
+    if (kind == JL_WORKLOADS) {
+        if (has_sol || has_ev)
+            VERR(v, has_sol ? "solution" : "evaluation",
+                 "expected null in a workload file (FlashInfer-Bench loads every line of "
+                 "workloads/ as a workload, without solution or evaluation), got %s%s",
+                 jtype(has_sol ? sol : ev), has_sol && has_ev ? " (and an evaluation)" : "");
+    } else if (kind == JL_TRACES && !has_sol && !has_ev) {
+        VERR(v, "solution", "a trace names a solution or carries an evaluation, got neither; "
+                            "expected a trace (a workload belongs in workloads/)");
     }
+    w->is_trace = kind == JL_TRACES || (kind == JL_EITHER && (has_sol || has_ev));
+    if (w->is_trace && has_ev)
+        check_evaluation(v, ev);
     json_t *wl = json_object_get(rec, "workload");
     if (!wl) {
         VERR(v, "workload", "missing; expected an object {uuid, axes, inputs}");
@@ -2266,7 +2279,7 @@ static void load_solution_file(kh_task_set *s, const char *file)
     free(text);
 }
 
-static void load_jsonl_file(kh_task_set *s, const char *file, int in_traces)
+static void load_jsonl_file(kh_task_set *s, const char *file, jl_kind kind)
 {
     size_t len;
     kh_err err;
@@ -2276,7 +2289,7 @@ static void load_jsonl_file(kh_task_set *s, const char *file, int in_traces)
         return;
     }
     s->sum.files++;
-    if (!in_traces)
+    if (kind != JL_TRACES)
         s->sum.workload_files++;
     file_state fs = {0};
     int line = 0;
@@ -2291,7 +2304,7 @@ static void load_jsonl_file(kh_task_set *s, const char *file, int in_traces)
             json_t *j = load_json_text(s, file, p, n, line);
             if (j) {
                 vctx v = {.s = s, .file = file, .text = p, .len = n, .base_line = line};
-                kh_task_workload *w = parse_workload_line(&v, j, in_traces, &fs);
+                kh_task_workload *w = parse_workload_line(&v, j, kind, &fs);
                 if (w)
                     w->seq = s->nwls;
                 if (w && PUSH(s->wls, s->nwls, s->capwls, w))
@@ -2363,7 +2376,7 @@ static void load_tree(kh_task_set *s, const char *dir, const char *ext, fkind ki
         else if (kind == F_SOL)
             load_solution_file(s, files[i]);
         else
-            load_jsonl_file(s, files[i], kind == F_TRACE);
+            load_jsonl_file(s, files[i], kind == F_TRACE ? JL_TRACES : JL_WORKLOADS);
         free(files[i]);
     }
     free(files);
@@ -2434,7 +2447,7 @@ static void load_package(kh_task_set *s, const char *root)
         if (n)
             qsort(files, n, sizeof *files, cmp_str);
         for (size_t i = 0; i < n; i++) {
-            load_jsonl_file(s, files[i], 0);
+            load_jsonl_file(s, files[i], JL_WORKLOADS);
             free(files[i]);
         }
         free(files);
@@ -2477,6 +2490,19 @@ static char *find_root(const char *file, int *pkg)
             return dir;
         }
     }
+}
+
+/* A lone JSONL file: a package's are workloads; in a dataset, or a path
+ * naming one, traces/ and workloads/ say; anything else is told by content. */
+static jl_kind jsonl_kind(const char *path, const char *root, int pkg)
+{
+    if (root && pkg)
+        return JL_WORKLOADS;
+    if (strstr(path, "/traces/") || !strncmp(path, "traces/", 7))
+        return JL_TRACES;
+    if (strstr(path, "/workloads/") || !strncmp(path, "workloads/", 10))
+        return JL_WORKLOADS;
+    return JL_EITHER;
 }
 
 static int cmp_wl(const void *pa, const void *pb)
@@ -2637,7 +2663,7 @@ kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set *
                 s->quiet = 0;
                 s->sum.files = 0;
             }
-            load_jsonl_file(s, path, strstr(path, "/traces/") != NULL || !strncmp(path, "traces/", 7));
+            load_jsonl_file(s, path, jsonl_kind(path, s->root, pkg));
         } else {
             size_t len;
             char *text = read_file(path, &len, err);
