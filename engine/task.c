@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,6 +395,49 @@ static const char *get_str(vctx *v, json_t *obj, const char *key, int required, 
     return json_string_value(j);
 }
 
+/* An optional string member, which FlashInfer-Bench writes as null when
+ * unset (model_dump_json writes "description": null for every one). */
+static const char *get_opt_str(vctx *v, json_t *obj, const char *key)
+{
+    json_t *j = json_object_get(obj, key);
+    if (!j || json_is_null(j))
+        return NULL;
+    if (!json_is_string(j)) {
+        VERR(v, key, "expected a string or null, got %s", jtype(j));
+        return NULL;
+    }
+    return json_string_value(j);
+}
+
+/* A float as FlashInfer-Bench's pydantic reads it: a JSON number, or a
+ * string naming a non-finite value, in any case and with a sign: "NaN",
+ * "Infinity", "-Infinity" (as pydantic writes them, ser_json_inf_nan=
+ * "strings"), "nan", "inf", "-inf" (as khlua writes them).  A bare NaN or
+ * Infinity token arrives here as such a string (parse_json).  0 and *x, or
+ * -1 for anything else. */
+static int fib_float(const json_t *j, double *x)
+{
+    if (json_is_number(j)) {
+        *x = json_number_value(j);
+        return 0;
+    }
+    const char *s = json_string_value(j);
+    if (!s)
+        return -1;
+    double sign = *s == '-' ? -1.0 : 1.0;
+    if (*s == '-' || *s == '+')
+        s++;
+    if (!strcasecmp(s, "nan")) {
+        *x = NAN;
+        return 0;
+    }
+    if (!strcasecmp(s, "inf") || !strcasecmp(s, "infinity")) {
+        *x = sign * INFINITY;
+        return 0;
+    }
+    return -1;
+}
+
 static void check_known_keys(vctx *v, json_t *obj, const char *const *known, size_t n,
                              kh_task_severity sev, const char *why)
 {
@@ -674,6 +718,7 @@ static int parse_tensors(vctx *v, kh_task_def *d, json_t *root, const char *key,
         static const char *const known[] = {"shape", "dtype", "description", "optional"};
         check_known_keys(v, t, known, KH_ARRAY_LEN(known), KH_TASK_WARNING,
                          "FlashInfer-Bench ignores it");
+        get_opt_str(v, t, "description");
         if (!strcmp(key, "outputs") && json_object_get(json_object_get(root, "inputs"), name))
             VERR(v, NULL, "'%s' is also an input; expected distinct input and output names", name);
         int ok = 1;
@@ -914,7 +959,7 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
         d->name = kh_strdup(s);
     if ((s = get_str(v, root, "op_type", 1, 1)))
         d->op_type = kh_strdup(s);
-    get_str(v, root, "description", 0, 0);
+    get_opt_str(v, root, "description");
     check_str_array(v, root, "tags", 0);
     const char *ref = get_str(v, root, "reference", 1, 1);
     if (ref && !has_run(ref))
@@ -933,7 +978,20 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
             vpush(v, name);
             if (!is_ident(name))
                 VWARN(v, NULL, "not an identifier; expressions cannot name this axis");
-            const char *type = json_is_object(a) ? get_str(v, a, "type", 1, 1) : NULL;
+            const char *type = NULL;
+            json_t *tj = json_object_get(a, "type"), *tv = json_object_get(a, "value");
+            if (json_is_object(a) && !tj) {
+                /* FlashInfer-Bench's save_json_file leaves the default "type"
+                 * out (exclude_unset); its union then reads an axis whose
+                 * value is an integer >= 0 as const, any other as var */
+                type = json_is_integer(tv) && json_integer_value(tv) >= 0 ? "const" : "var";
+                if (tv && !strcmp(type, "var"))
+                    VWARN(v, "value", "no \"type\" and not an integer >= 0: FlashInfer-Bench reads "
+                          "this axis as var, its value ignored; expected an integer >= 0 (const) "
+                          "or no value (var)");
+            } else if (json_is_object(a)) {
+                type = get_str(v, a, "type", 1, 1);
+            }
             if (!json_is_object(a)) {
                 VERR(v, NULL, "expected an object {\"type\": \"const\"|\"var\"}, got %s", jtype(a));
             } else if (type && strcmp(type, "const") && strcmp(type, "var")) {
@@ -953,7 +1011,7 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
                         VERR(v, "value", "expected an integer >= 0, got %s", jtype(val));
                     ok = 0;
                 }
-                get_str(v, a, "description", 0, 0);
+                get_opt_str(v, a, "description");
                 if (ok) {
                     kh_task_axis *ax = &d->axes[d->naxes++];
                     ax->name = kh_strdup(name);
@@ -1507,7 +1565,7 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
         s->definition = kh_strdup(x);
     if ((x = get_str(v, root, "author", 1, 1)))
         s->author = kh_strdup(x);
-    get_str(v, root, "description", 0, 0);
+    get_opt_str(v, root, "description");
     if (s->definition)
         s->def = kh_task_find_def(v->s, s->definition);
     if (s->def)
@@ -1919,16 +1977,17 @@ static void check_evaluation(vctx *v, json_t *ev)
         if (!json_is_object(corr)) {
             VERR(v, "correctness", "expected an object, got %s", jtype(corr));
         } else {
+            /* FlashInfer-Bench's Correctness: absent means 0.0; non-negative or NaN */
             vpush(v, "correctness");
             static const char *const ck[] = {"max_relative_error", "max_absolute_error"};
             for (size_t k = 0; k < 2; k++) {
                 json_t *x = json_object_get(corr, ck[k]);
-                const char *sv = json_string_value(x);
-                if (!x)
-                    VERR(v, ck[k], "missing; expected a number");
-                else if (!json_is_number(x) &&
-                         !(sv && (!strcmp(sv, "inf") || !strcmp(sv, "nan") || !strcmp(sv, "-inf"))))
-                    VERR(v, ck[k], "expected a number (or \"inf\" / \"nan\"), got %s", jtype(x));
+                double val;
+                if (x && fib_float(x, &val))
+                    VERR(v, ck[k], "expected a number (or \"NaN\" / \"Infinity\"), got %s",
+                         jtype(x));
+                else if (x && val < 0)
+                    VERR(v, ck[k], "expected a number >= 0 or NaN, got %g", val);
             }
             vpop(v);
         }
@@ -1937,15 +1996,21 @@ static void check_evaluation(vctx *v, json_t *ev)
         if (!json_is_object(perf)) {
             VERR(v, "performance", "expected an object, got %s", jtype(perf));
         } else {
+            /* FlashInfer-Bench's Performance: absent means 0.0; >= 0, so
+             * never NaN (khlua's eval leaves the reference figures out when
+             * the reference was not timed) */
             vpush(v, "performance");
             static const char *const pk[] = {"latency_ms", "reference_latency_ms",
                                              "speedup_factor"};
             for (size_t k = 0; k < 3; k++) {
                 json_t *x = json_object_get(perf, pk[k]);
-                if (!x)
-                    VERR(v, pk[k], "missing; expected a number");
-                else if (!json_is_number(x))
-                    VERR(v, pk[k], "expected a number, got %s", jtype(x));
+                double val;
+                if (x && fib_float(x, &val))
+                    VERR(v, pk[k], "expected a number (or \"Infinity\"), got %s", jtype(x));
+                else if (x && isnan(val))
+                    VERR(v, pk[k], "expected a number >= 0, got NaN");
+                else if (x && val < 0)
+                    VERR(v, pk[k], "expected a number >= 0, got %g", val);
             }
             vpop(v);
         }
@@ -2181,11 +2246,98 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, jl_kind kind,
 }
 
 /* ---- files ------------------------------------------------------------------ */
+/* The bare tokens NaN, Infinity and -Infinity outside strings: Python's
+ * json module writes them for non-finite floats (json.dump of a
+ * FlashInfer-Bench model_dump()), pydantic reads them, jansson refuses them.
+ * Each is the length of its token (0 when there is none at text). */
+static size_t nonfinite_token(const char *text, size_t len)
+{
+    static const char *const toks[] = {"NaN", "Infinity", "-Infinity"};
+    for (size_t k = 0; k < KH_ARRAY_LEN(toks); k++) {
+        size_t n = strlen(toks[k]);
+        if (n <= len && !memcmp(text, toks[k], n) &&
+            (n == len || !strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
+                                 text[n]) || !text[n]))
+            return n;
+    }
+    return 0;
+}
+
+/* json_loadb, after writing every bare non-finite token as the string
+ * FlashInfer-Bench's pydantic writes for it ("NaN", "Infinity",
+ * "-Infinity"), which the float fields read (fib_float).  No newline is
+ * added, so lines stay; a syntax error's column is given in the text as
+ * written (two quotes less per token before it on its line). */
+static json_t *parse_json(const char *text, size_t len, json_error_t *je)
+{
+    size_t ntok = 0, tl;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (in_str) {
+            if (text[i] == '\\')
+                i++;
+            else if (text[i] == '"')
+                in_str = 0;
+        } else if (text[i] == '"') {
+            in_str = 1;
+        } else if ((text[i] == 'N' || text[i] == 'I' || text[i] == '-') &&
+                   (tl = nonfinite_token(text + i, len - i))) {
+            ntok++;
+            i += tl - 1;
+        }
+    }
+    if (!ntok)
+        return json_loadb(text, len, JSON_REJECT_DUPLICATES, je);
+    char *buf = malloc(len + 2 * ntok);
+    size_t *at = malloc(ntok * sizeof *at); /* where each token starts in buf */
+    if (!buf || !at) {
+        free(buf);
+        free(at);
+        return json_loadb(text, len, JSON_REJECT_DUPLICATES, je); /* names the token */
+    }
+    size_t n = 0, k = 0;
+    in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        tl = 0;
+        if (in_str) {
+            if (text[i] == '\\' && i + 1 < len) {
+                buf[n++] = text[i++];
+            } else if (text[i] == '"') {
+                in_str = 0;
+            }
+        } else if (text[i] == '"') {
+            in_str = 1;
+        } else if ((text[i] == 'N' || text[i] == 'I' || text[i] == '-') &&
+                   (tl = nonfinite_token(text + i, len - i))) {
+            at[k++] = n;
+            buf[n++] = '"';
+            memcpy(buf + n, text + i, tl);
+            n += tl;
+            buf[n++] = '"';
+            i += tl - 1;
+            continue;
+        }
+        buf[n++] = text[i];
+    }
+    json_t *j = json_loadb(buf, n, JSON_REJECT_DUPLICATES, je);
+    if (!j && je->position >= 0) {
+        size_t line_start = (size_t)je->position < n ? (size_t)je->position : n;
+        while (line_start > 0 && buf[line_start - 1] != '\n')
+            line_start--;
+        for (size_t t = 0; t < k; t++)
+            if (at[t] >= line_start && at[t] < (size_t)je->position)
+                je->column -= 2;
+    }
+    free(buf);
+    free(at);
+    return j;
+}
+
 static json_t *load_json_text(kh_task_set *s, const char *file, const char *text, size_t len,
                               int line0)
 {
     json_error_t je;
-    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = parse_json(text, len, &je);
     if (!j)
         add_problem(s, KH_TASK_ERROR, file, line0 + (je.line > 0 ? je.line - 1 : 0), "json",
                     "invalid JSON at column %d: %s", je.column, je.text);
@@ -2672,7 +2824,7 @@ kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set *
                 return err ? err->code : KH_EIO;
             }
             json_error_t je;
-            json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+            json_t *j = parse_json(text, len, &je);
             int is_sol = json_is_object(j) && json_object_get(j, "spec");
             json_decref(j);
             free(text);

@@ -80,6 +80,73 @@ local function same_refusals(root, listing)
 end
 
 ---------------------------------------------------------------------------
+T.test("description: null, as model_dump_json writes it for every optional field", function()
+  local f = WRITTEN .. "/definitions/rmsnorm/fib_rmsnorm_h64_dumped.json"
+  local text = T.read(f)
+  local _, nulls = text:gsub('"description": null', "")
+  T.ok(nulls >= 4, "the fixture writes " .. nulls .. " null descriptions")
+  local r = assert(kh.task.check(f))
+  T.eq(r.summary.errors, 0, r.problems[1] and r.problems[1].text)
+  -- a description that is neither a string nor null is still refused
+  local root = copy(WRITTEN)
+  local g = root .. "/definitions/rmsnorm/fib_rmsnorm_h64_dumped.json"
+  local broken = T.read(g):gsub('"description": null', '"description": 7', 1)
+  T.write(g, broken)
+  r = assert(kh.task.check(g))
+  T.eq(r.summary.errors, 1)
+  T.eq(r.problems[1].field, "axes.hidden_size.description")
+  T.eq(r.problems[1].message, "expected a string or null, got an integer")
+  rm(root)
+end)
+
+T.test("non-finite errors: \"NaN\" / \"Infinity\" strings and bare NaN / Infinity tokens", function()
+  -- as FIB wrote them: pydantic's strings (model_dump_json), and Python's
+  -- json module's bare tokens (json.dumps of model_dump())
+  local strings = WRITTEN .. "/traces/rmsnorm/fib_rmsnorm_h64.jsonl"
+  local tokens = WRITTEN .. "/traces/rmsnorm/fib_rmsnorm_h64_dumped.jsonl"
+  T.ok(T.read(strings):find('"max_relative_error":"NaN","max_absolute_error":"Infinity"', 1, true))
+  local raw = T.read(tokens)
+  T.ok(raw:find('"max_relative_error": NaN, "max_absolute_error": Infinity', 1, true), raw)
+  T.ok(raw:find('"latency_ms": Infinity', 1, true), raw)
+  for _, f in ipairs({ strings, tokens }) do
+    local r = assert(kh.task.check(f))
+    T.eq(r.summary.errors, 0, r.problems[1] and r.problems[1].text)
+    T.ok(r.summary.traces >= 2)
+  end
+  -- a negative infinity, as a token or a string, is refused (FIB: "must be
+  -- non-negative or NaN"), on its own line
+  local root = copy(WRITTEN)
+  local t = root .. "/traces/rmsnorm/fib_rmsnorm_h64_dumped.jsonl"
+  local l = lines_of(T.read(t))
+  local k = math.random(1, #l)
+  l[k] = l[k]:gsub('"max_absolute_error": %a+', '"max_absolute_error": -Infinity', 1)
+  T.write(t, table.concat(l, "\n") .. "\n")
+  local out, code = T.khlua("task", "check", root)
+  T.eq(code, 1, out)
+  has_line(out, string.format("error: %s:%d: evaluation.correctness.max_absolute_error: expected a number >= 0 or NaN, got -inf", t, k))
+  has_line(out, "  1 error, ")
+  rm(root)
+end)
+
+T.test("a bare token keeps line numbers and the column of a syntax error after it", function()
+  local root = copy(WRITTEN)
+  local t = root .. "/traces/rmsnorm/fib_rmsnorm_h64_dumped.jsonl"
+  local l = lines_of(T.read(t))
+  -- break line 2 after its tokens; the same line with numbers of the same
+  -- length in their place gives the column jansson reports as written
+  l[2] = l[2]:gsub('"log": "', '"log": ', 1)
+  local same = l[2]:gsub("NaN", "0.0"):gsub("Infinity", "12345678")
+  local _, msg = kh.json.decode(same)
+  local col = msg and msg:match("col (%d+)")
+  T.ok(col, tostring(msg))
+  T.write(t, table.concat(l, "\n") .. "\n")
+  local out, code = T.khlua("task", "check", root)
+  T.eq(code, 1, out)
+  has_line(out, string.format("error: %s:2: json: invalid JSON at column %s:", t, col))
+  T.eq(out:find(t .. ":1:", 1, true), nil, "line 1 reads")
+  rm(root)
+end)
+
 T.test("a trace naming no solution beside its evaluation; evaluation null beside a solution", function()
   local f = WRITTEN .. "/traces/rmsnorm/fib_rmsnorm_h64.jsonl"
   T.ok(lines_of(T.read(f))[3]:find('"solution":null,"evaluation":{', 1, true), "the fixture's line 3")
@@ -102,6 +169,58 @@ T.test("a trace naming no solution beside its evaluation; evaluation null beside
   rm(root)
 end)
 
+T.test("axes without \"type\", as save_json_file writes them (exclude_unset)", function()
+  local f = WRITTEN .. "/definitions/rmsnorm/fib_rmsnorm_h64_untyped.json"
+  T.eq(T.read(f):find('"type"', 1, true), nil, "the fixture's axes carry no type")
+  local r = assert(kh.task.check(WRITTEN .. "/workloads/rmsnorm/fib_rmsnorm_h64_untyped.jsonl"))
+  T.eq(r.summary.errors, 0, r.problems[1] and r.problems[1].text)
+  T.eq(r.summary.workloads, 2)
+  local ts <close> = assert(kh.task.load(f))
+  local d = ts:definition("fib_rmsnorm_h64_untyped")
+  T.eq(d.axes[1], { name = "batch_size", type = "var" })
+  T.eq(d.axes[2], { name = "hidden_size", type = "const", value = 64 })
+  -- FIB reads {"value": -1} without a type as a var axis; khlua says so
+  local root = copy(WRITTEN)
+  local g = root .. "/definitions/rmsnorm/fib_rmsnorm_h64_untyped.json"
+  T.write(g, T.read(g):gsub('"value": 64', '"value": -1', 1))
+  r = assert(kh.task.check(g))
+  local warned
+  for _, p in ipairs(r.problems) do
+    if p.field == "axes.hidden_size.value" then warned = p end
+  end
+  T.ok(warned and warned.severity == "warning", "no warning on the value")
+  T.match(warned.message, "FlashInfer%-Bench reads this axis as var")
+  rm(root)
+end)
+
+T.test("khlua's export, re-saved by FIB, and as khlua wrote it, read back", function()
+  local t = WRITTEN .. "/traces/rmsnorm/host_rmsnorm_h1024.jsonl"
+  local l = lines_of(T.read(t))
+  T.eq(#l, 4)
+  T.ok(l[4]:find('"max_relative_error":"NaN","max_absolute_error":"Infinity"', 1, true), l[4])
+  T.eq(l[1]:find('"khlua"', 1, true), nil, "FIB drops khlua's additions")
+  local r = assert(kh.task.check(t))
+  T.eq(r.summary.errors, 0, r.problems[1] and r.problems[1].text)
+  T.eq(r.summary.traces, 4)
+  -- khlua's export as khlua wrote it, in the dataset FIB re-saved
+  local root = copy(WRITTEN)
+  local e = T.read(FIB .. "/khlua/host_rmsnorm_export.jsonl")
+  local x = root .. "/traces/rmsnorm/khlua_export.jsonl"
+  T.write(x, e)
+  r = assert(kh.task.check(x))
+  T.eq(r.summary.errors, 0, r.problems[1] and r.problems[1].text)
+  T.eq(r.summary.traces, 3)
+  -- from an evaluation without reference timing: no reference figures
+  -- (FIB's default 0.0)
+  local line = lines_of(e)[1]:gsub(',"reference_latency_ms":[%d.e-]+,"speedup_factor":[%d.e-]+', "", 1)
+  T.ok(not line:find("speedup_factor", 1, true))
+  T.write(x, line .. "\n")
+  r = assert(kh.task.check(x))
+  T.eq(r.summary.errors, 0, r.problems[1] and r.problems[1].text)
+  T.eq(r.summary.traces, 1)
+  rm(root)
+end)
+
 ---------------------------------------------------------------------------
 T.test("refusals name file:line, the field and what FIB expects", function()
   local out, code = T.khlua("task", "check", REJECTED)
@@ -111,6 +230,12 @@ T.test("refusals name file:line, the field and what FIB expects", function()
   for _, want in ipairs({
     W .. ":2: solution: expected null in a workload file (FlashInfer-Bench loads every line of workloads/ as a workload, without solution or evaluation), got a string",
     W .. ":3: evaluation: expected null in a workload file",
+    TR .. ":1: evaluation.performance.latency_ms: expected a number >= 0, got -0.01",
+    TR .. ":2: evaluation.performance.speedup_factor: expected a number >= 0, got -5",
+    TR .. ":3: evaluation.performance.reference_latency_ms: expected a number >= 0, got -0.05",
+    TR .. ":4: evaluation.correctness.max_absolute_error: expected a number >= 0 or NaN, got -0.001",
+    TR .. ":5: evaluation.correctness.max_relative_error: expected a number >= 0 or NaN, got -inf",
+    TR .. ":8: evaluation.performance.latency_ms: expected a number >= 0, got NaN",
     TR .. ":9: solution: a trace names a solution or carries an evaluation, got neither",
   }) do
     has_line(out, "error: " .. want)
