@@ -452,7 +452,9 @@ static void check_known_keys(vctx *v, json_t *obj, const char *const *known, siz
     }
 }
 
-static void check_str_array(vctx *v, json_t *obj, const char *key, int min)
+/* An array of at least min strings, each non-empty when asked
+ * (FlashInfer-Bench's List[NonEmptyString]). */
+static void check_str_array(vctx *v, json_t *obj, const char *key, int min, int nonempty)
 {
     json_t *a = json_object_get(obj, key);
     if (!a)
@@ -467,9 +469,12 @@ static void check_str_array(vctx *v, json_t *obj, const char *key, int min)
     json_t *e;
     vpush(v, key);
     json_array_foreach(a, i, e) {
-        if (!json_is_string(e)) {
+        if (!json_is_string(e) || (nonempty && !json_string_length(e))) {
             vpush_i(v, (long)i);
-            VERR(v, NULL, "expected a string, got %s", jtype(e));
+            if (!json_is_string(e))
+                VERR(v, NULL, "expected a %sstring, got %s", nonempty ? "non-empty " : "", jtype(e));
+            else
+                VERR(v, NULL, "expected a non-empty string, got \"\"");
             vpop(v);
         }
     }
@@ -708,6 +713,11 @@ static int parse_tensors(vctx *v, kh_task_def *d, json_t *root, const char *key,
     json_t *t;
     vpush(v, key);
     json_object_foreach(obj, name, t) {
+        if (!*name) {
+            VERR(v, NULL, "expected non-empty %s names, got \"\"",
+                 strcmp(key, "outputs") ? "input" : "output");
+            continue;
+        }
         vpush(v, name);
         kh_task_tensor *ts = &(*out)[*nout];
         if (!json_is_object(t)) {
@@ -960,7 +970,7 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
     if ((s = get_str(v, root, "op_type", 1, 1)))
         d->op_type = kh_strdup(s);
     get_opt_str(v, root, "description");
-    check_str_array(v, root, "tags", 0);
+    check_str_array(v, root, "tags", 0, 1);
     const char *ref = get_str(v, root, "reference", 1, 1);
     if (ref && !has_run(ref))
         VERR(v, "reference", "expected Python source with a top-level 'def run(...)'");
@@ -975,6 +985,10 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
         json_t *a;
         vpush(v, "axes");
         json_object_foreach(axes, name, a) {
+            if (!*name) {
+                VERR(v, NULL, "expected non-empty axis names, got \"\"");
+                continue;
+            }
             vpush(v, name);
             if (!is_ident(name))
                 VWARN(v, NULL, "not an identifier; expressions cannot name this axis");
@@ -1590,7 +1604,7 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
                 continue;
             }
             const char *p = get_str(v, f, "path", 1, 1);
-            get_str(v, f, "content", 1, 0);
+            get_str(v, f, "content", 1, 1);
             if (p && (p[0] == '/' || !strcmp(p, "..") || !strncmp(p, "../", 3) ||
                       strstr(p, "/../") || (strlen(p) >= 3 && !strcmp(p + strlen(p) - 3, "/.."))))
                 VERR(v, "path", "expected a relative path without '..', got \"%s\"", p);
@@ -1630,8 +1644,8 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
         s->language = kh_strdup(lang);
     if (!json_object_get(spec, "target_hardware"))
         VERR(v, "target_hardware", "missing; expected an array of at least one string");
-    check_str_array(v, spec, "target_hardware", 1);
-    check_str_array(v, spec, "dependencies", 0);
+    check_str_array(v, spec, "target_hardware", 1, 0);
+    check_str_array(v, spec, "dependencies", 0, 1);
     json_t *dps = json_object_get(spec, "destination_passing_style");
     if (dps && !json_is_boolean(dps))
         VERR(v, "destination_passing_style", "expected true or false, got %s", jtype(dps));
@@ -1947,10 +1961,20 @@ static void check_evaluation(vctx *v, json_t *ev)
         VERR(v, "environment", "expected an object {hardware, libs}, got %s", jtype(env));
     else {
         vpush(v, "environment");
-        get_str(v, env, "hardware", 1, 0);
+        get_str(v, env, "hardware", 1, 1);
         json_t *libs = json_object_get(env, "libs");
-        if (libs && !json_is_object(libs))
+        if (libs && !json_is_object(libs)) {
             VERR(v, "libs", "expected an object of library: version, got %s", jtype(libs));
+        } else if (libs) {
+            const char *lib;
+            json_t *ver;
+            vpush(v, "libs");
+            json_object_foreach(libs, lib, ver) {
+                if (!json_is_string(ver))
+                    VERR(v, lib, "expected a version string, got %s", jtype(ver));
+            }
+            vpop(v);
+        }
         vpop(v);
     }
     get_str(v, ev, "timestamp", 1, 1);
@@ -1989,6 +2013,9 @@ static void check_evaluation(vctx *v, json_t *ev)
                 else if (x && val < 0)
                     VERR(v, ck[k], "expected a number >= 0 or NaN, got %g", val);
             }
+            json_t *extra = json_object_get(corr, "extra");
+            if (extra && !json_is_null(extra) && !json_is_object(extra))
+                VERR(v, "extra", "expected an object or null, got %s", jtype(extra));
             vpop(v);
         }
     }

@@ -228,6 +228,10 @@ T.test("refusals name file:line, the field and what FIB expects", function()
   local D, S = REJECTED .. "/definitions/x/", REJECTED .. "/solutions/fib/x/fib_ok/"
   local W, TR = REJECTED .. "/workloads/x/fib_ok.jsonl", REJECTED .. "/traces/x/fib_ok.jsonl"
   for _, want in ipairs({
+    D .. 'bad_empty_tag.json:42: tags[1]: expected a non-empty string, got ""',
+    D .. 'bad_empty_axis_name.json:4: axes: expected non-empty axis names, got ""',
+    S .. 'bad_empty_content.json:18: sources[0].content: expected a non-empty string, got ""',
+    S .. 'bad_empty_dependency.json:13: spec.dependencies[1]: expected a non-empty string, got ""',
     W .. ":2: solution: expected null in a workload file (FlashInfer-Bench loads every line of workloads/ as a workload, without solution or evaluation), got a string",
     W .. ":3: evaluation: expected null in a workload file",
     TR .. ":1: evaluation.performance.latency_ms: expected a number >= 0, got -0.01",
@@ -235,6 +239,8 @@ T.test("refusals name file:line, the field and what FIB expects", function()
     TR .. ":3: evaluation.performance.reference_latency_ms: expected a number >= 0, got -0.05",
     TR .. ":4: evaluation.correctness.max_absolute_error: expected a number >= 0 or NaN, got -0.001",
     TR .. ":5: evaluation.correctness.max_relative_error: expected a number >= 0 or NaN, got -inf",
+    TR .. ':6: evaluation.environment.hardware: expected a non-empty string, got ""',
+    TR .. ":7: evaluation.environment.libs.cuda: expected a version string, got a number",
     TR .. ":8: evaluation.performance.latency_ms: expected a number >= 0, got NaN",
     TR .. ":9: solution: a trace names a solution or carries an evaluation, got neither",
   }) do
