@@ -150,6 +150,8 @@ typedef struct kh_task_summary {
     size_t deferred;             /* constraints that need tensor data */
     size_t data_checks;          /* (workload, data constraint) pairs evaluated from blobs */
     size_t blobs_missing, blobs_checked;
+    size_t python_checked;       /* definitions whose reference and constraints Python parsed */
+    const char *python;          /* that Python's version, or NULL */
     size_t errors, warnings;
 } kh_task_summary;
 
@@ -158,6 +160,11 @@ typedef struct kh_task_opts {
     /* a Solution file outside any package or dataset: the package or dataset
      * whose definitions its manifest is checked against (NULL: none) */
     const char *defs_from;
+    /* parse every checked definition's reference and constraints with
+     * Python's ast, as FlashInfer-Bench's validators do (one Python process
+     * per load; without one, a warning): what `khlua task check` and
+     * kh.task.check ask for, not what every load of a task pays for */
+    int python;
 } kh_task_opts;
 
 /* Load PATH: one .json (definition or solution, told apart by content), one

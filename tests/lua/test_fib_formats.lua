@@ -222,12 +222,20 @@ T.test("khlua's export, re-saved by FIB, and as khlua wrote it, read back", func
 end)
 
 ---------------------------------------------------------------------------
+T.test("what FIB's loaders refuse, khlua refuses, and nothing else", function()
+  local r = same_refusals(REJECTED, FIB .. "/rejected.json")
+  T.eq(r.summary.warnings, 0)
+end)
+
 T.test("refusals name file:line, the field and what FIB expects", function()
   local out, code = T.khlua("task", "check", REJECTED)
   T.eq(code, 1, out)
   local D, S = REJECTED .. "/definitions/x/", REJECTED .. "/solutions/fib/x/fib_ok/"
   local W, TR = REJECTED .. "/workloads/x/fib_ok.jsonl", REJECTED .. "/traces/x/fib_ok.jsonl"
   for _, want in ipairs({
+    D .. "bad_reference_syntax.json:39: reference: expected Python source (FlashInfer-Bench parses it with ast.parse), got a syntax error at line 2, column 27 of the reference: invalid syntax",
+    D .. "bad_reference_run_in_string.json:39: reference: expected Python source with a top-level 'def run(...)'; Python's ast finds no top-level function run",
+    D .. "bad_constraint_not_python.json:44: constraints[0]: 'batch_size >= 1 && batch_size <= 4096' is not a Python expression (FlashInfer-Bench parses constraints with ast.parse): invalid syntax at column 18",
     D .. 'bad_empty_tag.json:42: tags[1]: expected a non-empty string, got ""',
     D .. 'bad_empty_axis_name.json:4: axes: expected non-empty axis names, got ""',
     S .. 'bad_empty_content.json:18: sources[0].content: expected a non-empty string, got ""',
@@ -246,4 +254,18 @@ T.test("refusals name file:line, the field and what FIB expects", function()
   }) do
     has_line(out, "error: " .. want)
   end
+end)
+
+T.test("without Python, references and constraints are not parsed, and check says so", function()
+  local out, code = T.khlua_env({ KHLUA_PYTHON = "/nonexistent/python3" }, "task", "check", REJECTED)
+  T.eq(code, 1, out)
+  has_line(out, "warning: " .. REJECTED .. ": reference: not parsed as Python: no interpreter "
+    .. "(/nonexistent/python3 not found; $KHLUA_PYTHON names another); FlashInfer-Bench requires")
+  -- a reference without a `def run(` line is still refused
+  has_line(out, "  15 errors, 1 warning")
+  out = T.khlua_env({ KHLUA_PYTHON = "/bin/false" }, "task", "check", WRITTEN)
+  has_line(out, "warning: " .. WRITTEN .. ": reference: not parsed as Python: /bin/false did not answer (exit 1);")
+  -- loading a task for eval parses nothing (only a check does)
+  local ts <close> = assert(kh.task.load(REJECTED))
+  T.eq(ts:summary().python_checked, 0)
 end)
