@@ -1695,9 +1695,25 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
             VERR(v, "destination_passing_style",
                  "a khlua candidate writes into preallocated outputs; expected true");
         s->manifest = parse_manifest(v, s, k);
+    } else {
+        /* a valid FlashInfer-Bench Solution that eval will refuse: said here,
+         * in eval's words, so a check of a dataset does not promise more */
+        const char *b = json_string_value(bind);
+        int compiled = s->language && (!strcmp(s->language, "cuda") || !strcmp(s->language, "cpp"));
+        VWARN(v, "khlua", "solution '%s' (%s%s%s) %s; khlua eval refuses it",
+              s->name ? s->name : "?", s->language ? s->language : "?", compiled ? ", " : "",
+              compiled ? (b ? b : "tvm-ffi") : "", kh_task_unrunnable(s));
     }
     vpop(v);
     return s;
+}
+
+const char *kh_task_unrunnable(const kh_task_solution *sol)
+{
+    if (sol->manifest)
+        return NULL;
+    return "has no khlua manifest (spec.khlua): khlua runs candidates with a launch manifest, "
+           "not Python or host code that launches itself";
 }
 
 /* ---- workloads and traces ------------------------------------------------------ */

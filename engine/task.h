@@ -195,6 +195,11 @@ size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs);
  * its definition lacks, a bad field): an argument list with a binding left
  * out must never run.  The first error is named with its file and line. */
 kh_status kh_task_solution_errors(const kh_task_set *s, const kh_task_solution *sol, kh_err *err);
+/* Why khlua eval cannot run sol, or NULL when it can: a FlashInfer-Bench
+ * Solution without a launch manifest (Python, Triton, TileLang, or C++/CUDA
+ * bound with TVM-FFI or torch: code that launches its own kernels).  Static
+ * text, the words of eval's refusal and of task check's warning. */
+const char *kh_task_unrunnable(const kh_task_solution *sol);
 size_t kh_task_nworkloads(const kh_task_set *s);
 const kh_task_workload *kh_task_workload_at(const kh_task_set *s, size_t i);
 size_t kh_task_nsolutions(const kh_task_set *s);

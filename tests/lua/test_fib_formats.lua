@@ -80,6 +80,24 @@ local function same_refusals(root, listing)
 end
 
 ---------------------------------------------------------------------------
+T.test("a dataset FIB's writers wrote is read without an error", function()
+  local out, code = T.khlua("task", "check", WRITTEN)
+  T.eq(code, 0, out)
+  has_line(out, WRITTEN .. ": dataset: 4 definitions, 14 workloads in 4 files, 9 traces, 2 solutions (0 candidates)")
+  has_line(out, "  0 errors, 2 warnings")
+  has_line(out, "  references and constraints of 4 definitions parsed by Python")
+  -- and each file alone, against the dataset around it
+  local p = assert(io.popen("find " .. T.quote(WRITTEN) .. " -name '*.json*' | sort"))
+  local n = 0
+  for f in p:lines() do
+    local r = assert(kh.task.check(f))
+    T.eq(r.summary.errors, 0, f .. ": " .. (r.problems[1] and r.problems[1].text or ""))
+    n = n + 1
+  end
+  p:close()
+  T.eq(n, 13)
+end)
+
 T.test("description: null, as model_dump_json writes it for every optional field", function()
   local f = WRITTEN .. "/definitions/rmsnorm/fib_rmsnorm_h64_dumped.json"
   local text = T.read(f)
@@ -224,7 +242,7 @@ end)
 ---------------------------------------------------------------------------
 T.test("what FIB's loaders refuse, khlua refuses, and nothing else", function()
   local r = same_refusals(REJECTED, FIB .. "/rejected.json")
-  T.eq(r.summary.warnings, 0)
+  T.eq(r.summary.warnings, 2) -- the two solutions without a manifest
 end)
 
 T.test("refusals name file:line, the field and what FIB expects", function()
@@ -262,10 +280,49 @@ T.test("without Python, references and constraints are not parsed, and check say
   has_line(out, "warning: " .. REJECTED .. ": reference: not parsed as Python: no interpreter "
     .. "(/nonexistent/python3 not found; $KHLUA_PYTHON names another); FlashInfer-Bench requires")
   -- a reference without a `def run(` line is still refused
-  has_line(out, "  15 errors, 1 warning")
+  has_line(out, "  15 errors, 3 warnings")
   out = T.khlua_env({ KHLUA_PYTHON = "/bin/false" }, "task", "check", WRITTEN)
   has_line(out, "warning: " .. WRITTEN .. ": reference: not parsed as Python: /bin/false did not answer (exit 1);")
   -- loading a task for eval parses nothing (only a check does)
   local ts <close> = assert(kh.task.load(REJECTED))
   T.eq(ts:summary().python_checked, 0)
+end)
+
+---------------------------------------------------------------------------
+T.test("FIB solutions khlua cannot run: task check warns in eval's words", function()
+  local f = WRITTEN .. "/solutions/fib/rmsnorm/fib_rmsnorm_h64/"
+  local why = "has no khlua manifest (spec.khlua): khlua runs candidates with a launch manifest, "
+    .. "not Python or host code that launches itself"
+  for name, kind in pairs({ fib_rmsnorm_h64_python = "python", fib_rmsnorm_h64_cuda = "cuda, tvm-ffi" }) do
+    local out, code = T.khlua("task", "check", f .. name .. ".json")
+    T.eq(code, 0, out)
+    has_line(out, "  0 errors, 1 warning")
+    has_line(out, "warning: " .. f .. name .. ".json:5: spec.khlua: solution '" .. name .. "' ("
+      .. kind .. ") " .. why .. "; khlua eval refuses it")
+  end
+  for _, name in ipairs({ "fib_rmsnorm_h64_python", "fib_rmsnorm_h64_cuda" }) do
+    local eout, ecode = T.khlua("eval", "--task", WRITTEN, "--solution", name, "--no-store")
+    T.eq(ecode, 1, eout)
+    T.match(eout, "solution '" .. name .. "' " .. why:gsub("%p", "%%%0"))
+  end
+end)
+
+---------------------------------------------------------------------------
+T.test("fixtures written afresh by the flashinfer-bench installed here", function()
+  local py = os.getenv("KHLUA_FIB_PYTHON") or "python3"
+  local probe = io.popen(T.quote(py) .. " -c 'import importlib.metadata as m; "
+    .. "print(m.version(\"flashinfer-bench\"))' 2>/dev/null")
+  local ver = probe and probe:read("l")
+  if probe then probe:close() end
+  if not ver then T.skip("flashinfer-bench is not installed for " .. py .. " ($KHLUA_FIB_PYTHON)") end
+  local out = T.tmpdir()
+  local p = assert(io.popen(T.quote(py) .. " " .. T.quote(SRC .. "/scripts/make_fib_fixtures.py")
+    .. " --out " .. T.quote(out) .. " 2>&1"))
+  local log = p:read("a")
+  local ok = p:close()
+  T.ok(ok, log)
+  local r = assert(kh.task.check(out .. "/written"))
+  T.eq(r.summary.errors, 0, r.problems[1] and r.problems[1].text)
+  same_refusals(out .. "/rejected", out .. "/rejected.json")
+  rm(out)
 end)
