@@ -6,7 +6,10 @@
  * evaluation per workload, safetensors header checks (shape and dtype, and
  * single index elements for constraints such as indptr[-1].item(); loading
  * tensors is engine/tensor's), speed-of-light bounds and manifest
- * resolution.  The expression language itself is expr.c's. */
+ * resolution; for a check, references and constraints parsed by a Python
+ * child's ast (FlashInfer-Bench's own rule).  JSON is read as FIB writes it
+ * (bare NaN / Infinity tokens included).  The expression language itself is
+ * expr.c's. */
 #include "task.h"
 
 #include "check.h"
@@ -934,8 +937,8 @@ static void parse_def_khlua(vctx *v, kh_task_def *d, json_t *k)
     vpop(v);
 }
 
-/* A top-level `def run(` in the reference source (FlashInfer-Bench also
- * parses it with Python's ast, which we cannot). */
+/* A line starting `def run(` in the reference source: what a load looks
+ * for; a check asks Python's ast, as FlashInfer-Bench does (check_python). */
 static int has_run(const char *src)
 {
     for (const char *p = src; p; p = strchr(p, '\n')) {
