@@ -22,6 +22,10 @@ static void usage(FILE *f)
             "  (a folder with definition.json), or a dataset (definitions/ workloads/\n"
             "  solutions/ traces/).  Constraints are evaluated against every workload's\n"
             "  axes; candidates' launch manifests are resolved for every workload.\n"
+            "  References and constraints are parsed by Python's ast as FlashInfer-Bench\n"
+            "  does ($KHLUA_PYTHON, else python3; a warning where there is none).\n"
+            "  A FlashInfer-Bench solution without a launch manifest (spec.khlua) is\n"
+            "  valid, with a warning: khlua eval cannot run it.\n"
             "Prints a summary, then every problem as `file:line: field: message`.\n"
             "\n"
             "  --strict  an absent safetensors blob is an error, not a warning\n"
@@ -47,6 +51,10 @@ static json_t *report_json(const kh_task_set *s, const char *path)
         "deferred", (json_int_t)m->deferred, "data_checks", (json_int_t)m->data_checks, "blobs_missing", (json_int_t)m->blobs_missing,
         "blobs_checked", (json_int_t)m->blobs_checked, "errors", (json_int_t)m->errors, "warnings",
         (json_int_t)m->warnings, "deferred_constraints", deferred);
+    if (sum)
+        json_object_set_new(sum, "python_checked", json_integer((json_int_t)m->python_checked));
+    if (sum && m->python)
+        json_object_set_new(sum, "python", json_string(m->python));
     json_t *probs = json_array();
     for (size_t i = 0; i < kh_task_nproblems(s); i++) {
         const kh_task_problem *p = kh_task_problem_at(s, i);
@@ -78,6 +86,10 @@ static void print_text(const kh_task_set *s, const char *path)
     for (size_t i = 0; i < kh_task_ndeferred(s); i++)
         printf("    deferred: %s\n", kh_task_deferred_at(s, i));
     printf("  safetensors blobs: %zu checked, %zu absent\n", m->blobs_checked, m->blobs_missing);
+    if (m->python)
+        printf("  references and constraints of %zu definition%s parsed by Python %s (ast.parse, "
+               "as FlashInfer-Bench does)\n", m->python_checked, m->python_checked == 1 ? "" : "s",
+               m->python);
     printf("  %zu error%s, %zu warning%s\n", m->errors, m->errors == 1 ? "" : "s", m->warnings,
            m->warnings == 1 ? "" : "s");
     char buf[2048];
@@ -92,7 +104,7 @@ static int check(int argc, char **argv)
 {
     const char *path = NULL;
     int json = 0;
-    kh_task_opts opts = {0};
+    kh_task_opts opts = {.python = 1};
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--strict")) {
             opts.strict = 1;

@@ -208,6 +208,11 @@ static void push_summary(lua_State *L, const kh_task_set *s)
     setint(L, "data_checks", m->data_checks);
     setint(L, "blobs_missing", m->blobs_missing);
     setint(L, "blobs_checked", m->blobs_checked);
+    setint(L, "python_checked", m->python_checked);
+    if (m->python) {
+        lua_pushstring(L, m->python);
+        lua_setfield(L, -2, "python");
+    }
     setint(L, "errors", m->errors);
     setint(L, "warnings", m->warnings);
     lua_createtable(L, (int)kh_task_ndeferred(s), 0);
@@ -224,6 +229,7 @@ static int l_check(lua_State *L)
     const char *path = luaL_checkstring(L, 1);
     kh_task_opts o;
     opts_from(L, 2, &o);
+    o.python = 1; /* a check parses references as FlashInfer-Bench does */
     kh_task_set *s;
     kh_err err;
     if (kh_task_load(path, &o, &s, &err))

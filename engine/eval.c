@@ -3578,11 +3578,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
                         "workers are --host-workers)", o->gpus, sol->name ? sol->name : "?");
         goto out;
     }
-    if (!sol->manifest) {
-        st = kh_err_set(err, KH_EUNSUPPORTED,
-                        "solution '%s' has no khlua manifest (spec.khlua): khlua runs candidates "
-                        "with a launch manifest, not Python or host code that launches itself",
-                        sol->name);
+    if (kh_task_unrunnable(sol)) {
+        st = kh_err_set(err, KH_EUNSUPPORTED, "solution '%s' %s", sol->name ? sol->name : "?",
+                        kh_task_unrunnable(sol));
         goto out;
     }
     if (sol->manifest->so && S) {

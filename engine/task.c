@@ -6,18 +6,25 @@
  * evaluation per workload, safetensors header checks (shape and dtype, and
  * single index elements for constraints such as indptr[-1].item(); loading
  * tensors is engine/tensor's), speed-of-light bounds and manifest
- * resolution.  The expression language itself is expr.c's. */
+ * resolution; for a check, references and constraints parsed by a Python
+ * child's ast (FlashInfer-Bench's own rule).  JSON is read as FIB writes it
+ * (bare NaN / Infinity tokens included).  The expression language itself is
+ * expr.c's. */
 #include "task.h"
 
 #include "check.h"
+#include "proc.h"
+#include "pyref.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_FILE (64u << 20)
 #define MAX_HEADER (100u << 20)
@@ -36,6 +43,7 @@ struct kh_task_set {
     size_t nprobs, capprobs;
     char **deferred;
     size_t ndeferred, capdeferred;
+    char python[32]; /* the version of Python that parsed the references, or "" */
     kh_task_summary sum;
 };
 
@@ -394,6 +402,49 @@ static const char *get_str(vctx *v, json_t *obj, const char *key, int required, 
     return json_string_value(j);
 }
 
+/* An optional string member, which FlashInfer-Bench writes as null when
+ * unset (model_dump_json writes "description": null for every one). */
+static const char *get_opt_str(vctx *v, json_t *obj, const char *key)
+{
+    json_t *j = json_object_get(obj, key);
+    if (!j || json_is_null(j))
+        return NULL;
+    if (!json_is_string(j)) {
+        VERR(v, key, "expected a string or null, got %s", jtype(j));
+        return NULL;
+    }
+    return json_string_value(j);
+}
+
+/* A float as FlashInfer-Bench's pydantic reads it: a JSON number, or a
+ * string naming a non-finite value, in any case and with a sign: "NaN",
+ * "Infinity", "-Infinity" (as pydantic writes them, ser_json_inf_nan=
+ * "strings"), "nan", "inf", "-inf" (as khlua writes them).  A bare NaN or
+ * Infinity token arrives here as such a string (parse_json).  0 and *x, or
+ * -1 for anything else. */
+static int fib_float(const json_t *j, double *x)
+{
+    if (json_is_number(j)) {
+        *x = json_number_value(j);
+        return 0;
+    }
+    const char *s = json_string_value(j);
+    if (!s)
+        return -1;
+    double sign = *s == '-' ? -1.0 : 1.0;
+    if (*s == '-' || *s == '+')
+        s++;
+    if (!strcasecmp(s, "nan")) {
+        *x = NAN;
+        return 0;
+    }
+    if (!strcasecmp(s, "inf") || !strcasecmp(s, "infinity")) {
+        *x = sign * INFINITY;
+        return 0;
+    }
+    return -1;
+}
+
 static void check_known_keys(vctx *v, json_t *obj, const char *const *known, size_t n,
                              kh_task_severity sev, const char *why)
 {
@@ -408,7 +459,9 @@ static void check_known_keys(vctx *v, json_t *obj, const char *const *known, siz
     }
 }
 
-static void check_str_array(vctx *v, json_t *obj, const char *key, int min)
+/* An array of at least min strings, each non-empty when asked
+ * (FlashInfer-Bench's List[NonEmptyString]). */
+static void check_str_array(vctx *v, json_t *obj, const char *key, int min, int nonempty)
 {
     json_t *a = json_object_get(obj, key);
     if (!a)
@@ -423,9 +476,12 @@ static void check_str_array(vctx *v, json_t *obj, const char *key, int min)
     json_t *e;
     vpush(v, key);
     json_array_foreach(a, i, e) {
-        if (!json_is_string(e)) {
+        if (!json_is_string(e) || (nonempty && !json_string_length(e))) {
             vpush_i(v, (long)i);
-            VERR(v, NULL, "expected a string, got %s", jtype(e));
+            if (!json_is_string(e))
+                VERR(v, NULL, "expected a %sstring, got %s", nonempty ? "non-empty " : "", jtype(e));
+            else
+                VERR(v, NULL, "expected a non-empty string, got \"\"");
             vpop(v);
         }
     }
@@ -664,6 +720,11 @@ static int parse_tensors(vctx *v, kh_task_def *d, json_t *root, const char *key,
     json_t *t;
     vpush(v, key);
     json_object_foreach(obj, name, t) {
+        if (!*name) {
+            VERR(v, NULL, "expected non-empty %s names, got \"\"",
+                 strcmp(key, "outputs") ? "input" : "output");
+            continue;
+        }
         vpush(v, name);
         kh_task_tensor *ts = &(*out)[*nout];
         if (!json_is_object(t)) {
@@ -674,6 +735,7 @@ static int parse_tensors(vctx *v, kh_task_def *d, json_t *root, const char *key,
         static const char *const known[] = {"shape", "dtype", "description", "optional"};
         check_known_keys(v, t, known, KH_ARRAY_LEN(known), KH_TASK_WARNING,
                          "FlashInfer-Bench ignores it");
+        get_opt_str(v, t, "description");
         if (!strcmp(key, "outputs") && json_object_get(json_object_get(root, "inputs"), name))
             VERR(v, NULL, "'%s' is also an input; expected distinct input and output names", name);
         int ok = 1;
@@ -875,8 +937,8 @@ static void parse_def_khlua(vctx *v, kh_task_def *d, json_t *k)
     vpop(v);
 }
 
-/* A top-level `def run(` in the reference source (FlashInfer-Bench also
- * parses it with Python's ast, which we cannot). */
+/* A line starting `def run(` in the reference source: what a load looks
+ * for; a check asks Python's ast, as FlashInfer-Bench does (check_python). */
 static int has_run(const char *src)
 {
     for (const char *p = src; p; p = strchr(p, '\n')) {
@@ -914,10 +976,10 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
         d->name = kh_strdup(s);
     if ((s = get_str(v, root, "op_type", 1, 1)))
         d->op_type = kh_strdup(s);
-    get_str(v, root, "description", 0, 0);
-    check_str_array(v, root, "tags", 0);
+    get_opt_str(v, root, "description");
+    check_str_array(v, root, "tags", 0, 1);
     const char *ref = get_str(v, root, "reference", 1, 1);
-    if (ref && !has_run(ref))
+    if (ref && !v->s->opts.python && !has_run(ref)) /* else check_python decides */
         VERR(v, "reference", "expected Python source with a top-level 'def run(...)'");
 
     json_t *axes = json_object_get(root, "axes");
@@ -930,10 +992,27 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
         json_t *a;
         vpush(v, "axes");
         json_object_foreach(axes, name, a) {
+            if (!*name) {
+                VERR(v, NULL, "expected non-empty axis names, got \"\"");
+                continue;
+            }
             vpush(v, name);
             if (!is_ident(name))
                 VWARN(v, NULL, "not an identifier; expressions cannot name this axis");
-            const char *type = json_is_object(a) ? get_str(v, a, "type", 1, 1) : NULL;
+            const char *type = NULL;
+            json_t *tj = json_object_get(a, "type"), *tv = json_object_get(a, "value");
+            if (json_is_object(a) && !tj) {
+                /* FlashInfer-Bench's save_json_file leaves the default "type"
+                 * out (exclude_unset); its union then reads an axis whose
+                 * value is an integer >= 0 as const, any other as var */
+                type = json_is_integer(tv) && json_integer_value(tv) >= 0 ? "const" : "var";
+                if (tv && !strcmp(type, "var"))
+                    VWARN(v, "value", "no \"type\" and not an integer >= 0: FlashInfer-Bench reads "
+                          "this axis as var, its value ignored; expected an integer >= 0 (const) "
+                          "or no value (var)");
+            } else if (json_is_object(a)) {
+                type = get_str(v, a, "type", 1, 1);
+            }
             if (!json_is_object(a)) {
                 VERR(v, NULL, "expected an object {\"type\": \"const\"|\"var\"}, got %s", jtype(a));
             } else if (type && strcmp(type, "const") && strcmp(type, "var")) {
@@ -953,7 +1032,7 @@ static kh_task_def *parse_definition(vctx *v, json_t *root)
                         VERR(v, "value", "expected an integer >= 0, got %s", jtype(val));
                     ok = 0;
                 }
-                get_str(v, a, "description", 0, 0);
+                get_opt_str(v, a, "description");
                 if (ok) {
                     kh_task_axis *ax = &d->axes[d->naxes++];
                     ax->name = kh_strdup(name);
@@ -1507,7 +1586,7 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
         s->definition = kh_strdup(x);
     if ((x = get_str(v, root, "author", 1, 1)))
         s->author = kh_strdup(x);
-    get_str(v, root, "description", 0, 0);
+    get_opt_str(v, root, "description");
     if (s->definition)
         s->def = kh_task_find_def(v->s, s->definition);
     if (s->def)
@@ -1532,7 +1611,7 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
                 continue;
             }
             const char *p = get_str(v, f, "path", 1, 1);
-            get_str(v, f, "content", 1, 0);
+            get_str(v, f, "content", 1, 1);
             if (p && (p[0] == '/' || !strcmp(p, "..") || !strncmp(p, "../", 3) ||
                       strstr(p, "/../") || (strlen(p) >= 3 && !strcmp(p + strlen(p) - 3, "/.."))))
                 VERR(v, "path", "expected a relative path without '..', got \"%s\"", p);
@@ -1572,8 +1651,8 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
         s->language = kh_strdup(lang);
     if (!json_object_get(spec, "target_hardware"))
         VERR(v, "target_hardware", "missing; expected an array of at least one string");
-    check_str_array(v, spec, "target_hardware", 1);
-    check_str_array(v, spec, "dependencies", 0);
+    check_str_array(v, spec, "target_hardware", 1, 0);
+    check_str_array(v, spec, "dependencies", 0, 1);
     json_t *dps = json_object_get(spec, "destination_passing_style");
     if (dps && !json_is_boolean(dps))
         VERR(v, "destination_passing_style", "expected true or false, got %s", jtype(dps));
@@ -1619,9 +1698,25 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
             VERR(v, "destination_passing_style",
                  "a khlua candidate writes into preallocated outputs; expected true");
         s->manifest = parse_manifest(v, s, k);
+    } else {
+        /* a valid FlashInfer-Bench Solution that eval will refuse: said here,
+         * in eval's words, so a check of a dataset does not promise more */
+        const char *b = json_string_value(bind);
+        int compiled = s->language && (!strcmp(s->language, "cuda") || !strcmp(s->language, "cpp"));
+        VWARN(v, "khlua", "solution '%s' (%s%s%s) %s; khlua eval refuses it",
+              s->name ? s->name : "?", s->language ? s->language : "?", compiled ? ", " : "",
+              compiled ? (b ? b : "tvm-ffi") : "", kh_task_unrunnable(s));
     }
     vpop(v);
     return s;
+}
+
+const char *kh_task_unrunnable(const kh_task_solution *sol)
+{
+    if (sol->manifest)
+        return NULL;
+    return "has no khlua manifest (spec.khlua): khlua runs candidates with a launch manifest, "
+           "not Python or host code that launches itself";
 }
 
 /* ---- workloads and traces ------------------------------------------------------ */
@@ -1889,10 +1984,20 @@ static void check_evaluation(vctx *v, json_t *ev)
         VERR(v, "environment", "expected an object {hardware, libs}, got %s", jtype(env));
     else {
         vpush(v, "environment");
-        get_str(v, env, "hardware", 1, 0);
+        get_str(v, env, "hardware", 1, 1);
         json_t *libs = json_object_get(env, "libs");
-        if (libs && !json_is_object(libs))
+        if (libs && !json_is_object(libs)) {
             VERR(v, "libs", "expected an object of library: version, got %s", jtype(libs));
+        } else if (libs) {
+            const char *lib;
+            json_t *ver;
+            vpush(v, "libs");
+            json_object_foreach(libs, lib, ver) {
+                if (!json_is_string(ver))
+                    VERR(v, lib, "expected a version string, got %s", jtype(ver));
+            }
+            vpop(v);
+        }
         vpop(v);
     }
     get_str(v, ev, "timestamp", 1, 1);
@@ -1919,17 +2024,21 @@ static void check_evaluation(vctx *v, json_t *ev)
         if (!json_is_object(corr)) {
             VERR(v, "correctness", "expected an object, got %s", jtype(corr));
         } else {
+            /* FlashInfer-Bench's Correctness: absent means 0.0; non-negative or NaN */
             vpush(v, "correctness");
             static const char *const ck[] = {"max_relative_error", "max_absolute_error"};
             for (size_t k = 0; k < 2; k++) {
                 json_t *x = json_object_get(corr, ck[k]);
-                const char *sv = json_string_value(x);
-                if (!x)
-                    VERR(v, ck[k], "missing; expected a number");
-                else if (!json_is_number(x) &&
-                         !(sv && (!strcmp(sv, "inf") || !strcmp(sv, "nan") || !strcmp(sv, "-inf"))))
-                    VERR(v, ck[k], "expected a number (or \"inf\" / \"nan\"), got %s", jtype(x));
+                double val;
+                if (x && fib_float(x, &val))
+                    VERR(v, ck[k], "expected a number (or \"NaN\" / \"Infinity\"), got %s",
+                         jtype(x));
+                else if (x && val < 0)
+                    VERR(v, ck[k], "expected a number >= 0 or NaN, got %g", val);
             }
+            json_t *extra = json_object_get(corr, "extra");
+            if (extra && !json_is_null(extra) && !json_is_object(extra))
+                VERR(v, "extra", "expected an object or null, got %s", jtype(extra));
             vpop(v);
         }
     }
@@ -1937,15 +2046,21 @@ static void check_evaluation(vctx *v, json_t *ev)
         if (!json_is_object(perf)) {
             VERR(v, "performance", "expected an object, got %s", jtype(perf));
         } else {
+            /* FlashInfer-Bench's Performance: absent means 0.0; >= 0, so
+             * never NaN (khlua's eval leaves the reference figures out when
+             * the reference was not timed) */
             vpush(v, "performance");
             static const char *const pk[] = {"latency_ms", "reference_latency_ms",
                                              "speedup_factor"};
             for (size_t k = 0; k < 3; k++) {
                 json_t *x = json_object_get(perf, pk[k]);
-                if (!x)
-                    VERR(v, pk[k], "missing; expected a number");
-                else if (!json_is_number(x))
-                    VERR(v, pk[k], "expected a number, got %s", jtype(x));
+                double val;
+                if (x && fib_float(x, &val))
+                    VERR(v, pk[k], "expected a number (or \"Infinity\"), got %s", jtype(x));
+                else if (x && isnan(val))
+                    VERR(v, pk[k], "expected a number >= 0, got NaN");
+                else if (x && val < 0)
+                    VERR(v, pk[k], "expected a number >= 0, got %g", val);
             }
             vpop(v);
         }
@@ -1953,7 +2068,13 @@ static void check_evaluation(vctx *v, json_t *ev)
     vpop(v);
 }
 
-static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces, file_state *fs)
+/* What a JSONL file holds.  FlashInfer-Bench's TraceSet.from_path asserts
+ * that every line of workloads/ is a workload trace (solution and
+ * evaluation null) and that no line of traces/ is; a file outside both (a
+ * `khlua store export`) is told line by line. */
+typedef enum jl_kind { JL_WORKLOADS, JL_TRACES, JL_EITHER } jl_kind;
+
+static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, jl_kind kind, file_state *fs)
 {
     kh_task_set *s = v->s;
     if (!json_is_object(rec)) {
@@ -1980,19 +2101,26 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces
             VERR(v, "definition", "expected the name of a known definition, got \"%s\" (%zu "
                                   "definitions loaded)", dn, s->ndefs);
     }
+    /* FlashInfer-Bench's Trace: solution is a name or null (a trace may
+     * name none), evaluation an Evaluation or null */
     json_t *sol = json_object_get(rec, "solution");
     json_t *ev = json_object_get(rec, "evaluation");
-    int trace = in_traces || (sol && !json_is_null(sol)) || (ev && !json_is_null(ev));
-    w->is_trace = trace;
-    if (trace) {
-        get_str(v, rec, "solution", 1, 1);
-        if (!ev)
-            VERR(v, "evaluation", "missing; a trace carries an evaluation");
-        else if (!json_is_null(ev))
-            check_evaluation(v, ev);
-    } else if (sol && !json_is_null(sol)) {
-        VERR(v, "solution", "expected null in a workload file, got %s", jtype(sol));
+    int has_sol = sol && !json_is_null(sol), has_ev = ev && !json_is_null(ev);
+    if (has_sol && !json_is_string(sol))
+        VERR(v, "solution", "expected a solution name or null, got %s", jtype(sol));
+    if (kind == JL_WORKLOADS) {
+        if (has_sol || has_ev)
+            VERR(v, has_sol ? "solution" : "evaluation",
+                 "expected null in a workload file (FlashInfer-Bench loads every line of "
+                 "workloads/ as a workload, without solution or evaluation), got %s%s",
+                 jtype(has_sol ? sol : ev), has_sol && has_ev ? " (and an evaluation)" : "");
+    } else if (kind == JL_TRACES && !has_sol && !has_ev) {
+        VERR(v, "solution", "a trace names a solution or carries an evaluation, got neither; "
+                            "expected a trace (a workload belongs in workloads/)");
     }
+    w->is_trace = kind == JL_TRACES || (kind == JL_EITHER && (has_sol || has_ev));
+    if (w->is_trace && has_ev)
+        check_evaluation(v, ev);
     json_t *wl = json_object_get(rec, "workload");
     if (!wl) {
         VERR(v, "workload", "missing; expected an object {uuid, axes, inputs}");
@@ -2168,11 +2296,98 @@ static kh_task_workload *parse_workload_line(vctx *v, json_t *rec, int in_traces
 }
 
 /* ---- files ------------------------------------------------------------------ */
+/* The bare tokens NaN, Infinity and -Infinity outside strings: Python's
+ * json module writes them for non-finite floats (json.dump of a
+ * FlashInfer-Bench model_dump()), pydantic reads them, jansson refuses them.
+ * Each is the length of its token (0 when there is none at text). */
+static size_t nonfinite_token(const char *text, size_t len)
+{
+    static const char *const toks[] = {"NaN", "Infinity", "-Infinity"};
+    for (size_t k = 0; k < KH_ARRAY_LEN(toks); k++) {
+        size_t n = strlen(toks[k]);
+        if (n <= len && !memcmp(text, toks[k], n) &&
+            (n == len || !strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
+                                 text[n]) || !text[n]))
+            return n;
+    }
+    return 0;
+}
+
+/* json_loadb, after writing every bare non-finite token as the string
+ * FlashInfer-Bench's pydantic writes for it ("NaN", "Infinity",
+ * "-Infinity"), which the float fields read (fib_float).  No newline is
+ * added, so lines stay; a syntax error's column is given in the text as
+ * written (two quotes less per token before it on its line). */
+static json_t *parse_json(const char *text, size_t len, json_error_t *je)
+{
+    size_t ntok = 0, tl;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (in_str) {
+            if (text[i] == '\\')
+                i++;
+            else if (text[i] == '"')
+                in_str = 0;
+        } else if (text[i] == '"') {
+            in_str = 1;
+        } else if ((text[i] == 'N' || text[i] == 'I' || text[i] == '-') &&
+                   (tl = nonfinite_token(text + i, len - i))) {
+            ntok++;
+            i += tl - 1;
+        }
+    }
+    if (!ntok)
+        return json_loadb(text, len, JSON_REJECT_DUPLICATES, je);
+    char *buf = malloc(len + 2 * ntok);
+    size_t *at = malloc(ntok * sizeof *at); /* where each token starts in buf */
+    if (!buf || !at) {
+        free(buf);
+        free(at);
+        return json_loadb(text, len, JSON_REJECT_DUPLICATES, je); /* names the token */
+    }
+    size_t n = 0, k = 0;
+    in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        tl = 0;
+        if (in_str) {
+            if (text[i] == '\\' && i + 1 < len) {
+                buf[n++] = text[i++];
+            } else if (text[i] == '"') {
+                in_str = 0;
+            }
+        } else if (text[i] == '"') {
+            in_str = 1;
+        } else if ((text[i] == 'N' || text[i] == 'I' || text[i] == '-') &&
+                   (tl = nonfinite_token(text + i, len - i))) {
+            at[k++] = n;
+            buf[n++] = '"';
+            memcpy(buf + n, text + i, tl);
+            n += tl;
+            buf[n++] = '"';
+            i += tl - 1;
+            continue;
+        }
+        buf[n++] = text[i];
+    }
+    json_t *j = json_loadb(buf, n, JSON_REJECT_DUPLICATES, je);
+    if (!j && je->position >= 0) {
+        size_t line_start = (size_t)je->position < n ? (size_t)je->position : n;
+        while (line_start > 0 && buf[line_start - 1] != '\n')
+            line_start--;
+        for (size_t t = 0; t < k; t++)
+            if (at[t] >= line_start && at[t] < (size_t)je->position)
+                je->column -= 2;
+    }
+    free(buf);
+    free(at);
+    return j;
+}
+
 static json_t *load_json_text(kh_task_set *s, const char *file, const char *text, size_t len,
                               int line0)
 {
     json_error_t je;
-    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *j = parse_json(text, len, &je);
     if (!j)
         add_problem(s, KH_TASK_ERROR, file, line0 + (je.line > 0 ? je.line - 1 : 0), "json",
                     "invalid JSON at column %d: %s", je.column, je.text);
@@ -2266,7 +2481,7 @@ static void load_solution_file(kh_task_set *s, const char *file)
     free(text);
 }
 
-static void load_jsonl_file(kh_task_set *s, const char *file, int in_traces)
+static void load_jsonl_file(kh_task_set *s, const char *file, jl_kind kind)
 {
     size_t len;
     kh_err err;
@@ -2276,7 +2491,7 @@ static void load_jsonl_file(kh_task_set *s, const char *file, int in_traces)
         return;
     }
     s->sum.files++;
-    if (!in_traces)
+    if (kind != JL_TRACES)
         s->sum.workload_files++;
     file_state fs = {0};
     int line = 0;
@@ -2291,7 +2506,7 @@ static void load_jsonl_file(kh_task_set *s, const char *file, int in_traces)
             json_t *j = load_json_text(s, file, p, n, line);
             if (j) {
                 vctx v = {.s = s, .file = file, .text = p, .len = n, .base_line = line};
-                kh_task_workload *w = parse_workload_line(&v, j, in_traces, &fs);
+                kh_task_workload *w = parse_workload_line(&v, j, kind, &fs);
                 if (w)
                     w->seq = s->nwls;
                 if (w && PUSH(s->wls, s->nwls, s->capwls, w))
@@ -2363,7 +2578,7 @@ static void load_tree(kh_task_set *s, const char *dir, const char *ext, fkind ki
         else if (kind == F_SOL)
             load_solution_file(s, files[i]);
         else
-            load_jsonl_file(s, files[i], kind == F_TRACE);
+            load_jsonl_file(s, files[i], kind == F_TRACE ? JL_TRACES : JL_WORKLOADS);
         free(files[i]);
     }
     free(files);
@@ -2434,7 +2649,7 @@ static void load_package(kh_task_set *s, const char *root)
         if (n)
             qsort(files, n, sizeof *files, cmp_str);
         for (size_t i = 0; i < n; i++) {
-            load_jsonl_file(s, files[i], 0);
+            load_jsonl_file(s, files[i], JL_WORKLOADS);
             free(files[i]);
         }
         free(files);
@@ -2477,6 +2692,19 @@ static char *find_root(const char *file, int *pkg)
             return dir;
         }
     }
+}
+
+/* A lone JSONL file: a package's are workloads; in a dataset, or a path
+ * naming one, traces/ and workloads/ say; anything else is told by content. */
+static jl_kind jsonl_kind(const char *path, const char *root, int pkg)
+{
+    if (root && pkg)
+        return JL_WORKLOADS;
+    if (strstr(path, "/traces/") || !strncmp(path, "traces/", 7))
+        return JL_TRACES;
+    if (strstr(path, "/workloads/") || !strncmp(path, "workloads/", 10))
+        return JL_WORKLOADS;
+    return JL_EITHER;
 }
 
 static int cmp_wl(const void *pa, const void *pb)
@@ -2588,6 +2816,186 @@ static void cross_check(kh_task_set *s)
     }
 }
 
+/* ---- references and constraints as Python ------------------------------------------
+ * FlashInfer-Bench's Definition validators parse the reference with
+ * ast.parse and require a top-level function run (an ast.FunctionDef in the
+ * module body: not async, not nested, not inside a string), and parse every
+ * constraint with ast.parse(mode="eval").  C cannot parse Python, so a check
+ * hands the references and constraints of every checked definition to one
+ * Python process (the interpreter of Python references: kh_pyref_python)
+ * that only parses them, never runs them.  Without one, a warning says so
+ * and a line starting `def run(` is all that is looked for. */
+static const char AST_CHECK[] =
+    "import ast, json, sys, warnings\n"
+    "warnings.simplefilter('ignore')\n"
+    "def err(e):\n"
+    "    return [getattr(e, 'msg', None) or str(e), getattr(e, 'lineno', 0) or 0,"
+    " getattr(e, 'offset', 0) or 0]\n"
+    "out = []\n"
+    "for item in json.load(open(sys.argv[1], encoding='utf-8')):\n"
+    "    r = {'constraints': []}\n"
+    "    if item['reference'] is not None:\n"
+    "        try:\n"
+    "            mod = ast.parse(item['reference'], mode='exec')\n"
+    "            r['run'] = any(isinstance(n, ast.FunctionDef) and n.name == 'run'"
+    " for n in mod.body)\n"
+    "        except (SyntaxError, ValueError) as e:\n"
+    "            r['syntax'] = err(e)\n"
+    "    for i, c in enumerate(item['constraints']):\n"
+    "        if c is None:\n"
+    "            continue\n"
+    "        try:\n"
+    "            ast.parse(c, mode='eval')\n"
+    "        except (SyntaxError, ValueError) as e:\n"
+    "            r['constraints'].append([i] + err(e))\n"
+    "    out.append(r)\n"
+    "print('KHLUA-AST ' + json.dumps({'python': sys.version.split()[0], 'results': out}))\n";
+
+/* The has_run look, for when Python could not parse the references. */
+static void check_run_lines(kh_task_set *s, kh_task_def **defs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *ref = json_string_value(json_object_get(defs[i]->json, "reference"));
+        if (!ref || !*ref || has_run(ref))
+            continue;
+        size_t len;
+        kh_err err;
+        char *text = read_file(defs[i]->file, &len, &err);
+        vctx v = {.s = s, .file = defs[i]->file, .text = text, .len = text ? len : 0,
+                  .base_line = 1};
+        VERR(&v, "reference", "expected Python source with a top-level 'def run(...)'");
+        free(text);
+    }
+}
+
+static void report_python(kh_task_set *s, const kh_task_def *d, json_t *r)
+{
+    json_t *syn = json_object_get(r, "syntax"), *cons = json_object_get(r, "constraints");
+    int no_run = json_is_false(json_object_get(r, "run"));
+    if (!syn && !no_run && !json_array_size(cons))
+        return;
+    size_t len;
+    kh_err err;
+    char *text = read_file(d->file, &len, &err);
+    vctx v = {.s = s, .file = d->file, .text = text, .len = text ? len : 0, .base_line = 1};
+    if (syn)
+        VERR(&v, "reference", "expected Python source (FlashInfer-Bench parses it with "
+             "ast.parse), got a syntax error at line %lld, column %lld of the reference: %s",
+             (long long)json_integer_value(json_array_get(syn, 1)),
+             (long long)json_integer_value(json_array_get(syn, 2)),
+             json_string_value(json_array_get(syn, 0)));
+    else if (no_run)
+        VERR(&v, "reference", "expected Python source with a top-level 'def run(...)'; Python's "
+             "ast finds no top-level function run (FlashInfer-Bench requires one)");
+    json_t *all = json_object_get(d->json, "constraints");
+    size_t i;
+    json_t *c;
+    vpush(&v, "constraints");
+    json_array_foreach(cons, i, c) {
+        size_t at = (size_t)json_integer_value(json_array_get(c, 0)), k = 0;
+        for (size_t j = 0; j < at; j++) /* its place among d->constraints */
+            k += json_is_string(json_array_get(all, j));
+        if (k >= d->nconstraints || !d->constraints[k].expr)
+            continue; /* khlua's own parser already named the problem */
+        vpush_i(&v, (long)at);
+        VERR(&v, NULL, "'%s' is not a Python expression (FlashInfer-Bench parses constraints with "
+             "ast.parse): %s at column %lld", d->constraints[k].text,
+             json_string_value(json_array_get(c, 1)),
+             (long long)json_integer_value(json_array_get(c, 3)));
+        vpop(&v);
+    }
+    vpop(&v);
+    free(text);
+}
+
+static void check_python(kh_task_set *s, const char *path)
+{
+    kh_task_def **defs = s->ndefs ? calloc(s->ndefs, sizeof *defs) : NULL;
+    json_t *items = json_array();
+    size_t n = 0;
+    for (size_t i = 0; defs && items && i < s->ndefs; i++) {
+        kh_task_def *d = s->defs[i];
+        if (d->context)
+            continue;
+        json_t *cons = json_object_get(d->json, "constraints"), *texts = json_array();
+        for (size_t k = 0; texts && k < json_array_size(cons); k++) {
+            json_t *c = json_array_get(cons, k);
+            json_array_append_new(texts, json_is_string(c) ? json_incref(c) : json_null());
+        }
+        json_t *ref = json_object_get(d->json, "reference");
+        /* [texts] stolen by the pack, the item by the append, even when they fail */
+        json_t *item = json_pack("{s:O, s:o}", "reference", json_is_string(ref) ? ref : json_null(),
+                                 "constraints", texts);
+        if (item && !json_array_append_new(items, item))
+            defs[n++] = d;
+    }
+    const char *asked = NULL;
+    char *py = n ? kh_pyref_python(&asked) : NULL;
+    char why[600] = "";
+    char tmp[4096] = "";
+    kh_child_result res = {0};
+    json_t *answer = NULL;
+    if (!n) {
+        goto out;
+    } else if (!py) {
+        snprintf(why, sizeof why, "no interpreter (%s not found; $KHLUA_PYTHON names another)",
+                 asked ? asked : "python3");
+        goto out;
+    }
+    const char *tdir = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/khlua-ast-XXXXXX", tdir && *tdir ? tdir : "/tmp");
+    int fd = mkstemp(tmp);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    if (!f) {
+        snprintf(why, sizeof why, "cannot write a temporary file (%s): %s", tmp, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        goto out;
+    }
+    int bad = json_dumpf(items, f, JSON_COMPACT);
+    if (fclose(f) || bad) {
+        snprintf(why, sizeof why, "cannot write %s", tmp);
+        goto out;
+    }
+    char *argv[] = {py, "-I", "-c", (char *)AST_CHECK, tmp, NULL};
+    kh_err err;
+    if (kh_proc_run(argv, 120.0, 64u << 20, &res, &err)) {
+        snprintf(why, sizeof why, "%s could not run: %s", py, err.msg);
+        goto out;
+    }
+    const char *mark = res.out ? strstr(res.out, "KHLUA-AST ") : NULL;
+    answer = mark ? json_loads(mark + 10, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    json_t *results = json_object_get(answer, "results");
+    if (!res.exited || res.exit_code || json_array_size(results) != n) {
+        char how[128];
+        kh_child_describe(&res, how, sizeof how);
+        snprintf(why, sizeof why, "%s did not answer (%s)%s%.200s", py, how,
+                 res.out && *res.out ? ": " : "", res.out ? res.out : "");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        report_python(s, defs[i], json_array_get(results, i));
+    s->sum.python_checked = n;
+    const char *ver = json_string_value(json_object_get(answer, "python"));
+    snprintf(s->python, sizeof s->python, "%s", ver ? ver : "?");
+    s->sum.python = s->python;
+out:
+    if (*why) {
+        add_problem(s, KH_TASK_WARNING, path, 0, "reference",
+                    "not parsed as Python: %s; FlashInfer-Bench requires every reference to parse "
+                    "(ast.parse) with a top-level function run, and every constraint to be a "
+                    "Python expression: only a line starting 'def run(' was looked for", why);
+        check_run_lines(s, defs, n);
+    }
+    if (*tmp)
+        unlink(tmp);
+    kh_child_result_free(&res);
+    json_decref(answer);
+    json_decref(items);
+    free(py);
+    free(defs);
+}
+
 kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set **out, kh_err *err)
 {
     *out = NULL;
@@ -2637,7 +3045,7 @@ kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set *
                 s->quiet = 0;
                 s->sum.files = 0;
             }
-            load_jsonl_file(s, path, strstr(path, "/traces/") != NULL || !strncmp(path, "traces/", 7));
+            load_jsonl_file(s, path, jsonl_kind(path, s->root, pkg));
         } else {
             size_t len;
             char *text = read_file(path, &len, err);
@@ -2646,7 +3054,7 @@ kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set *
                 return err ? err->code : KH_EIO;
             }
             json_error_t je;
-            json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+            json_t *j = parse_json(text, len, &je);
             int is_sol = json_is_object(j) && json_object_get(j, "spec");
             json_decref(j);
             free(text);
@@ -2685,6 +3093,8 @@ kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set *
         }
     }
     cross_check(s);
+    if (s->opts.python)
+        check_python(s, path);
     *out = s;
     return KH_OK;
 }

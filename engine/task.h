@@ -150,6 +150,8 @@ typedef struct kh_task_summary {
     size_t deferred;             /* constraints that need tensor data */
     size_t data_checks;          /* (workload, data constraint) pairs evaluated from blobs */
     size_t blobs_missing, blobs_checked;
+    size_t python_checked;       /* definitions whose reference and constraints Python parsed */
+    const char *python;          /* that Python's version, or NULL */
     size_t errors, warnings;
 } kh_task_summary;
 
@@ -158,6 +160,11 @@ typedef struct kh_task_opts {
     /* a Solution file outside any package or dataset: the package or dataset
      * whose definitions its manifest is checked against (NULL: none) */
     const char *defs_from;
+    /* parse every checked definition's reference and constraints with
+     * Python's ast, as FlashInfer-Bench's validators do (one Python process
+     * per load; without one, a warning): what `khlua task check` and
+     * kh.task.check ask for, not what every load of a task pays for */
+    int python;
 } kh_task_opts;
 
 /* Load PATH: one .json (definition or solution, told apart by content), one
@@ -188,6 +195,11 @@ size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs);
  * its definition lacks, a bad field): an argument list with a binding left
  * out must never run.  The first error is named with its file and line. */
 kh_status kh_task_solution_errors(const kh_task_set *s, const kh_task_solution *sol, kh_err *err);
+/* Why khlua eval cannot run sol, or NULL when it can: a FlashInfer-Bench
+ * Solution without a launch manifest (Python, Triton, TileLang, or C++/CUDA
+ * bound with TVM-FFI or torch: code that launches its own kernels).  Static
+ * text, the words of eval's refusal and of task check's warning. */
+const char *kh_task_unrunnable(const kh_task_solution *sol);
 size_t kh_task_nworkloads(const kh_task_set *s);
 const kh_task_workload *kh_task_workload_at(const kh_task_set *s, size_t i);
 size_t kh_task_nsolutions(const kh_task_set *s);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static char *fixture(const char *rel)
@@ -281,6 +282,61 @@ static void test_broken_definitions(void **state)
     free(dir);
 }
 
+/* Non-finite floats as FlashInfer-Bench writes them: bare NaN / Infinity /
+ * -Infinity tokens (Python's json module) are read as the strings pydantic
+ * writes for them, never inside strings; a syntax error after one is named
+ * at its line and column as written. */
+static void test_nonfinite_tokens(void **state)
+{
+    (void)state;
+    char *dir = kh_test_tmpdir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/definitions", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/traces", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/definitions/tiny.json", dir);
+    kh_test_write_file(path, GOOD_DEF);
+    const char *head = "{\"definition\": \"tiny\", \"workload\": {\"uuid\": \"u1\", \"axes\": "
+                       "{\"M\": 4}, \"inputs\": {\"a\": {\"type\": \"random\"}}}, \"solution\": "
+                       "\"s\", \"evaluation\": {\"status\": \"INCORRECT_NUMERICAL\", "
+                       "\"environment\": {\"hardware\": \"H200\", \"libs\": {}}, \"timestamp\": "
+                       "\"t\", \"log\": \"NaN \\\"Infinity\\\" -Infinity\", \"correctness\": "
+                       "{\"max_relative_error\": NaN, \"max_absolute_error\": ";
+    char text[4096];
+    snprintf(text, sizeof text, "%sInfinity}, \"performance\": null}}\n"
+             "%s-Infinity}, \"performance\": null}}\n"
+             "%sInfinity}, \"performance\": nul}}\n", head, head, head);
+    snprintf(path, sizeof path, "%s/traces/tiny.jsonl", dir);
+    kh_test_write_file(path, text);
+    kh_task_set *s = load_ok(dir, 0);
+    has_problem(s, 2, "evaluation.correctness.max_absolute_error",
+                "expected a number >= 0 or NaN, got -inf");
+    /* the column of the stray "nul" in the line as written */
+    char line3[2048];
+    snprintf(line3, sizeof line3, "%sInfinity}, \"performance\": nul}}", head);
+    json_error_t je;
+    char *nan0 = replace(line3, "NaN,", "0.0,");
+    char *same = replace(nan0, "Infinity}", "12345678}");
+    assert_null(json_loads(same, 0, &je));
+    free(nan0);
+    free(same);
+    char col[64];
+    snprintf(col, sizeof col, "invalid JSON at column %d:", je.column);
+    has_problem(s, 3, "json", col);
+    assert_int_equal(kh_task_set_summary(s)->errors, 2);
+    assert_int_equal(kh_task_set_summary(s)->traces, 2);
+    const kh_task_workload *w = kh_task_workload_at(s, 0);
+    json_t *ev = json_object_get(w->record, "evaluation");
+    assert_string_equal(json_string_value(json_object_get(ev, "log")), "NaN \"Infinity\" -Infinity");
+    json_t *c = json_object_get(ev, "correctness");
+    assert_string_equal(json_string_value(json_object_get(c, "max_relative_error")), "NaN");
+    assert_string_equal(json_string_value(json_object_get(c, "max_absolute_error")), "Infinity");
+    kh_task_set_free(s);
+    kh_test_rmtree(dir);
+    free(dir);
+}
+
 /* kh_pyref_inputs makes the workers' inputs; a skipped one stays NULL and
  * the others are the same bits as without skipping. */
 static void test_pyref_inputs_skip(void **state)
@@ -324,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_fixture_package),
         cmocka_unit_test(test_real_dataset),
         cmocka_unit_test(test_broken_definitions),
+        cmocka_unit_test(test_nonfinite_tokens),
         cmocka_unit_test(test_pyref_inputs_skip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
