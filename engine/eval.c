@@ -3627,7 +3627,9 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     }
     for (size_t i = 0; i < nw; i++) {
         const kh_task_workload *w = kh_task_workload_at(P, i);
-        if (!w->definition || strcmp(w->definition, d->name) || !w->axes_ok || !w->uuid)
+        /* a trace line names a workload that was run: not one to run */
+        if (!w->definition || strcmp(w->definition, d->name) || !w->axes_ok || !w->uuid ||
+            w->is_trace)
             continue;
         if (!strcmp(sel, "all") || (by_count && (long)n < firstn))
             ws[n++] = w;

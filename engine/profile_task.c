@@ -239,7 +239,8 @@ kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
     }
     for (size_t i = 0; i < kh_task_nworkloads(P) && !w; i++) {
         const kh_task_workload *x = kh_task_workload_at(P, i);
-        if (!x->definition || strcmp(x->definition, d->name) || !x->uuid || !x->axes_ok)
+        if (!x->definition || strcmp(x->definition, d->name) || !x->uuid || !x->axes_ok ||
+            x->is_trace)
             continue;
         if (!o->workload || !strcmp(o->workload, x->uuid))
             w = x;

@@ -101,8 +101,11 @@ function M.load_task(cfg)
     inputs = d.inputs, outputs = d.outputs, constraints = d.constraints, tolerance = d.tolerance,
     description = d.json.description, reference_code = d.json.reference, workloads = {} }
   for _, w in ipairs(ts:workloads(name)) do
-    task.workloads[#task.workloads + 1] = { uuid = w.uuid, axes = w.axes,
-      sol = ts:speed_of_light(name, w) }
+    -- a dataset's traces name workloads that were run, not ones to run
+    if not w.trace then
+      task.workloads[#task.workloads + 1] = { uuid = w.uuid, axes = w.axes,
+        sol = ts:speed_of_light(name, w) }
+    end
   end
   local sols = {}
   for _, s in ipairs(ts:solutions(name)) do sols[s.name] = s end

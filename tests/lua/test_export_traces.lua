@@ -104,5 +104,3 @@ T.test("a run that is not there, or --run with jsonl, is said", function()
   T.match(out, "is a candidate record, not a run")
   T.ok(B.run ~= A.run)
 end)
-
-T.run()

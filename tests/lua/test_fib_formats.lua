@@ -326,3 +326,15 @@ T.test("fixtures written afresh by the flashinfer-bench installed here", functio
   same_refusals(out .. "/rejected", out .. "/rejected.json")
   rm(out)
 end)
+
+T.test("a dataset's traces are not workloads to run (eval, the policies)", function()
+  -- host_rmsnorm_h1024 has 7 workload lines and 4 trace lines: eval ran all 11
+  local sol = SRC .. "/kernels/host_rmsnorm/solutions/host_rmsnorm_h1024_c_v1.json"
+  local out, code = T.khlua("eval", "--task", WRITTEN, "--solution", sol, "--workloads", "99", "--no-store")
+  T.ok(code ~= 0, out)
+  T.match(out, "'host_rmsnorm_h1024' has 7 workloads")
+  package.path = SRC .. "/policies/?.lua;" .. package.path
+  local ctl = require "lib.controller"
+  local task = ctl.load_task { task = WRITTEN, definition = "host_rmsnorm_h1024", seed_solution = sol }
+  T.eq(#task.workloads, 7)
+end)

@@ -130,5 +130,3 @@ T.test("what is missing is named: a kernel to start from, any reference, the int
   T.eq(code, 1, out)
   T.match(out, "names the trusted reference axpb_ref_c %(khlua%.reference%), which is not among")
 end)
-
-T.run()

@@ -276,5 +276,3 @@ T.test("diff: lines rebuild both texts; as few changed lines as diff --minimal f
   -- changes 2n lines apart share a hunk (as in diff -u)
   T.eq(select(2, diff.unified(a, (b:gsub("\n12\n", "\ntwelve\n"))):gsub("@@ %-", "")), 1)
 end)
-
-T.run()
