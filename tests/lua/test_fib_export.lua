@@ -428,3 +428,24 @@ for name, args in cases:
   T.eq(seen, 9, out)
 end)
 
+
+T.test("scripts/fib_roundtrip.py --build-only: FlashInfer-Bench's own loader and builder take it", function()
+  need_nvcc()
+  local stub = SRC .. "/tests/lua/lib/torch_stub"
+  -- FlashInfer-Bench imports torch at module level; without torch here, the stand-in
+  local env = sh_ok(T.quote(PY) .. " -c 'import torch'") and "" or ("PYTHONPATH=" .. T.quote(stub) .. " ")
+  if not sh_ok(env .. T.quote(PY) .. " -c 'import flashinfer_bench, tvm_ffi'") then
+    T.skip(PY .. " cannot import flashinfer_bench and tvm_ffi (pip install flashinfer-bench)")
+  end
+  local _, _, dir = export(FIX_SOL, FIX)
+  local cache = T.tmpdir()
+  local out, code = capture(env .. "FIB_CACHE_PATH=" .. T.quote(cache) .. " TVM_FFI_CUDA_ARCH_LIST=9.0 "
+    .. T.quote(PY) .. " " .. T.quote(SRC .. "/scripts/fib_roundtrip.py") .. " " .. T.quote(dir)
+    .. " " .. T.quote(FIX) .. " --build-only --json " .. T.quote(cache .. "/r.json"))
+  T.eq(code, 0, out)
+  T.match(out, "solution scale_rows_f32_cuda %(definition scale_rows_f32%): built in [%d.]+ s by "
+    .. "tvm_ffi, entry binding%.cu::run, library " .. plain(cache))
+  local r = kh.json.decode(T.read(cache .. "/r.json"))
+  T.eq(r.build.status, "OK")
+  T.eq(r.build.builder, "tvm_ffi")
+end)
