@@ -509,8 +509,10 @@ static kh_status emit_entry(gen *g)
         sb_printf(o, "    check_tensor(%s, \"%s '", is_out ? g->outp[i - d->ninputs] : g->in[i],
                   is_out ? "output" : "input");
         sb_text(o, t->name, 1);
-        sb_printf(o, "'\", %zu, \"%s\", %d, %d, %d);\n", t->rank, t->dtype,
-                  di ? di->code : -1, di ? di->alt_code : -1, di ? di->bits : 0);
+        sb_printf(o, "'\", %zu, \"", t->rank);
+        sb_text(o, t->dtype ? t->dtype : "?", 1);
+        sb_printf(o, "\", %d, %d, %d);\n", di ? di->code : -1, di ? di->alt_code : -1,
+                  di ? di->bits : 0);
     }
     /* axes: const ones from the definition, var ones from the first tensor
      * (inputs first, as FlashInfer-Bench binds them) that carries them */
@@ -527,7 +529,7 @@ static kh_status emit_entry(gen *g)
         for (size_t i = 0; i < d->ninputs + d->noutputs && !from; i++) {
             int is_out = i >= d->ninputs;
             const kh_task_tensor *t = is_out ? &d->outputs[i - d->ninputs] : &d->inputs[i];
-            if (t->is_scalar || !strcmp(t->dtype, "float4_e2m1"))
+            if (t->is_scalar || (t->dtype && !strcmp(t->dtype, "float4_e2m1")))
                 continue; /* a packed float4 tensor's last dimension is halved */
             for (size_t k = 0; k < t->rank && !from; k++)
                 if (t->dims[k] == a) {
@@ -545,7 +547,7 @@ static kh_status emit_entry(gen *g)
     for (size_t i = 0; i < d->ninputs + d->noutputs; i++) {
         int is_out = i >= d->ninputs;
         const kh_task_tensor *t = is_out ? &d->outputs[i - d->ninputs] : &d->inputs[i];
-        if (t->is_scalar || !strcmp(t->dtype, "float4_e2m1"))
+        if (t->is_scalar || (t->dtype && !strcmp(t->dtype, "float4_e2m1")))
             continue;
         for (size_t k = 0; k < t->rank; k++) {
             if (!g->axis[t->dims[k]][0])
