@@ -167,14 +167,14 @@ typedef struct gen {
     const kh_task_solution *sol;
     const kh_task_def *d;
     const kh_task_manifest *m;
-    const char *name;        /* the exported solution's name */
+    const char *name;         /* the exported solution's name */
     const char *kernel_file;  /* the solution's entry source, renamed */
     const char *wrapper_file; /* the generated translation unit that compiles it */
     const char *entry_file;   /* the generated entry */
     sb out;
-    char (*axis)[96];        /* d->naxes C++ names; "" when no tensor carries a var axis */
-    char (*in)[96], (*outp)[96], (*ws)[96];
-    int half, bf16;          /* scalar conversions that need cuda_fp16.h / cuda_bf16.h */
+    char (*axis)[96];         /* d->naxes C++ names; "" when no tensor carries a var axis */
+    char (*in)[96], (*outp)[96], (*ws)[96]; /* inputs, outputs, workspace buffers */
+    int half, bf16;           /* scalar conversions that need cuda_fp16.h / cuda_bf16.h */
     kh_err *err;
 } gen;
 
