@@ -3,11 +3,13 @@
  * candidate, else the seed it started from) becomes a Solution JSON in
  * FlashInfer-Bench's form with khlua's launch manifest (spec.khlua), its
  * source file, and figures.json (the run's score, the promotion that made it
- * the incumbent: gate figures and evidence ids).  Without --out it prints
+ * the incumbent: gate figures and evidence ids); engine/best.h finds and
+ * shapes them.  Without --out it prints
  * what it would write.  Reads the store read-only.  Exit 0 ok, 1 failure,
  * 2 usage. */
 #include "kh_lua.h"
 
+#include "best.h"
 #include "store.h"
 
 #include <errno.h>
@@ -30,12 +32,6 @@ static void usage(FILE *f)
                "exit codes: 0 ok, 1 failure, 2 usage\n");
 }
 
-static const char *str(const json_t *o, const char *k, const char *dflt)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : dflt;
-}
-
 static int fail(const char *what, const char *msg)
 {
     fprintf(stderr, P ": %s: %s\n", what, msg);
@@ -50,27 +46,6 @@ static kh_status write_file(const char *path, const void *data, size_t n, kh_err
     int ok = fwrite(data, 1, n, f) == n;
     ok &= fclose(f) == 0;
     return ok ? KH_OK : kh_err_set(err, KH_EIO, "writing %s: %s", path, strerror(errno));
-}
-
-/* The newest promotion record of run for candidate, or NULL (new ref). */
-static json_t *promotion_of(kh_store *s, const char *run, const char *cand)
-{
-    kh_store_filter q = {.type = "promotion", .run = run, .limit = 1000};
-    json_t *arr = NULL, *best = NULL;
-    kh_err err;
-    if (kh_store_query(s, &q, 0, &arr, &err))
-        return NULL;
-    size_t i;
-    json_t *r;
-    json_array_foreach(arr, i, r) {
-        if (!strcmp(str(r, "candidate", ""), cand) &&
-            (!best || json_integer_value(json_object_get(r, "round_index")) >
-                          json_integer_value(json_object_get(best, "round_index"))))
-            best = r;
-    }
-    json_incref(best);
-    json_decref(arr);
-    return best;
 }
 
 int kh_cmd_best(kh_engine *e, int argc, char **argv)
@@ -104,81 +79,19 @@ int kh_cmd_best(kh_engine *e, int argc, char **argv)
     if (kh_store_open(store_path, &so, &s, &err))
         return fail("store", err.msg);
     int rc = 1;
-    json_t *run = NULL, *cand = NULL, *task = NULL, *promo = NULL, *sol = NULL, *fig = NULL;
-    void *src = NULL;
-    size_t src_len = 0;
-    char rid[160];
-    snprintf(rid, sizeof rid, "%s", run_id);
-    if (!strcmp(run_id, "last")) {
-        kh_store_filter q = {.type = "run", .limit = 1};
-        json_t *arr = NULL;
-        if (kh_store_query(s, &q, 1, &arr, &err) || json_array_size(arr) == 0) {
-            json_decref(arr);
-            fail("last", "the store holds no run");
-            goto done;
-        }
-        snprintf(rid, sizeof rid, "%s", json_string_value(json_array_get(arr, 0)));
-        json_decref(arr);
+    kh_best b;
+    if (kh_best_of_run(s, run_id, &b, &err)) {
+        fprintf(stderr, P ": %s\n", err.msg);
+        kh_store_close(s);
+        return 1;
     }
-    if (kh_store_get(s, rid, &run, &err)) {
-        fail(rid, err.code == KH_ENOTFOUND ? "no such run in the store (khlua store ls --type "
-                                             "run lists them)"
-                                           : err.msg);
-        goto done;
-    }
-    if (strcmp(str(run, "type", ""), "run")) {
-        fail(rid, "not a run record");
-        goto done;
-    }
-    const char *cid = str(run, "incumbent_candidate", NULL);
-    if (!cid) {
-        fail(rid, "the run has no incumbent yet (it stopped before its seed was measured)");
-        goto done;
-    }
-    if (kh_store_get(s, cid, &cand, &err)) {
-        fail(cid, err.msg);
-        goto done;
-    }
-    kh_hash h;
-    if (kh_hash_parse(str(cand, "source_blob", ""), &h, &err) ||
-        kh_store_get_blob(s, &h, &src, &src_len, &err)) {
-        fail(cid, err.msg);
-        goto done;
-    }
-    kh_store_get(s, str(cand, "task", ""), &task, &err); /* optional: the definition's name */
-    promo = promotion_of(s, rid, cid);
-    const json_t *man = json_object_get(cand, "manifest");
-    const char *backend = str(man, "backend", "cuda");
-    int host = !strcmp(backend, "host");
-    const char *file = host ? "kernel.c" : "kernel.cu";
-    const char *fn = host ? str(man, "function", "run")
-                          : str(json_array_get(json_object_get(man, "launches"), 0), "kernel",
-                                "kernel");
-    const char *name = str(cand, "solution_name", cid);
-    const char *origin = str(cand, "origin", "model");
-    char entry[300], desc[600];
-    snprintf(entry, sizeof entry, "%s::%s", file, fn);
-    snprintf(desc, sizeof desc, "%s of khlua run %s (candidate %s)",
-             !strcmp(origin, "seed") ? "the seed (nothing was promoted)" : "the best kernel", rid,
-             cid);
-    sol = json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:[s], s:s, s:b, s:O}, s:[{s:s, s:s%}]}",
-                    "name", name, "definition", str(task, "name", str(cand, "task", "")),
-                    "author", str(cand, "model", origin), "description", desc, "spec",
-                    "language", host ? "cpp" : "cuda", "target_hardware", host ? "cpu" : "cuda",
-                    "entry_point", entry, "destination_passing_style", 1, "khlua", man,
-                    "sources", "path", file, "content", (const char *)src, src_len);
-    fig = json_pack("{s:s, s:s, s:s, s:O, s:O, s:O}", "run", rid, "candidate", cid, "origin",
-                    origin, "score",
-                    json_object_get(json_object_get(run, "metrics"), "incumbent_score")
-                        ? json_object_get(json_object_get(run, "metrics"), "incumbent_score")
-                        : json_null(),
-                    "metrics", json_object_get(run, "metrics") ? json_object_get(run, "metrics")
-                                                               : json_null(),
-                    "promotion", promo ? promo : json_null());
-    if (!sol || !fig) {
-        fail(cid, "the source is not UTF-8 text, or out of memory");
-        goto done;
-    }
+    const char *rid = b.run, *cid = b.candidate;
+    json_t *sol = b.solution, *fig = b.figures;
+    const char *name = json_string_value(json_object_get(sol, "name"));
+    const json_t *src0 = json_array_get(json_object_get(sol, "sources"), 0);
+    const char *file = json_string_value(json_object_get(src0, "path"));
+    const char *src = json_string_value(json_object_get(src0, "content"));
+    size_t src_len = json_string_length(json_object_get(src0, "content"));
     if (!out) {
         if (as_json) {
             json_t *sum = json_pack("{s:O, s:O}", "solution", sol, "figures", fig);
@@ -234,13 +147,7 @@ int kh_cmd_best(kh_engine *e, int argc, char **argv)
     }
     rc = 0;
 done:
-    free(src);
-    json_decref(sol);
-    json_decref(fig);
-    json_decref(promo);
-    json_decref(task);
-    json_decref(cand);
-    json_decref(run);
+    kh_best_free(&b);
     kh_store_close(s);
     return rc;
 }

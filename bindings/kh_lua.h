@@ -101,6 +101,7 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv);
 int kh_policies_dir(char *buf, size_t n);
 int kh_cmd_compare(kh_engine *e, int argc, char **argv);
 int kh_cmd_best(kh_engine *e, int argc, char **argv);
+int kh_cmd_export(kh_engine *e, int argc, char **argv);
 
 /* True if argv holds -h or --help (commands print their usage and exit 0). */
 int kh_cli_wants_help(int argc, char **argv);

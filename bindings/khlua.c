@@ -30,6 +30,8 @@ static const kh_command commands[] = {
     {"eval", "evaluate a solution on a task's workloads: verdicts, checks, timing", kh_cmd_eval},
     {"compare", "compare recorded runs: tables (markdown, CSV, JSON), SVG chart, HTML", kh_cmd_compare},
     {"best", "a run's best kernel out of the store: Solution JSON, source, figures", kh_cmd_best},
+    {"export", "a solution as FlashInfer-Bench runs it: Solution JSON, kernels, TVM-FFI entry",
+     kh_cmd_export},
 };
 
 static lua_State *g_L;

@@ -614,8 +614,12 @@ static kh_status eval_node(const kh_expr *e, int i, const int64_t *vals, int64_t
         }
         if (n->op == OP_DIV)
             *out = floor_div(a, b);
-        else if (n->op == OP_MOD)
-            *out = a - floor_div(a, b) * b;
+        else if (n->op == OP_MOD) {
+            /* a - floor_div(a, b) * b, without its overflow: the product
+             * leaves int64 for a = INT64_MAX, b = -3 */
+            int64_t r = a % b;
+            *out = r != 0 && (r < 0) != (b < 0) ? r + b : r;
+        }
         else {
             /* ceil(a / b) = -floor(-a / b) */
             if (a == INT64_MIN) {
@@ -714,4 +718,253 @@ kh_status kh_expr_eval_text(const char *text, const kh_expr_env *env, int64_t *o
     st = kh_expr_eval_lookup(e, kh_expr_env_lookup, (void *)env, out, err);
     kh_expr_free(e);
     return st;
+}
+
+/* ---- translation to C++ ----------------------------------------------------- */
+/* The helpers below are the C++ twin of eval_node: the same checks in the
+ * same places, written without compiler builtins so any host compiler
+ * behind nvcc takes them.  test_expr compiles them with the translation of
+ * random expressions and compares every value and every failure with
+ * kh_expr_eval. */
+static const char cpp_helpers[] =
+    "namespace khx {\n"
+    "// A failed operation of khlua's expression language: its column, what failed.\n"
+    "struct expr_error {\n"
+    "    int column;\n"
+    "    char message[160];\n"
+    "};\n"
+    "[[noreturn]] inline void overflow(int column, const char *op, int64_t a, int64_t b)\n"
+    "{\n"
+    "    expr_error e{column, {0}};\n"
+    "    std::snprintf(e.message, sizeof e.message, \"integer overflow in %lld %s %lld\",\n"
+    "                  (long long)a, op, (long long)b);\n"
+    "    throw e;\n"
+    "}\n"
+    "[[noreturn]] inline void overflow_call(int column, const char *fn, int64_t a, int64_t b)\n"
+    "{\n"
+    "    expr_error e{column, {0}};\n"
+    "    std::snprintf(e.message, sizeof e.message, \"integer overflow in %s(%lld, %lld)\", fn,\n"
+    "                  (long long)a, (long long)b);\n"
+    "    throw e;\n"
+    "}\n"
+    "[[noreturn]] inline void division_by_zero(int column, const char *op, int64_t a)\n"
+    "{\n"
+    "    expr_error e{column, {0}};\n"
+    "    std::snprintf(e.message, sizeof e.message, \"division by zero (%lld %s 0)\", (long long)a,\n"
+    "                  op);\n"
+    "    throw e;\n"
+    "}\n"
+    "inline int64_t add(int64_t a, int64_t b, int column)\n"
+    "{\n"
+    "    if (b > 0 ? a > INT64_MAX - b : a < INT64_MIN - b)\n"
+    "        overflow(column, \"+\", a, b);\n"
+    "    return a + b;\n"
+    "}\n"
+    "inline int64_t sub(int64_t a, int64_t b, int column)\n"
+    "{\n"
+    "    if (b < 0 ? a > INT64_MAX + b : a < INT64_MIN + b)\n"
+    "        overflow(column, \"-\", a, b);\n"
+    "    return a - b;\n"
+    "}\n"
+    "inline int64_t mul(int64_t a, int64_t b, int column)\n"
+    "{\n"
+    "    if (a == 0 || b == 0)\n"
+    "        return 0;\n"
+    "    bool negative = (a < 0) != (b < 0);\n"
+    "    uint64_t ua = a < 0 ? 0 - (uint64_t)a : (uint64_t)a;\n"
+    "    uint64_t ub = b < 0 ? 0 - (uint64_t)b : (uint64_t)b;\n"
+    "    uint64_t limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;\n"
+    "    if (ua > limit / ub)\n"
+    "        overflow(column, \"*\", a, b);\n"
+    "    uint64_t p = ua * ub;\n"
+    "    if (!negative)\n"
+    "        return (int64_t)p;\n"
+    "    return p == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)p;\n"
+    "}\n"
+    "inline int64_t neg(int64_t a, int column)\n"
+    "{\n"
+    "    if (a == INT64_MIN) {\n"
+    "        expr_error e{column, {0}};\n"
+    "        std::snprintf(e.message, sizeof e.message, \"integer overflow in -(%lld)\", (long long)a);\n"
+    "        throw e;\n"
+    "    }\n"
+    "    return -a;\n"
+    "}\n"
+    "// Python's //: the quotient rounded towards minus infinity.\n"
+    "inline int64_t floordiv(int64_t a, int64_t b, int column)\n"
+    "{\n"
+    "    if (b == 0)\n"
+    "        division_by_zero(column, \"/\", a);\n"
+    "    if (b == -1 && a == INT64_MIN)\n"
+    "        overflow(column, \"/\", a, b);\n"
+    "    int64_t q = a / b;\n"
+    "    if (a % b != 0 && (a < 0) != (b < 0))\n"
+    "        q -= 1;\n"
+    "    return q;\n"
+    "}\n"
+    "// Python's %: the remainder takes the divisor's sign.\n"
+    "inline int64_t floormod(int64_t a, int64_t b, int column)\n"
+    "{\n"
+    "    if (b == 0)\n"
+    "        division_by_zero(column, \"%\", a);\n"
+    "    if (b == -1 && a == INT64_MIN)\n"
+    "        overflow(column, \"%\", a, b);\n"
+    "    int64_t r = a % b;\n"
+    "    if (r != 0 && (r < 0) != (b < 0))\n"
+    "        r += b;\n"
+    "    return r;\n"
+    "}\n"
+    "inline int64_t ceil_div(int64_t a, int64_t b, int column)\n"
+    "{\n"
+    "    if (b == 0) {\n"
+    "        expr_error e{column, {0}};\n"
+    "        std::snprintf(e.message, sizeof e.message, \"division by zero (ceil_div(%lld, 0))\",\n"
+    "                      (long long)a);\n"
+    "        throw e;\n"
+    "    }\n"
+    "    // as khlua computes it: -((-a) // b), so a = INT64_MIN overflows\n"
+    "    if (a == INT64_MIN)\n"
+    "        overflow_call(column, \"ceil_div\", a, b);\n"
+    "    return -floordiv(-a, b, column);\n"
+    "}\n"
+    "inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }\n"
+    "inline int64_t max(int64_t a, int64_t b) { return a > b ? a : b; }\n"
+    "}  // namespace khx\n";
+
+const char *kh_expr_cpp_helpers(void) { return cpp_helpers; }
+
+typedef struct cpp_writer {
+    char *p;
+    size_t n, cap;
+    int oom, bad;
+    char **vars; /* the spelling of each var */
+} cpp_writer;
+
+static void cw_puts(cpp_writer *w, const char *s)
+{
+    size_t l = strlen(s);
+    if (w->oom)
+        return;
+    if (w->n + l + 1 > w->cap) {
+        size_t cap = w->cap ? w->cap : 128;
+        while (cap < w->n + l + 1)
+            cap *= 2;
+        char *np = realloc(w->p, cap);
+        if (!np) {
+            w->oom = 1;
+            return;
+        }
+        w->p = np;
+        w->cap = cap;
+    }
+    memcpy(w->p + w->n, s, l + 1);
+    w->n += l;
+}
+
+static void cw_node(cpp_writer *w, const kh_expr *e, int i)
+{
+    const node *n = &e->nodes[i];
+    char buf[64];
+    const char *fn = NULL, *cmp = NULL;
+    switch (n->op) {
+    case OP_INT:
+        snprintf(buf, sizeof buf, "INT64_C(%lld)", (long long)n->val);
+        cw_puts(w, buf);
+        return;
+    case OP_VAR:
+        cw_puts(w, w->vars[n->val]);
+        return;
+    case OP_NEG:
+        cw_puts(w, "khx::neg(");
+        cw_node(w, e, n->a);
+        snprintf(buf, sizeof buf, ", %d)", n->col);
+        cw_puts(w, buf);
+        return;
+    case OP_NOT:
+        cw_puts(w, "((");
+        cw_node(w, e, n->a);
+        cw_puts(w, ") == 0 ? INT64_C(1) : INT64_C(0))");
+        return;
+    case OP_AND:
+    case OP_OR:
+        cw_puts(w, "((");
+        cw_node(w, e, n->a);
+        cw_puts(w, n->op == OP_AND ? ") != 0 && (" : ") != 0 || (");
+        cw_node(w, e, n->b);
+        cw_puts(w, ") != 0 ? INT64_C(1) : INT64_C(0))");
+        return;
+    case OP_ADD: fn = "add"; break;
+    case OP_SUB: fn = "sub"; break;
+    case OP_MUL: fn = "mul"; break;
+    case OP_DIV: fn = "floordiv"; break;
+    case OP_MOD: fn = "floormod"; break;
+    case OP_CEILDIV: fn = "ceil_div"; break;
+    case OP_MIN: fn = "min"; break;
+    case OP_MAX: fn = "max"; break;
+    case OP_EQ: cmp = "=="; break;
+    case OP_NE: cmp = "!="; break;
+    case OP_LT: cmp = "<"; break;
+    case OP_LE: cmp = "<="; break;
+    case OP_GT: cmp = ">"; break;
+    case OP_GE: cmp = ">="; break;
+    default:
+        w->bad = 1; /* a node kind this writer does not know */
+        return;
+    }
+    if (cmp) {
+        cw_puts(w, "((");
+        cw_node(w, e, n->a);
+        snprintf(buf, sizeof buf, ") %s (", cmp);
+        cw_puts(w, buf);
+        cw_node(w, e, n->b);
+        cw_puts(w, ") ? INT64_C(1) : INT64_C(0))");
+        return;
+    }
+    cw_puts(w, "khx::");
+    cw_puts(w, fn);
+    cw_puts(w, "(");
+    cw_node(w, e, n->a);
+    cw_puts(w, ", ");
+    cw_node(w, e, n->b);
+    if (n->op == OP_MIN || n->op == OP_MAX) {
+        cw_puts(w, ")");
+    } else {
+        snprintf(buf, sizeof buf, ", %d)", n->col);
+        cw_puts(w, buf);
+    }
+}
+
+kh_status kh_expr_to_cpp(const kh_expr *e, kh_expr_spell_fn spell, void *ctx, char **out,
+                         kh_err *err)
+{
+    *out = NULL;
+    cpp_writer w = {0};
+    kh_status st = KH_OK;
+    if (e->nvars && !(w.vars = calloc(e->nvars, sizeof *w.vars)))
+        return kh_err_set(err, KH_ENOMEM, "out of memory translating an expression");
+    for (size_t i = 0; i < e->nvars && !st; i++) {
+        char buf[512] = "";
+        if (spell(ctx, &e->vars[i], buf, sizeof buf))
+            st = kh_err_set(err, KH_EUNSUPPORTED, "column %d: %s", e->vars[i].column,
+                            buf[0] ? buf : "cannot be translated");
+        else if (!(w.vars[i] = kh_strdup(buf)))
+            st = kh_err_set(err, KH_ENOMEM, "out of memory translating an expression");
+    }
+    if (!st) {
+        cw_node(&w, e, e->root);
+        if (w.oom)
+            st = kh_err_set(err, KH_ENOMEM, "out of memory translating an expression");
+        else if (w.bad)
+            st = kh_err_set(err, KH_EUNSUPPORTED, "'%s': an operation C++ translation does not "
+                            "know", e->text);
+    }
+    for (size_t i = 0; i < e->nvars && w.vars; i++)
+        free(w.vars[i]);
+    free(w.vars);
+    if (st) {
+        free(w.p);
+        return st;
+    }
+    *out = w.p;
+    return KH_OK;
 }

@@ -81,4 +81,27 @@ int kh_expr_env_lookup(void *env, const kh_expr_var *var, int64_t *val);
 /* Parse and evaluate in one step (for one-off use). */
 kh_status kh_expr_eval_text(const char *text, const kh_expr_env *env, int64_t *out, kh_err *err);
 
+/* ---- translation to C++ ---------------------------------------------------
+ * For code that must compute a manifest's expressions where khlua does not
+ * run (the host entry of an exported FlashInfer-Bench solution, fib_export.h).
+ * kh_expr_to_cpp spells e as one C++ expression of type int64_t with the
+ * same meaning as kh_expr_eval: every operation that can fail calls a
+ * checked helper of namespace khx (kh_expr_cpp_helpers holds their source),
+ * which throws khx::expr_error {column, message} on overflow or division by
+ * zero; comparisons, and/or/not yield 0 or 1, and and/or short-circuit.
+ * Literals are INT64_C(n) (<cstdint>).  Only the order in which the two
+ * operands of one operation are evaluated is C++'s, so where both fail the
+ * message may name the other one.
+ *
+ * spell writes the C++ spelling of var into buf (n bytes) and returns 0, or
+ * writes why it cannot (a data reference, an unknown name) and returns
+ * nonzero: the translation then fails with KH_EUNSUPPORTED and
+ * "column N: <why>".  *out is malloc'ed (caller frees). */
+typedef int (*kh_expr_spell_fn)(void *ctx, const kh_expr_var *var, char *buf, size_t n);
+kh_status kh_expr_to_cpp(const kh_expr *e, kh_expr_spell_fn spell, void *ctx, char **out,
+                         kh_err *err);
+/* The C++17 source of namespace khx: the helpers kh_expr_to_cpp calls and
+ * struct expr_error.  Needs <cstdint> and <cstdio>; static storage. */
+const char *kh_expr_cpp_helpers(void);
+
 #endif

@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""fib_roundtrip.py: build and benchmark a `khlua export solution` with
+FlashInfer-Bench's own API, on the GPU machine (issue 22, the round trip).
+
+Written against flashinfer-bench 0.1.2 (the PyPI wheel) and read in its
+source: flashinfer_bench/data/trace_set.py (TraceSet.from_path),
+data/solution.py (Solution), compile/registry.py
+(BuilderRegistry.get_instance().build: the TVM-FFI builder for language
+"cuda"), bench/config.py (BenchmarkConfig: warmup 10, iterations 50, trials 3,
+rtol = atol = 1e-2 by default) and bench/benchmark.py (Benchmark.run_all).
+The main branch at 40e6ca78 has the same names.
+
+    python3 scripts/fib_roundtrip.py EXPORT DATASET [options]
+
+EXPORT   what `khlua export solution ... --out DIR` wrote: DIR (holding one
+         Solution JSON) or the JSON itself.
+DATASET  a FlashInfer-Bench dataset (definitions/, workloads/, blob/) or a
+         khlua task package (definition.json, *.jsonl, blob/), e.g.
+         kernels/rmsnorm_h4096 or ../shared/data/flashinfer-trace.
+
+The dataset is never written: a scratch dataset is assembled (its
+definitions, workloads and blob folders linked or copied, solutions/ holding
+only the exported Solution, which FlashInfer-Bench loads and validates
+itself), the solution is built once by FlashInfer-Bench's builder registry
+(build status and time, or its BuildError), then benchmarked by Benchmark
+with the official protocol unless told otherwise.  Prints the versions, the
+build, and one line per workload: status, FlashInfer-Bench's latency, the
+reference's, the speedup, the errors.  Exit 0 when it built and every
+workload PASSED, 1 otherwise, 2 on a usage error.
+
+Options: --workloads N (the first N), --warmup-runs, --iterations,
+--num-trials, --rtol, --atol, --required-matched-ratio, --timeout,
+--isolated (IsolatedRunner, as the contest ran), --build-only (load and build,
+no benchmark: works without a GPU), --arch-list "9.0a" (sets
+TVM_FFI_CUDA_ARCH_LIST: FlashInfer-Bench's builder otherwise asks nvidia-smi
+and compiles for sm_90, not sm_90a), --json FILE (versions, build and every
+trace as FlashInfer-Bench serialises it), --keep (leave the scratch dataset).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+
+def fail(msg, code=1):
+    print(f"fib_roundtrip: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def find_solution(export):
+    p = pathlib.Path(export)
+    if p.is_file():
+        return p
+    if not p.is_dir():
+        fail(f"{export}: no such file or folder", 2)
+    found = sorted(x for x in p.glob("*.json"))
+    if len(found) != 1:
+        fail(f"{export}: expected one Solution JSON in the folder, found {len(found)}", 2)
+    return found[0]
+
+
+def link(src, dst):
+    try:
+        os.symlink(os.path.abspath(src), dst)
+    except OSError:
+        shutil.copytree(src, dst)
+
+
+def assemble(dataset, solution_path, scratch):
+    """A FlashInfer-Bench dataset at scratch: the definitions, workloads and
+    blobs of DATASET, solutions/ holding only the exported Solution."""
+    ds = pathlib.Path(dataset)
+    if not ds.is_dir():
+        fail(f"{dataset}: no such folder", 2)
+    root = pathlib.Path(scratch)
+    if (ds / "definition.json").is_file():
+        # a khlua task package: its definition, its workload files, its blob/
+        d = json.loads((ds / "definition.json").read_text())
+        op = d.get("op_type") or "khlua"
+        (root / "definitions" / op).mkdir(parents=True)
+        shutil.copy(ds / "definition.json", root / "definitions" / op / f"{d['name']}.json")
+        (root / "workloads" / op).mkdir(parents=True)
+        lines = []
+        for f in sorted(list(ds.glob("*.jsonl")) + list((ds / "workloads").glob("**/*.jsonl"))):
+            lines += [ln for ln in f.read_text().splitlines() if ln.strip()]
+        if not lines:
+            fail(f"{dataset}: a task package without workloads (*.jsonl)", 2)
+        (root / "workloads" / op / f"{d['name']}.jsonl").write_text("\n".join(lines) + "\n")
+        if (ds / "blob").is_dir():
+            link(ds / "blob", root / "blob")
+    elif (ds / "definitions").is_dir():
+        for sub in ("definitions", "workloads", "blob"):
+            if (ds / sub).is_dir():
+                link(ds / sub, root / sub)
+    else:
+        fail(f"{dataset}: neither a FlashInfer-Bench dataset (definitions/) nor a khlua task "
+             "package (definition.json)", 2)
+    (root / "solutions").mkdir()
+    shutil.copy(solution_path, root / "solutions" / solution_path.name)
+    return root
+
+
+def versions():
+    from importlib import metadata
+
+    import torch
+
+    out = {}
+    for key, dist in (("flashinfer_bench", "flashinfer-bench"), ("apache_tvm_ffi", "apache-tvm-ffi")):
+        try:
+            out[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[key] = None
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    out["gpu"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    out["TVM_FFI_CUDA_ARCH_LIST"] = os.environ.get("TVM_FFI_CUDA_ARCH_LIST")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("export")
+    ap.add_argument("dataset")
+    ap.add_argument("--workloads", type=int, default=0)
+    ap.add_argument("--warmup-runs", type=int, default=10)
+    ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--num-trials", type=int, default=3)
+    ap.add_argument("--rtol", type=float, default=1e-2)
+    ap.add_argument("--atol", type=float, default=1e-2)
+    ap.add_argument("--required-matched-ratio", type=float, default=None)
+    ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--isolated", action="store_true")
+    ap.add_argument("--arch-list", default=None)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--build-only", action="store_true")
+    a = ap.parse_args()
+    if a.workloads < 0:
+        fail(f"--workloads {a.workloads}: expected 0 (all) or more", 2)
+    if a.arch_list:
+        os.environ["TVM_FFI_CUDA_ARCH_LIST"] = a.arch_list  # before tvm_ffi builds anything
+
+    sol_path = find_solution(a.export)
+    try:
+        raw = json.loads(sol_path.read_text())
+    except (OSError, ValueError) as e:
+        fail(f"{sol_path}: {e}", 2)
+    scratch = tempfile.mkdtemp(prefix="fib-roundtrip-")
+    try:
+        root = assemble(a.dataset, sol_path, scratch)
+        return run(a, root, raw)
+    finally:
+        if a.keep:
+            print(f"scratch dataset kept: {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run(a, root, raw):
+    from flashinfer_bench import Benchmark, BenchmarkConfig, EvaluationStatus, TraceSet
+    from flashinfer_bench.compile import BuilderRegistry
+
+    report = {"versions": versions()}
+    v = report["versions"]
+    print(f"flashinfer-bench {v['flashinfer_bench']}, apache-tvm-ffi {v['apache_tvm_ffi']}, "
+          f"torch {v['torch']} (CUDA {v['cuda']}), {v['gpu'] or 'no GPU'}")
+
+    # FlashInfer-Bench's own loading: pydantic validates the exported JSON
+    ts = TraceSet.from_path(str(root))
+    name, def_name = raw.get("name"), raw.get("definition")
+    sol = ts.get_solution(name)
+    if sol is None:
+        fail(f"FlashInfer-Bench did not load solution {name!r}")
+    definition = ts.definitions.get(def_name)
+    if definition is None:
+        fail(f"definition {def_name!r} is not in {a.dataset}")
+    workloads = ts.workloads.get(def_name, [])
+    if not workloads:
+        fail(f"{a.dataset} has no workloads of {def_name}")
+    if a.workloads:
+        ts.workloads[def_name] = workloads = workloads[: a.workloads]
+
+    # the build, as the benchmark's workers will do it (cached by solution hash)
+    t0 = time.time()
+    try:
+        runnable = BuilderRegistry.get_instance().build(definition, sol)
+        build = {"status": "OK", "seconds": round(time.time() - t0, 2),
+                 "builder": runnable.metadata.build_type,
+                 "entry_point": sol.spec.entry_point,
+                 "library": runnable.metadata.misc.get("binary")}
+        print(f"solution {name} (definition {def_name}): built in {build['seconds']} s by "
+              f"{build['builder']}, entry {sol.spec.entry_point}, library {build['library']}")
+    except Exception as e:  # noqa: BLE001 - BuildError or whatever the builder raised
+        build = {"status": "COMPILE_ERROR", "seconds": round(time.time() - t0, 2),
+                 "error": f"{type(e).__name__}: {e}"}
+        print(f"solution {name} (definition {def_name}): build FAILED after "
+              f"{build['seconds']} s: {build['error']}")
+    report["build"] = build
+    if build["status"] != "OK" or a.build_only:
+        write_json(a, report, [])
+        return 0 if build["status"] == "OK" else 1
+
+    cfg = BenchmarkConfig(
+        warmup_runs=a.warmup_runs, iterations=a.iterations, num_trials=a.num_trials,
+        rtol=a.rtol, atol=a.atol, required_matched_ratio=a.required_matched_ratio,
+        timeout_seconds=a.timeout, use_isolated_runner=a.isolated,
+        definitions=[def_name], solutions=[name])
+    report["config"] = {"warmup_runs": a.warmup_runs, "iterations": a.iterations,
+                        "num_trials": a.num_trials, "rtol": a.rtol, "atol": a.atol,
+                        "required_matched_ratio": a.required_matched_ratio,
+                        "timeout_seconds": a.timeout, "isolated": a.isolated}
+    bench = Benchmark(ts, cfg)
+    try:
+        result = bench.run_all(dump_traces=False)
+    finally:
+        bench.close()
+    traces = [t for t in result.traces.get(def_name, []) if t.solution == name]
+
+    print(f"{'workload':36} {'axes':28} {'status':20} {'latency_ms':>11} {'ref_ms':>11} "
+          f"{'speedup':>9} {'max_abs':>9} {'max_rel':>9}")
+    passed, speedups = 0, []
+    for t in traces:
+        ev = t.evaluation
+        axes = ",".join(f"{k}={v}" for k, v in t.workload.axes.items())
+        lat = ref = sp = ma = mr = ""
+        if ev.performance:
+            lat = f"{ev.performance.latency_ms:.5f}"
+            ref = f"{ev.performance.reference_latency_ms:.5f}"
+            sp = f"{ev.performance.speedup_factor:.2f}"
+        if ev.correctness:
+            ma = f"{ev.correctness.max_absolute_error:.2e}"
+            mr = f"{ev.correctness.max_relative_error:.2e}"
+        print(f"{t.workload.uuid:36} {axes[:28]:28} {ev.status.value:20} {lat:>11} {ref:>11} "
+              f"{sp:>9} {ma:>9} {mr:>9}")
+        if ev.status == EvaluationStatus.PASSED:
+            passed += 1
+            speedups.append(ev.performance.speedup_factor)
+        elif ev.log:
+            tail = ev.log.strip().splitlines()[-3:]
+            for line in tail:
+                print(f"    | {line[:200]}")
+    n = len(workloads)
+    mean = sum(speedups) / len(speedups) if speedups else 0.0
+    print(f"{passed}/{n} PASSED ({len(traces)} traces); mean speedup over the reference "
+          f"{mean:.2f}" + ("" if passed == n else "; not every workload passed"))
+    write_json(a, report, traces)
+    return 0 if passed == n and len(traces) == n else 1
+
+
+def write_json(a, report, traces):
+    if not a.json:
+        return
+    report["traces"] = [t.model_dump(mode="json") for t in traces]
+    pathlib.Path(a.json).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written: {a.json}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
