@@ -31,8 +31,10 @@
  *     cudaLaunchKernel on the stream TVM-FFI gives (TVMFFIEnvGetStream),
  *     checking each launch's error.
  * spec.entry_point is "binding.cu::run", spec.binding "tvm-ffi",
- * destination_passing_style true; spec.khlua is kept (FlashInfer-Bench's
- * pydantic models ignore unknown keys). */
+ * destination_passing_style true; the manifest is kept for reading as
+ * spec.khlua_manifest (FlashInfer-Bench's pydantic models ignore unknown
+ * keys; under spec.khlua khlua's task check would take the export for one of
+ * its own candidates and refuse it). */
 #ifndef KH_FIB_EXPORT_H
 #define KH_FIB_EXPORT_H
 

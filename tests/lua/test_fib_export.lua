@@ -131,8 +131,10 @@ T.test("a Solution file becomes a FlashInfer-Bench Solution with a TVM-FFI entry
   T.eq(sol.spec.destination_passing_style, true)
   T.eq(#sol.spec.dependencies, 0)
   T.eq(sol.spec.target_hardware[1], "cuda")
-  -- the manifest stays, for reading: FlashInfer-Bench ignores unknown keys
-  T.eq(kh.json.encode(sol.spec.khlua), kh.json.encode(orig.spec.khlua))
+  -- the manifest stays, for reading (FlashInfer-Bench ignores unknown keys),
+  -- under a key khlua does not take for a launch manifest
+  T.eq(sol.spec.khlua, nil)
+  T.eq(kh.json.encode(sol.spec.khlua_manifest), kh.json.encode(orig.spec.khlua))
   T.match(sol.description, "^Two launches.*%[khlua export: binding%.cu::run launches the kernels "
     .. "of scale_rows%.cuh %(compiled by kernels%.cu%)")
   -- three sources: the kernel source unchanged (renamed so the builder does
@@ -232,6 +234,22 @@ T.test("a solution of the task by name, renamed with --name; the rmsnorm fixture
     .. "TensorView out_output)"))
   T.match(b, plain("check_tensor(in_hidden_states, \"input 'hidden_states'\", 2, \"bfloat16\", 4, 4, 16);"))
   T.match(b, plain("const int64_t ax_hidden_size = INT64_C(512);"))
+end)
+
+T.test("an export placed in a package is read as FlashInfer-Bench reads it: task check warns, passes", function()
+  local pkg = T.tmpdir() .. "/pkg"
+  T.ok(sh_ok("cp -r '" .. FIX .. "' '" .. pkg .. "'"))
+  local _, sol = export("scale_rows_f32_cuda", FIX, { "--name", "scale_rows_exported" })
+  local f = assert(io.open(pkg .. "/solutions/scale_rows_exported.json", "w"))
+  f:write(kh.json.encode(sol))
+  f:close()
+  local out, code = T.khlua("task", "check", pkg)
+  T.eq(code, 0, out)
+  T.match(out, plain("solution 'scale_rows_exported' (cuda, tvm-ffi) has no khlua manifest"))
+  -- and eval refuses it by name, in the same words, rather than mis-running it
+  local eout, ecode = T.khlua("eval", "--task", pkg, "--solution", "scale_rows_exported")
+  T.ok(ecode ~= 0, eout)
+  T.match(eout, plain("has no khlua manifest"))
 end)
 
 -- a store holding the fixture's solution as a candidate, promoted in a run
