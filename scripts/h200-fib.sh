@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The FlashInfer-Bench round trip on the GPU machine (issue 22): for each task
+# package, khlua exports its baseline (`khlua export solution`), FlashInfer-Bench
+# 0.1.2 builds and benchmarks the export with its own API
+# (scripts/fib_roundtrip.py), khlua times the same baseline with the official
+# protocol, and a table gives both latencies per workload and their ratio.
+#
+#   bash scripts/h200-fib.sh PACKAGE[:N[:FLAGS]] ...
+#
+# N: the first N workloads (default all); FLAGS: extra fib_roundtrip.py
+# options, commas for spaces (e.g. moe_...:3:--atol,1,--rtol,0.3).  Needs
+# build-portable/ (scripts/h200-prep.sh) and, carried in .whl/, the wheels
+# FlashInfer-Bench needs beyond the machine's torch (flashinfer_bench,
+# apache_tvm_ffi, pydantic, pydantic_core, annotated_types, typing_inspection,
+# typing_extensions, docstring_parser, safetensors; `pip download --no-deps
+# --only-binary=:all: --python-version 3.12` here).  Outputs under $OUT (or
+# /tmp/h200-fib): per package the export, FIB's report (fib.json), khlua's
+# traces (khlua.jsonl) and the logs; summary.md.  Exit 0 when every package
+# built, passed FIB's correctness on every workload and every latency ratio is
+# within 2%.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export LD_LIBRARY_PATH="$root/build-portable/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+K="$root/build-portable/khlua"
+out=${OUT:-/tmp/h200-fib}
+mkdir -p "$out"
+site=$(mktemp -d)
+if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+    .whl/*.whl > "$out/pip.log" 2>&1; then
+  echo "h200-fib: installing the wheels in .whl/ failed: $out/pip.log" >&2
+  tail -5 "$out/pip.log" >&2
+  exit 1
+fi
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+python3 kernels/make_blobs.py --missing > "$out/make_blobs.log" 2>&1 || true
+export KHLUA_STORE="$out/store"
+rc=0
+for spec in "$@"; do
+  IFS=: read -r p n flags <<< "$spec"
+  pkg="kernels/$p"
+  o="$out/$p"
+  mkdir -p "$o"
+  base=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["khlua"]["baseline"])' \
+    "$pkg/definition.json")
+  echo "== $p ($base, workloads ${n:-all})"
+  t0=$(date +%s.%N)
+  if ! "$K" export solution "$base" --task "$pkg" --out "$o/export" > "$o/export.log" 2>&1; then
+    echo "   export FAILED:"; tail -5 "$o/export.log"; rc=1; continue
+  fi
+  t1=$(date +%s.%N)
+  wl=()
+  [ -n "$n" ] && wl=(--workloads "$n")
+  # shellcheck disable=SC2086
+  timeout -k 5 400 python3 scripts/fib_roundtrip.py "$o/export" "$pkg" "${wl[@]}" \
+    --json "$o/fib.json" ${flags//,/ } > "$o/fib.log" 2>&1
+  frc=$?
+  t2=$(date +%s.%N)
+  grep -E 'built in|build FAILED|PASSED \(|flashinfer-bench ' "$o/fib.log" | sed 's/^/   fib: /'
+  [ $frc -eq 0 ] || { echo "   fib exit $frc:"; tail -8 "$o/fib.log" | sed 's/^/   | /'; rc=1; }
+  timeout -k 5 300 "$K" eval --task "$pkg" --solution "$base" --protocol official \
+    --no-reference-timing --json "${wl[@]}" > "$o/khlua.jsonl" 2> "$o/khlua.log"
+  krc=$?
+  t3=$(date +%s.%N)
+  [ $krc -eq 0 ] || { echo "   khlua eval exit $krc:"; tail -5 "$o/khlua.log" | sed 's/^/   | /'; rc=1; }
+  python3 - "$o" "$p" >> "$out/summary.md" <<'PY' || rc=1
+import json, math, os, sys
+o, p = sys.argv[1], sys.argv[2]
+fib = {}
+try:
+    rep = json.load(open(os.path.join(o, "fib.json")))
+    for t in rep.get("traces", []):
+        ev = t["evaluation"]
+        fib[t["workload"]["uuid"]] = (ev["status"], (ev.get("performance") or {}).get("latency_ms"))
+except (OSError, ValueError):
+    rep = {}
+kh = {}
+for line in open(os.path.join(o, "khlua.jsonl")):
+    if line.strip():
+        t = json.loads(line)
+        ev = t["evaluation"]
+        kh[t["workload"]["uuid"]] = (ev["status"], (ev.get("performance") or {}).get("latency_ms"))
+rows, ratios, good = [], [], 0
+for u in sorted(set(fib) | set(kh)):
+    fs, fl = fib.get(u, ("absent", None))
+    ks, kl = kh.get(u, ("absent", None))
+    r = fl / kl if fl and kl else None
+    if r:
+        ratios.append(r)
+    ok = fs == "PASSED" and ks == "PASSED" and r is not None and abs(r - 1) <= 0.02
+    good += ok
+    rows.append(f"| {p[:28]} | {u[:8]} | {fs} | {ks} | {fl if fl else '-'} | {kl if kl else '-'} | "
+                f"{'%.3f' % r if r else '-'} | {'ok' if ok else 'NO'} |")
+g = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else float("nan")
+build = rep.get("build", {})
+print(f"\n### {p}: FIB build {build.get('status', '?')} ({build.get('seconds', '?')} s), "
+      f"{sum(1 for v in fib.values() if v[0] == 'PASSED')}/{len(fib)} FIB PASSED, "
+      f"{sum(1 for v in kh.values() if v[0] == 'PASSED')}/{len(kh)} khlua PASSED, "
+      f"latency FIB/khlua geomean {g:.4f}, {good}/{len(rows)} PASSED by both and within 2%\n")
+print("| package | workload | FIB | khlua | FIB ms | khlua ms | FIB/khlua | within 2% |")
+print("|---|---|---|---|---|---|---|---|")
+print("\n".join(rows))
+sys.exit(0 if rows and good == len(rows) else 1)
+PY
+  tail -n +1 "$out/summary.md" | grep -A1 "^### $p" | head -1 | sed 's/^### /   /'
+  awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" \
+    'BEGIN { printf "   seconds: export %.1f, FIB %.1f, khlua official %.1f\n", b - a, c - b, d - c }'
+done
+echo "summary: $out/summary.md"
+exit $rc
