@@ -61,6 +61,10 @@ struct kh_store *kh_lua_to_store(lua_State *L, int idx);
 /* The open kh.Store at idx for one call made outside its transactions;
  * raises on a wrong type, a closed store, or inside db:update/db:view. */
 struct kh_store *kh_lua_check_store_idle(lua_State *L, int idx);
+/* The task at idx when it is a kh.TaskSet (kh.task.load), else NULL; an
+ * error when it is one that was closed. */
+struct kh_task;
+const struct kh_task *kh_lua_to_task(lua_State *L, int idx);
 
 /* ---- modules: push the module table ------------------------------------ */
 void kh_open_json(lua_State *L, kh_engine *e);

@@ -15,6 +15,7 @@
 #include "kh_lua.h"
 
 #include "eval.h"
+#include "task.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -185,8 +186,30 @@ static const char *opt_sanitize(lua_State *L, int t)
 
 static int l_run(lua_State *L)
 {
-    const char *task = luaL_checkstring(L, 1);
-    const char *sol = luaL_checkstring(L, 2);
+    /* the task: a kh.task.load value (read once, for every call) or a path */
+    const kh_task *task = kh_lua_to_task(L, 1);
+    const char *task_path = task ? NULL : luaL_checkstring(L, 1);
+    /* the solution: a Solution table (a candidate, in memory), a name in the
+     * task, or a Solution file */
+    kh_eval_solution es = {0};
+    if (lua_istable(L, 2)) {
+        kh_err jerr;
+        json_t *j = kh_lua_to_json(L, 2, &jerr);
+        if (!j)
+            return luaL_error(L, "kh.eval: the solution table is not JSON: %s", jerr.msg);
+        char *txt = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+        const char *name = json_string_value(json_object_get(j, "name"));
+        lua_pushfstring(L, "solution %s", name ? name : "(table)"); /* anchored */
+        json_decref(j);
+        if (!txt)
+            return luaL_error(L, "kh.eval: out of memory");
+        lua_pushstring(L, txt); /* anchored: the C copy goes at once */
+        free(txt);
+        es.json = lua_tolstring(L, -1, &es.json_len);
+        es.label = lua_tostring(L, -2);
+    } else {
+        es.name = luaL_checkstring(L, 2);
+    }
     kh_eval_opts o;
     kh_eval_opts_default(&o);
     if (!lua_isnoneornil(L, 3)) {
@@ -268,7 +291,19 @@ static int l_run(lua_State *L)
     kh_eval *ev = get_eval(L);
     json_t *traces = NULL;
     kh_err err;
-    kh_status st = kh_eval_run(ev, task, sol, &o, &traces, &err);
+    kh_status st;
+    if (task)
+        st = kh_eval_run_task(ev, task, &es, &o, &traces, &err);
+    else if (es.name)
+        st = kh_eval_run(ev, task_path, es.name, &o, &traces, &err);
+    else {
+        kh_task *t = NULL;
+        kh_task_opts to = {0};
+        st = kh_task_open(task_path, &to, &t, &err);
+        if (!st)
+            st = kh_eval_run_task(ev, t, &es, &o, &traces, &err);
+        kh_task_close(t);
+    }
     if (pg.failed) {
         json_decref(traces);
         return luaL_error(L, "kh.eval: opts.progress failed: %s", luaL_tolstring(L, -1, NULL));

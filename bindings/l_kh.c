@@ -8,10 +8,12 @@
 #include "proc.h"
 
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <lmdb.h>
 #include <lualib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -177,6 +179,66 @@ static int l_process_alive(lua_State *L)
     return 1;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* kh.listdir(path): the names in the folder (not "." or ".."), sorted
+ * bytewise; nil, message when it cannot be read.  What policies used `ls`
+ * for: they never shell out. */
+static int l_listdir(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    DIR *d = opendir(path);
+    if (!d) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot read folder %s: %s", path, strerror(errno));
+        return 2;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int oom = 0;
+    struct dirent *de;
+    while (!oom && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 32;
+            char **g = realloc(names, nc * sizeof *g);
+            if (!g) {
+                oom = 1;
+                break;
+            }
+            names = g;
+            cap = nc;
+        }
+        if (!(names[n] = kh_strdup(de->d_name)))
+            oom = 1;
+        else
+            n++;
+    }
+    closedir(d);
+    if (!oom && n)
+        qsort(names, n, sizeof *names, cmp_str);
+    /* the C copies go before anything can raise */
+    if (!oom && !lua_checkstack(L, 2))
+        oom = 1;
+    if (!oom)
+        lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        if (!oom) {
+            lua_pushstring(L, names[i]);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        free(names[i]);
+    }
+    free(names);
+    if (oom)
+        return luaL_error(L, "kh.listdir: out of memory");
+    return 1;
+}
+
 /* kh.mkdir(path): make the folder and any missing parents (mkdir -p);
  * true, or nil, message naming the part that could not be made. */
 static int l_mkdir(lua_State *L)
@@ -241,7 +303,8 @@ int kh_luaopen_kh(lua_State *L)
     static const luaL_Reg fns[] = {
         {"doctor", l_doctor}, {"stats", l_stats}, {"isatty", l_isatty},
         {"secure_seed", l_secure_seed}, {"process", l_process},
-        {"process_alive", l_process_alive}, {"mkdir", l_mkdir}, {NULL, NULL},
+        {"process_alive", l_process_alive}, {"mkdir", l_mkdir}, {"listdir", l_listdir},
+        {NULL, NULL},
     };
     kh_lua_newlib(L, e, fns);
 

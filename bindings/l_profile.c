@@ -10,6 +10,7 @@
 
 #include "ncu.h"
 #include "profile.h"
+#include "task.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -152,7 +153,8 @@ static int l_default_metrics(lua_State *L)
  *     flops?, measured_ns?, out?, ncu_path?, sections?, timeout?,
  *     store = db?, task?, candidate?, evaluation?, remeasure_peaks?,
  *     peaks_max_age?}
- * or, instead of cubin and spec, task_path = DIR, solution = FILE | NAME,
+ * or, instead of cubin and spec, task_path = DIR | a kh.task.load value,
+ * solution = FILE | NAME | a Solution table,
  * workload = UUID?, seed?: the candidate compiled and resolved
  * (kh_profile_task_prepare), the task's bytes and FLOPs as context.
  * With store (a kh.Store, as kh.compile takes it) the report is recorded
@@ -167,12 +169,36 @@ static int l_run(lua_State *L)
     const char *strs[] = {"replay", "out", "ncu_path", "sections", "task", "candidate",
                           "evaluation", "task_path", "solution", "workload"};
     const char *vals[10] = {NULL};
+    const kh_task *task_val = NULL;     /* task_path given as a kh.task.load value */
+    const char *sol_json = NULL;        /* solution given as a Solution table */
+    size_t sol_json_len = 0;
     for (int i = 0; i < 10; i++) {
         int ty = lua_getfield(L, 1, strs[i]);
-        if (ty == LUA_TSTRING)
+        if (i == 7 && (task_val = kh_lua_to_task(L, -1))) {
+            vals[i] = task_val->path;
+        } else if (i == 8 && ty == LUA_TTABLE) {
+            kh_err jerr;
+            json_t *j = kh_lua_to_json(L, -1, &jerr);
+            if (!j)
+                return luaL_argerror(L, 1, lua_pushfstring(L, "solution is not JSON: %s",
+                                                           jerr.msg));
+            char *txt = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+            const char *name = json_string_value(json_object_get(j, "name"));
+            lua_pushfstring(L, "solution %s", name ? name : "(table)"); /* anchored */
+            json_decref(j);
+            if (!txt)
+                return luaL_error(L, "kh.profile.run: out of memory");
             vals[i] = lua_tostring(L, -1);
-        else if (ty != LUA_TNIL)
-            return luaL_argerror(L, 1, lua_pushfstring(L, "%s must be a string", strs[i]));
+            lua_pushstring(L, txt); /* anchored: the C copy goes at once */
+            free(txt);
+            sol_json = lua_tolstring(L, -1, &sol_json_len);
+        } else if (ty == LUA_TSTRING) {
+            vals[i] = lua_tostring(L, -1);
+        } else if (ty != LUA_TNIL) {
+            return luaL_argerror(L, 1, lua_pushfstring(L, "%s must be a string%s", strs[i],
+                                                       i == 7 ? " or a kh.task.load value"
+                                                       : i == 8 ? " or a Solution table" : ""));
+        }
     }
     const char *task_path = vals[7], *solution = vals[8];
     lua_getfield(L, 1, "cubin");
@@ -220,6 +246,9 @@ static int l_run(lua_State *L)
     kh_profile_task pt = {0};
     if (task_path) {
         kh_profile_task_opts to = {.task_path = task_path, .solution = solution,
+                                   .task_set = task_val ? task_val->set : NULL,
+                                   .solution_json = sol_json,
+                                   .solution_json_len = sol_json_len,
                                    .workload = vals[9], .seed = (uint64_t)seed};
         if (kh_profile_task_prepare(kh_lua_engine(L), &to, &pt, &err)) {
             json_decref(metrics);

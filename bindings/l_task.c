@@ -17,7 +17,7 @@ typedef struct {
     kh_expr *e;
 } l_expr;
 typedef struct {
-    kh_task_set *s;
+    kh_task *t; /* the path, the loaded set, the fingerprint taken before it */
 } l_set;
 
 static kh_expr *check_expr(lua_State *L, int idx)
@@ -31,9 +31,17 @@ static kh_expr *check_expr(lua_State *L, int idx)
 static kh_task_set *check_set(lua_State *L, int idx)
 {
     l_set *x = luaL_checkudata(L, idx, SET_MT);
-    if (!x->s)
+    if (!x->t)
         luaL_argerror(L, idx, "task set is closed");
-    return x->s;
+    return x->t->set;
+}
+
+const kh_task *kh_lua_to_task(lua_State *L, int idx)
+{
+    l_set *x = luaL_testudata(L, idx, SET_MT);
+    if (x && !x->t)
+        luaL_argerror(L, idx, "task set is closed");
+    return x ? x->t : NULL;
 }
 
 /* Look a var up in the Lua table at ctx (an int*: its stack index), by its
@@ -245,17 +253,26 @@ static int l_check(lua_State *L)
     return 1;
 }
 
-/* kh.task.load(path [, opts]) -> TaskSet | nil, msg, code */
+/* kh.task.loads() -> how many times this process has read a task from disk */
+static int l_loads(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)kh_task_load_count());
+    return 1;
+}
+
+/* kh.task.load(path [, opts]) -> TaskSet | nil, msg, code.  The task as a
+ * value (kh_task_open): kh.eval and kh.profile.run take it and read nothing
+ * again. */
 static int l_load(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
     kh_task_opts o;
     opts_from(L, 2, &o);
     l_set *x = lua_newuserdatauv(L, sizeof *x, 0);
-    x->s = NULL;
+    x->t = NULL;
     luaL_setmetatable(L, SET_MT);
     kh_err err;
-    if (kh_task_load(path, &o, &x->s, &err))
+    if (kh_task_open(path, &o, &x->t, &err))
         return kh_lua_fail(L, &err);
     return 1;
 }
@@ -263,8 +280,8 @@ static int l_load(lua_State *L)
 static int l_set_close(lua_State *L)
 {
     l_set *x = luaL_checkudata(L, 1, SET_MT);
-    kh_task_set_free(x->s);
-    x->s = NULL;
+    kh_task_close(x->t);
+    x->t = NULL;
     return 0;
 }
 
@@ -654,7 +671,7 @@ void kh_open_task(lua_State *L, kh_engine *e)
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {
         {"expr", l_expr_new}, {"eval", l_eval}, {"check", l_check}, {"load", l_load},
-        {NULL, NULL},
+        {"loads", l_loads}, {NULL, NULL},
     };
     kh_lua_newlib(L, e, fns);
 }

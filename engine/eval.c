@@ -3499,14 +3499,45 @@ static int is_file(const char *p)
 kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
                       const kh_eval_opts *o, json_t **traces, kh_err *err)
 {
+    *traces = NULL;
+    if (!task_path || !solution)
+        return kh_err_set(err, KH_EINVAL, "eval: a task and a solution are required");
+    kh_task *t = NULL;
+    kh_task_opts to = {0};
+    kh_status st = kh_task_open(task_path, &to, &t, err);
+    if (st)
+        return st;
+    kh_eval_solution s = {.name = solution};
+    unsigned char *text = NULL;
+    if (is_file(solution)) {
+        /* a Solution file from anywhere: its definition is the package's */
+        size_t len = 0;
+        if ((st = read_whole(solution, &text, &len, err))) {
+            kh_task_close(t);
+            return st;
+        }
+        s = (kh_eval_solution){.json = (const char *)text, .json_len = len, .label = solution};
+    }
+    st = kh_eval_run_task(ev, t, &s, o, traces, err);
+    free(text);
+    kh_task_close(t);
+    return st;
+}
+
+kh_status kh_eval_run_task(kh_eval *ev, const kh_task *t, const kh_eval_solution *s,
+                           const kh_eval_opts *o, json_t **traces, kh_err *err)
+{
     kh_eval_opts defo;
     if (!o) {
         kh_eval_opts_default(&defo);
         o = &defo;
     }
     *traces = NULL;
-    if (!task_path || !solution)
-        return kh_err_set(err, KH_EINVAL, "eval: a task and a solution are required");
+    if (!t || !t->set || !s || !!s->name == !!s->json)
+        return kh_err_set(err, KH_EINVAL, "eval: a task and a solution (a name in it or a "
+                          "Solution JSON) are required");
+    const char *task_path = t->path;
+    const char *solution = s->name ? s->name : s->label ? s->label : "solution";
     kh_protocol proto;
     if (!o->protocol || !kh_protocol_parse(o->protocol, &proto))
         return kh_err_set(err, KH_EINVAL, "eval: unknown protocol '%s' (official, screen, precise)",
@@ -3526,36 +3557,35 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     if (pst)
         return pst;
     refs_trim(ev);
-    kh_task_set *P = NULL, *S = NULL;
-    kh_task_opts to = {0};
-    /* the package as loaded, once: its hash goes with every verdict, and a
-     * file that changes while the evaluation runs is named there (nothing
-     * is read again: the loaded version is what is used) */
-    kh_task_fp fp0, fp1;
-    kh_status st = kh_task_fingerprint(task_path, &fp0, err);
-    if (st)
-        return st;
-    if ((st = kh_task_load(task_path, &to, &P, err))) {
-        kh_task_fp_free(&fp0);
-        return st;
-    }
+    /* the package as loaded, once (kh_task_open): its hash goes with every
+     * verdict, and a file that has changed on disk since is named there
+     * (nothing is read again: the loaded version is what is used) */
+    const kh_task_set *P = t->set;
+    kh_task_set *S = NULL;
+    kh_task_fp fp1;
+    kh_status st = KH_OK;
     /* a package with errors (a JSON syntax error, a bad workload line) is
      * refused, the first error named with its file and line */
     if ((st = kh_task_check_errors(P, task_path, err)))
         goto out;
     const kh_task_solution *sol = NULL;
-    if (is_file(solution)) {
-        kh_task_opts so = to;
-        so.defs_from = task_path;
-        if ((st = kh_task_load(solution, &so, &S, err)))
+    if (s->json) {
+        /* a Solution from anywhere, parsed in memory against the package's
+         * definitions: its definition is the package's */
+        if ((st = kh_task_solution_from_text(P, solution, s->json, s->json_len, &S, err)))
             goto out;
         if (kh_task_nsolutions(S) != 1) {
-            st = kh_err_set(err, KH_EINVAL, "%s: expected one Solution, found %zu", solution,
-                            kh_task_nsolutions(S));
+            /* not JSON, or not a Solution: the first error, file:line */
+            const kh_task_problem *p = NULL;
+            for (size_t i = 0; !p && i < kh_task_nproblems(S); i++)
+                if (kh_task_problem_at(S, i)->severity == KH_TASK_ERROR)
+                    p = kh_task_problem_at(S, i);
+            char buf[1024];
+            st = p ? kh_err_set(err, KH_EPARSE, "%s", kh_task_problem_format(p, buf, sizeof buf))
+                   : kh_err_set(err, KH_EINVAL, "%s: expected one Solution, found none",
+                                solution);
             goto out;
         }
-        /* a Solution file from anywhere: its definition is the package's */
-        kh_task_bind_definitions(S, P);
         sol = kh_task_solution_at(S, 0);
     } else {
         sol = kh_task_find_solution(P, solution);
@@ -3694,7 +3724,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     c.o = o;
     c.d = d;
     c.base = task_path;
-    snprintf(c.task_hash, sizeof c.task_hash, "%016llx", (unsigned long long)fp0.hash);
+    snprintf(c.task_hash, sizeof c.task_hash, "%016llx", (unsigned long long)t->fp.hash);
     char base[4096];
     if (is_file(task_path)) {
         snprintf(base, sizeof base, "%s", task_path);
@@ -3851,8 +3881,8 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
             c.pending = 0;
             c.last = c.ref_timing = NULL;
             uint64_t wh = fnv(ws[i]->uuid);
-            for (size_t t = 0; t < c.ntrials; t++)
-                c.seeds[t] = kh_rng_derive_seed(c.base_seed, wh, t) & INT64_MAX; /* JSON, Lua */
+            for (size_t k = 0; k < c.ntrials; k++)
+                c.seeds[k] = kh_rng_derive_seed(c.base_seed, wh, k) & INT64_MAX; /* JSON, Lua */
             c.timing_seed = kh_rng_derive_seed(c.base_seed, wh, 0x71AE) & INT64_MAX;
             c.sample_seed = kh_rng_derive_seed(c.base_seed, wh, 0x5A3E) & INT64_MAX;
             json_t *tr = NULL;
@@ -3907,7 +3937,7 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     kh_shapes_free(&shapes);
     json_decref(c.shapes_info);
     if (arr && kh_task_fingerprint(task_path, &fp1, err) == KH_OK) {
-        const char *changed = kh_task_fp_diff(&fp0, &fp1);
+        const char *changed = kh_task_fp_diff(&t->fp, &fp1);
         size_t ti;
         json_t *tr;
         json_array_foreach(arr, ti, tr) {
@@ -3927,8 +3957,6 @@ kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
     }
     *traces = arr;
 out:
-    kh_task_fp_free(&fp0);
     kh_task_set_free(S);
-    kh_task_set_free(P);
     return st;
 }

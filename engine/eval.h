@@ -123,4 +123,24 @@ void kh_eval_opts_default(kh_eval_opts *o);
 kh_status kh_eval_run(kh_eval *ev, const char *task_path, const char *solution,
                       const kh_eval_opts *o, json_t **traces, kh_err *err);
 
+/* The solution kh_eval_run_task evaluates: either the name of one of the
+ * task's solutions, or a Solution JSON held in memory (json, json_len bytes;
+ * label names it in messages and records, e.g. its file or "candidate"),
+ * parsed against the task's definitions: a candidate from anywhere. */
+typedef struct kh_eval_solution {
+    const char *name;
+    const char *json;
+    size_t json_len;
+    const char *label;
+} kh_eval_solution;
+
+struct kh_task;
+/* kh_eval_run on a task already opened (kh_task_open, kh.task.load): no file
+ * is read or parsed again; the verdicts carry t's fingerprint, and name a
+ * file that changed on disk since it was opened.  kh_eval_run is this with
+ * the task opened for the one call, and a solution that names a file read
+ * as its JSON. */
+kh_status kh_eval_run_task(kh_eval *ev, const struct kh_task *t, const kh_eval_solution *s,
+                           const kh_eval_opts *o, json_t **traces, kh_err *err);
+
 #endif

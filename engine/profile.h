@@ -133,7 +133,12 @@ kh_status kh_profile_task_spec(const struct kh_task_def *d, const struct kh_task
 
 typedef struct kh_profile_task_opts {
     const char *task_path;  /* a task package or dataset (task.h) */
+    /* the task already loaded (kh_task_open; task_path then only names it):
+     * nothing is read or parsed again */
+    const struct kh_task_set *task_set;
     const char *solution;   /* a Solution JSON file, or a solution's name in the task */
+    const char *solution_json; /* or a Solution JSON in memory (solution: its label) */
+    size_t solution_json_len;
     const char *workload;   /* a workload uuid; NULL: the definition's first */
     uint64_t seed;          /* input fill; 0: 1 */
     int trusted;            /* compile as trusted (no static checks, in process) */

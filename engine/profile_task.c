@@ -9,6 +9,7 @@
 #include "profile.h"
 #include "task.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,20 +209,43 @@ kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
     memset(t, 0, sizeof *t);
     if (!o->task_path || !o->solution)
         return kh_err_set(err, KH_EINVAL, "profile: a task and a solution are required");
-    kh_task_set *P = NULL, *S = NULL;
+    kh_task_set *own = NULL, *S = NULL;
     kh_task_opts to = {0};
-    kh_status st = kh_task_load(o->task_path, &to, &P, err);
+    kh_status st = KH_OK;
+    const kh_task_set *P = o->task_set;
+    if (!P && !(st = kh_task_load(o->task_path, &to, &own, err)))
+        P = own;
     if (st)
         return st;
     const kh_task_solution *sol = NULL;
     const kh_task_def *d = NULL;
     const kh_task_workload *w = NULL;
-    if (is_file(o->solution)) {
-        if ((st = kh_task_load(o->solution, &to, &S, err)))
+    char *text = NULL;
+    size_t len = 0;
+    const char *json = o->solution_json;
+    if (json) {
+        len = o->solution_json_len;
+    } else if (is_file(o->solution)) {
+        if (kh_read_file(o->solution, &text, &len)) {
+            st = kh_err_set(err, KH_EIO, "%s: %s", o->solution, strerror(errno));
+            goto out;
+        }
+        json = text;
+    }
+    if (json) {
+        /* a Solution from anywhere, parsed against the task's definitions
+         * as the evaluation parses it */
+        if ((st = kh_task_solution_from_text(P, o->solution, json, len, &S, err)))
             goto out;
         if (kh_task_nsolutions(S) != 1) {
-            st = kh_err_set(err, KH_EINVAL, "%s: expected one Solution, found %zu", o->solution,
-                            kh_task_nsolutions(S));
+            const kh_task_problem *p = NULL;
+            for (size_t i = 0; !p && i < kh_task_nproblems(S); i++)
+                if (kh_task_problem_at(S, i)->severity == KH_TASK_ERROR)
+                    p = kh_task_problem_at(S, i);
+            char buf[1024];
+            st = p ? kh_err_set(err, KH_EPARSE, "%s", kh_task_problem_format(p, buf, sizeof buf))
+                   : kh_err_set(err, KH_EINVAL, "%s: expected one Solution, found none",
+                                o->solution);
             goto out;
         }
         sol = kh_task_solution_at(S, 0);
@@ -318,6 +342,7 @@ out:
     if (st)
         kh_profile_task_free(t);
     kh_task_set_free(S);
-    kh_task_set_free(P);
+    kh_task_set_free(own);
+    free(text);
     return st;
 }

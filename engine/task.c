@@ -45,6 +45,9 @@ struct kh_task_set {
     size_t ndeferred, capdeferred;
     char python[32]; /* the version of Python that parsed the references, or "" */
     kh_task_summary sum;
+    /* definitions looked up here after this set's own (a Solution parsed in
+     * memory against a loaded task: kh_task_solution_from_text); not owned */
+    const kh_task_set *borrow;
 };
 
 /* Grow the array whose pointer lives at arrp (any T *) to hold one more
@@ -2441,7 +2444,7 @@ static void load_solution_text(kh_task_set *s, const char *file, const char *tex
     kh_task_solution *sol = parse_solution(&v, j);
     if (!sol)
         return;
-    if (sol->definition && !sol->def && s->ndefs)
+    if (sol->definition && !sol->def && (s->ndefs || s->borrow))
         VERR(&v, "definition", "expected the name of a known definition, got \"%s\"",
              sol->definition);
     else if (sol->definition && !sol->def)
@@ -2996,9 +2999,14 @@ out:
     free(defs);
 }
 
+static _Atomic size_t n_loads;
+
+size_t kh_task_load_count(void) { return n_loads; }
+
 kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set **out, kh_err *err)
 {
     *out = NULL;
+    n_loads++;
     struct stat st;
     if (stat(path, &st))
         return kh_err_set(err, errno == ENOENT ? KH_ENOTFOUND : KH_EIO, "%s: %s", path,
@@ -3099,6 +3107,29 @@ kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set *
     return KH_OK;
 }
 
+kh_status kh_task_solution_from_text(const kh_task_set *defs, const char *label, const char *text,
+                                     size_t len, kh_task_set **out, kh_err *err)
+{
+    *out = NULL;
+    if (!defs || !label || !text)
+        return kh_err_set(err, KH_EINVAL, "a solution text needs its task and a label");
+    kh_task_set *s = calloc(1, sizeof *s);
+    if (!s)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    s->borrow = defs;
+    s->sum.kind = "solution";
+    s->sum.files = 1;
+    json_t *j = load_json_text(s, label, text, len, 1);
+    if (j && !(json_is_object(j) && json_object_get(j, "spec")))
+        add_problem(s, KH_TASK_ERROR, label, 1, "spec",
+                    "not a Solution: expected an object with name, definition, spec and sources");
+    else if (j)
+        load_solution_text(s, label, text, len, j);
+    json_decref(j);
+    *out = s;
+    return KH_OK;
+}
+
 void kh_task_set_free(kh_task_set *s)
 {
     if (!s)
@@ -3146,7 +3177,7 @@ const kh_task_def *kh_task_find_def(const kh_task_set *s, const char *name)
     for (size_t i = 0; name && i < s->ndefs; i++)
         if (s->defs[i]->name && !strcmp(s->defs[i]->name, name))
             return s->defs[i];
-    return NULL;
+    return s->borrow ? kh_task_find_def(s->borrow, name) : NULL;
 }
 kh_status kh_task_check_errors(const kh_task_set *s, const char *path, kh_err *err)
 {

@@ -174,6 +174,9 @@ typedef struct kh_task_opts {
  * Free with kh_task_set_free.  Non-OK only when PATH cannot be read. */
 kh_status kh_task_load(const char *path, const kh_task_opts *opts, kh_task_set **out, kh_err *err);
 void kh_task_set_free(kh_task_set *s);
+/* How many kh_task_load calls this process has made: what shows that a run
+ * reads its task once (kh.task.loads()). */
+size_t kh_task_load_count(void);
 
 /* Every pointer below lives as long as the set. */
 const kh_task_summary *kh_task_set_summary(const kh_task_set *s);
@@ -191,6 +194,14 @@ const kh_task_def *kh_task_find_def(const kh_task_set *s, const char *name);
  * beside): each one whose definition was not found gets defs' of that name.
  * Returns how many are still without one. */
 size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs);
+/* A Solution JSON held in memory (TEXT, LEN bytes; LABEL names it in
+ * messages, as a file name would) parsed against the definitions of DEFS, a
+ * loaded package or dataset, without reading any file or parsing DEFS again.
+ * *out: a set holding that solution (none when the text is not one: its
+ * problems say why, file:line under LABEL) whose definition lookups fall
+ * through to DEFS, which must outlive it.  Non-OK only when out of memory. */
+kh_status kh_task_solution_from_text(const kh_task_set *defs, const char *label, const char *text,
+                                     size_t len, kh_task_set **out, kh_err *err);
 /* Non-OK when SOL's file holds an error (a launch manifest that names what
  * its definition lacks, a bad field): an argument list with a binding left
  * out must never run.  The first error is named with its file and line. */
@@ -270,5 +281,21 @@ kh_status kh_task_fingerprint(const char *path, kh_task_fp *fp, kh_err *err);
 /* The first file that differs (changed, added or removed), or NULL. */
 const char *kh_task_fp_diff(const kh_task_fp *a, const kh_task_fp *b);
 void kh_task_fp_free(kh_task_fp *fp);
+
+/* A task as a value: PATH (a package, a dataset, or one file of either)
+ * fingerprinted, then loaded, once.  What kh.task.load gives Lua and
+ * kh_eval_run_task takes: a run evaluates every candidate against the
+ * version loaded at its start, and names a file that changed on disk since
+ * (kh_task_fp_diff against fp) instead of reading it again. */
+typedef struct kh_task {
+    char *path;
+    kh_task_set *set;
+    kh_task_fp fp; /* taken before the load */
+} kh_task;
+
+/* Non-OK when PATH cannot be read (kh_task_load's errors); problems in its
+ * files are in t->set.  Free with kh_task_close. */
+kh_status kh_task_open(const char *path, const kh_task_opts *opts, kh_task **out, kh_err *err);
+void kh_task_close(kh_task *t);
 
 #endif

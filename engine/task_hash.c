@@ -1,5 +1,6 @@
 /* task_hash.c: the fingerprint of a task package on disk (task.h): what an
- * evaluation loaded, and whether a file changed while it ran. */
+ * evaluation loaded, and whether a file changed while it ran; and the task
+ * as a value (kh_task_open: fingerprinted, then loaded, once). */
 #include "task.h"
 
 #include <dirent.h>
@@ -141,4 +142,35 @@ void kh_task_fp_free(kh_task_fp *fp)
 {
     free(fp->e);
     memset(fp, 0, sizeof *fp);
+}
+
+kh_status kh_task_open(const char *path, const kh_task_opts *opts, kh_task **out, kh_err *err)
+{
+    *out = NULL;
+    kh_task *t = calloc(1, sizeof *t);
+    if (!t || !(t->path = kh_strdup(path))) {
+        free(t);
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    }
+    /* the fingerprint first: a file changed between the two is then seen as
+     * changed by the end of the first evaluation, never taken for loaded */
+    kh_status st = kh_task_fingerprint(path, &t->fp, err);
+    if (!st)
+        st = kh_task_load(path, opts, &t->set, err);
+    if (st) {
+        kh_task_close(t);
+        return st;
+    }
+    *out = t;
+    return KH_OK;
+}
+
+void kh_task_close(kh_task *t)
+{
+    if (!t)
+        return;
+    kh_task_set_free(t->set);
+    kh_task_fp_free(&t->fp);
+    free(t->path);
+    free(t);
 }

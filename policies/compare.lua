@@ -59,7 +59,8 @@ local function main(argv)
     return true
   end
   if o.svg then
-    os.execute("mkdir -p '" .. o.svg:gsub("'", "'\\''") .. "'")
+    local made, merr = kh.mkdir(o.svg)
+    if not made then io.stderr:write("compare: " .. tostring(merr) .. "\n"); return 1 end
     if not write(o.svg .. "/compare.svg", report.svg(sums)) then return 1 end
     for _, t in ipairs(report.tasks(sums)) do
       local name = t.name:gsub("[^%w_.%-]", "_")

@@ -70,7 +70,10 @@ end
 -- ---- the task ---------------------------------------------------------------
 
 function M.load_task(cfg)
-  local ts <close> = must(kh.task.load(cfg.task))
+  -- the task as a value for the whole run: every evaluation and profile
+  -- takes it (kh.eval reads and parses nothing again; a file changed on
+  -- disk meanwhile is named in the verdicts, not used)
+  local ts = must(kh.task.load(cfg.task))
   -- a package with a file or line that does not parse is refused, the
   -- first named with file and line
   local first, nerr = nil, 0
@@ -97,7 +100,7 @@ function M.load_task(cfg)
       #names), "EINVAL")
   end
   local d = must(ts:definition(name), "no definition " .. tostring(name) .. " in " .. cfg.task)
-  local task = { path = cfg.task, name = d.name, op_type = d.op_type, axes = d.axes,
+  local task = { path = cfg.task, set = ts, name = d.name, op_type = d.op_type, axes = d.axes,
     inputs = d.inputs, outputs = d.outputs, constraints = d.constraints, tolerance = d.tolerance,
     description = d.json.description, reference_code = d.json.reference, workloads = {} }
   for _, w in ipairs(ts:workloads(name)) do
@@ -211,7 +214,7 @@ local function measurer(db, ctx, round_index)
       end
     end
     for k, v in pairs(ctx.eval_defaults) do if o[k] == nil then o[k] = v end end
-    local traces, msg, code = ev.run(ctx.task.path, sol, o)
+    local traces, msg, code = ev.run(ctx.task.set or ctx.task.path, sol, o)
     if not traces then return nil, msg, code end
     local cand = ctx.cand_of[sol]
     local ids = must(db:update(function(tx)
@@ -291,7 +294,7 @@ local function profile_incumbent(db, ctx, inc)
   for u, l in pairs(inc.latency or {}) do
     if l > worst or (l == worst and u < wl) then wl, worst = u, l end
   end
-  local rep, msg = ev.profile(ctx.task.path, inc.solution,
+  local rep, msg = ev.profile(ctx.task.set or ctx.task.path, inc.solution,
     { workload = wl, store = db, seed = ctx.cfg.gate.seed })
   if not rep then
     inc.counters, inc.profile_error = nil, tostring(msg)

@@ -1,10 +1,13 @@
 -- evaluate.lua: the one place policies reach the evaluation harness.
 --
 --   local ev = require "lib.evaluate"
---   local v, msg, code = ev.run(task_path, solution, opts)
+--   local v, msg, code = ev.run(task, solution, opts)
 --
--- solution: a Solution table (a candidate) or the name of a solution in the
--- task package (the trusted reference, a baseline).  opts: workloads (a list
+-- task: what kh.task.load gives (the run's task, loaded and fingerprinted
+-- once: kh.eval reads nothing again), or a path.  solution: a Solution table
+-- (a candidate, handed to the engine in memory: no scratch files) or the
+-- name of a solution in the task package (the trusted reference, a
+-- baseline).  opts: workloads (a list
 -- of uuids, a count, or "all"), protocol ("screen", "official", "precise"),
 -- trials, seed, timing (false: correctness only).  Returns the traces as
 -- kh.eval gives them (docs/evaluation.md: one FlashInfer-Bench Trace per
@@ -32,74 +35,23 @@ function M.available()
   return override ~= nil or kh.eval ~= nil
 end
 
--- The definition file of a task's definition (kh.eval reads a Solution file
--- with the definition beside it as its context).
-local def_files = {}
-local function definition_file(task_path, name)
-  local key = task_path .. "\0" .. tostring(name)
-  if def_files[key] then return def_files[key] end
-  local ts <close>, msg, code = kh.task.load(task_path)
-  if not ts then return nil, msg, code end
-  local d = ts:definition(name)
-  if not d then return nil, "no definition " .. tostring(name) .. " in " .. task_path, "ENOTFOUND" end
-  def_files[key] = d.file
-  return d.file
-end
-
-local function write(path, text)
-  local f, err = io.open(path, "wb")
-  if not f then return nil, err end
-  f:write(text)
-  f:close()
-  return true
-end
-
--- A scratch folder holding the definition and the solution; returns the
--- solution's path and a cleanup function.
-local function scratch(task_path, solution)
-  local def, msg, code = definition_file(task_path, solution.definition)
-  if not def then return nil, msg, code end
-  local f = io.open(def, "rb")
-  if not f then return nil, "cannot read " .. def, "EIO" end
-  local dtext = f:read("a")
-  f:close()
-  local p = io.popen("mktemp -d 2>/dev/null")
-  local dir = p and p:read("l")
-  if p then p:close() end
-  if not dir or dir == "" then return nil, "cannot make a scratch folder", "EIO" end
-  local sol_path = dir .. "/solution.json"
-  local ok, err = write(dir .. "/definition.json", dtext)
-  if ok then ok, err = write(sol_path, kh.json.encode(solution)) end
-  local function cleanup()
-    os.remove(sol_path)
-    os.remove(dir .. "/definition.json")
-    os.remove(dir)
-  end
-  if not ok then cleanup(); return nil, "cannot write the solution: " .. tostring(err), "EIO" end
-  return sol_path, cleanup
-end
-
-function M.run(task_path, solution, opts)
+function M.run(task, solution, opts)
   local fn = override or kh.eval
   if not fn then
     return nil, "kh.eval is not in this build (the evaluation harness is not merged yet)",
       "EUNSUPPORTED"
   end
-  if override then return override(task_path, solution, opts) end
+  if override then return override(task, solution, opts) end
   local o = {}
   for k, v in pairs(opts or {}) do o[k] = v end
   o.record = false
-  opts = o
-  if type(solution) ~= "table" then return fn(task_path, solution, opts) end
-  local path, cleanup, ecode = scratch(task_path, solution)
-  if not path then return nil, cleanup, ecode end
-  local r, msg, code = fn(task_path, path, opts)
-  cleanup()
-  return r, msg, code
+  -- the task value and the Solution table go in as they are: nothing is
+  -- written to disk, nothing parsed twice
+  return fn(task, solution, o)
 end
 
 -- The profiler for a candidate on one workload: kh.profile.run on the
--- solution (a table goes through the same scratch folder as ev.run).
+-- solution (a table, or a name), the task as ev.run takes it.
 -- opts: workload (uuid), store (a kh.Store to record the profile in), seed.
 -- Returns kh.profile.run's report (state, signature, kernels, store_id), or
 -- nil, msg, code.  ev.use_profile(fn) replaces it for tests.
@@ -114,22 +66,14 @@ function M.profile_available()
   return profile_override ~= nil or (kh.profile ~= nil and kh.profile.run ~= nil)
 end
 
-function M.profile(task_path, solution, opts)
-  if profile_override then return profile_override(task_path, solution, opts) end
+function M.profile(task, solution, opts)
+  if profile_override then return profile_override(task, solution, opts) end
   if not M.profile_available() then
     return nil, "kh.profile is not in this build", "EUNSUPPORTED"
   end
-  local args = { task_path = task_path, workload = opts and opts.workload,
+  local args = { task_path = task, solution = solution, workload = opts and opts.workload,
     seed = opts and opts.seed, store = opts and opts.store }
-  if type(solution) ~= "table" then
-    args.solution = solution
-    return kh.profile.run(args)
-  end
-  local path, cleanup, ecode = scratch(task_path, solution)
-  if not path then return nil, cleanup, ecode end
-  args.solution = path
   local ok, r, msg, code = pcall(kh.profile.run, args)
-  cleanup()
   if not ok then return nil, tostring(r), "EINVAL" end
   return r, msg, code
 end

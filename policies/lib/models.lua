@@ -33,13 +33,13 @@ local function is_dir(path)
   return false
 end
 
+-- the names in a folder, sorted, hidden ones (".x") left out; none when it
+-- cannot be read
 local function listdir(path)
   local out = {}
-  local p = io.popen("ls -1 " .. "'" .. path:gsub("'", "'\\''") .. "' 2>/dev/null")
-  if not p then return out end
-  for name in p:lines() do out[#out + 1] = name end
-  p:close()
-  table.sort(out)
+  for _, name in ipairs(kh.listdir(path) or {}) do
+    if name:sub(1, 1) ~= "." then out[#out + 1] = name end
+  end
   return out
 end
 M.listdir = listdir

@@ -40,8 +40,12 @@ local function noise(...)
   return 1 + (u - 0.5) * 0.03
 end
 
-local function workloads(task_path)
-  local ts <close> = assert(kh.task.load(task_path))
+-- task: a path, or the value kh.task.load gave (what the controller passes)
+local function workloads(task)
+  if type(task) ~= "string" then
+    return task:workloads(task:definitions()[1])
+  end
+  local ts <close> = assert(kh.task.load(task))
   local name = ts:definitions()[1]
   return ts:workloads(name)
 end
