@@ -5,9 +5,11 @@
  * collector.  Records travel as tables (kh.json's conversions). */
 #include "kh_lua.h"
 
+#include "candidate.h"
 #include "store.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define STORE_MT "kh.Store"
@@ -574,6 +576,66 @@ static int t_put_blob(lua_State *L)
     return push_hash(L, &h);
 }
 
+/* The candidate a Solution table carries (candidate.h), in a userdata that
+ * frees it when collected: anchored in a transaction, its bytes outlive the
+ * update (a map growth replays the blob writes from them). */
+#define CAND_MT "kh.Candidate"
+
+static int cand_gc(lua_State *L)
+{
+    kh_candidate_free(luaL_checkudata(L, 1, CAND_MT));
+    return 0;
+}
+
+static kh_candidate *push_candidate(lua_State *L, int idx)
+{
+    kh_err err;
+    json_t *j = kh_lua_to_json(L, idx, &err);
+    if (!j)
+        luaL_error(L, "a candidate must be a Solution table: %s", err.msg);
+    kh_candidate *c = lua_newuserdatauv(L, sizeof *c, 0);
+    memset(c, 0, sizeof *c);
+    if (luaL_newmetatable(L, CAND_MT)) {
+        lua_pushcfunction(L, cand_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    kh_status st = kh_candidate_of(j, c, &err);
+    json_decref(j);
+    if (st)
+        luaL_error(L, "not a candidate: %s", err.msg);
+    return c;
+}
+
+/* tx:put_candidate(solution, task_id) -> id: the candidate's record (one
+ * identity, one writer: candidate.h), put unless it is there. */
+static int t_put_candidate(lua_State *L)
+{
+    l_txn *t = check_txn(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    const char *task = luaL_checkstring(L, 3);
+    kh_candidate *c = push_candidate(L, 2);
+    lua_getiuservalue(L, 1, 1); /* anchor it for the rest of the update */
+    lua_pushvalue(L, -2);
+    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+    lua_pop(L, 1);
+    kh_err err;
+    if (kh_candidate_put(t->tx, c, task, &err))
+        return kh_lua_fail(L, &err);
+    lua_pushstring(L, c->id);
+    return 1;
+}
+
+/* kh.store.candidate_id(solution) -> the id its candidate record has, or
+ * would have (candidate.h) */
+static int l_candidate_id(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    kh_candidate *c = push_candidate(L, 1);
+    lua_pushstring(L, c->id);
+    return 1;
+}
+
 static int t_get(lua_State *L)
 {
     l_txn *t = check_txn(L, 1);
@@ -671,7 +733,8 @@ void kh_open_store(lua_State *L, kh_engine *e)
     lua_pop(L, 1);
     static const luaL_Reg txn_methods[] = {
         {"put", t_put},   {"put_blob", t_put_blob}, {"get", t_get}, {"get_blob", t_get_blob},
-        {"has_blob", t_has_blob}, {"query", t_query}, {"put_many", t_put_many}, {NULL, NULL},
+        {"has_blob", t_has_blob}, {"query", t_query}, {"put_many", t_put_many},
+        {"put_candidate", t_put_candidate}, {NULL, NULL},
     };
     if (luaL_newmetatable(L, TXN_MT)) {
         luaL_newlib(L, txn_methods);
@@ -680,6 +743,7 @@ void kh_open_store(lua_State *L, kh_engine *e)
         lua_setfield(L, -2, "__tostring");
     }
     lua_pop(L, 1);
-    static const luaL_Reg fns[] = {{"open", l_open}, {"hash", l_hash}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {
+        {"open", l_open}, {"hash", l_hash}, {"candidate_id", l_candidate_id}, {NULL, NULL}};
     kh_lua_newlib(L, e, fns);
 }

@@ -1,8 +1,11 @@
 /* best.h: a stored kernel as a FlashInfer-Bench Solution.  A run's best
  * kernel (its incumbent: the candidate it promoted last, else the seed it
  * started from) or any candidate record becomes a Solution JSON with khlua's
- * launch manifest under spec.khlua and its one source; a run's also carries
- * its figures (score, the promotion's gate figures and evidence ids).  One
+ * launch manifest under spec.khlua and its sources; a run's also carries
+ * its figures (score, the promotion's gate figures and evidence ids).  What
+ * a run did with the candidate (promoted in round R, proposed by model M)
+ * comes from the run's records: the candidate record holds content only
+ * (candidate.h).  One
  * owner for this, shared by `khlua best` and `khlua export solution`.  Reads
  * the store; writes nothing. */
 #ifndef KH_BEST_H
@@ -18,7 +21,9 @@ typedef struct kh_best {
     char candidate[KH_STORE_ID_MAX]; /* the candidate record */
     /* {name, definition, author, description, spec {language, target_hardware,
      * entry_point, destination_passing_style, khlua}, sources [{path, content}]}:
-     * the one source is kernel.cu (CUDA backends) or kernel.c (host) */
+     * a run's is named RUN_rR (promoted in round R) or RUN_seed, authored by
+     * the model that proposed it; the sources under their own paths (a record
+     * from before candidate.h: its one source as kernel.cu or kernel.c) */
     json_t *solution;
     /* a run's {run, candidate, origin, score, metrics, promotion}; NULL for a
      * candidate named on its own */

@@ -11,6 +11,7 @@
 #include "eval.h"
 
 #include "bench.h"
+#include "candidate.h"
 #include "check.h"
 #include "compile.h"
 #include "doctor.h"
@@ -251,7 +252,7 @@ void kh_eval_opts_default(kh_eval_opts *o)
  * the evaluation record. */
 typedef struct rec_ctx {
     const kh_task_def *d;
-    const json_t *sol_json;
+    const kh_candidate *cand; /* its one identity (candidate.h) */
     const char *sol_name;
     json_t *trace;
     const void *samples;
@@ -290,33 +291,14 @@ static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
                                  err);
     if (st)
         return st;
-    char *sj = json_dumps(r->sol_json, JSON_COMPACT | JSON_SORT_KEYS);
-    if (!sj)
-        return kh_err_set(err, KH_ENOMEM, "out of memory");
-    kh_hash sh;
-    st = kh_store_txn_put_blob(tx, sj, strlen(sj), &sh, err);
-    /* the bytes must stay valid until the update returns (write replay) */
-    char shex[33];
-    kh_hash_hex(&sh, shex);
-    snprintf(r->cand_id, sizeof r->cand_id, "candidate-%s", shex);
-    if (!st)
-        st = put_if_absent(tx, r->cand_id,
-                           json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:{s:s}}", "type",
-                                     "candidate", "id", r->cand_id, "task", task_id, "name",
-                                     r->sol_name, "source_blob", shex, "origin", "file",
-                                     "provenance", "source_hash", shex),
-                           err);
-    if (st) {
-        free(sj);
+    snprintf(r->cand_id, sizeof r->cand_id, "%s", r->cand->id);
+    if ((st = kh_candidate_put(tx, r->cand, task_id, err)))
         return st;
-    }
     r->blob[0] = 0;
     if (r->samples_len) {
         kh_hash bh;
-        if ((st = kh_store_txn_put_blob(tx, r->samples, r->samples_len, &bh, err))) {
-            free(sj);
+        if ((st = kh_store_txn_put_blob(tx, r->samples, r->samples_len, &bh, err)))
             return st;
-        }
         kh_hash_hex(&bh, r->blob);
     }
     json_t *evj = json_object_get(r->trace, "evaluation");
@@ -342,8 +324,6 @@ static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
         json_object_set(rec, "protocol", proto);
     st = kh_store_txn_put(tx, rec, 0, r->eval_id, err);
     json_decref(rec);
-    /* sj must outlive the transaction: freed by the caller's cleanup */
-    r->sol_json = (const json_t *)(void *)sj;
     return st;
 }
 
@@ -368,12 +348,16 @@ static kh_status record(kh_eval *ev, kh_store *use, const kh_task_def *d,
         for (int b = 0; b < 8; b++)
             raw[i * 8 + (size_t)b] = (unsigned char)(u >> (8 * b));
     }
-    rec_ctx r = {.d = d, .sol_json = sol->json, .sol_name = sol->name, .trace = trace,
+    kh_candidate cand;
+    kh_status st = kh_candidate_of(sol->json, &cand, err);
+    if (st) {
+        free(raw);
+        return kh_err_prefix(err, "solution %s", sol->name ? sol->name : "?");
+    }
+    rec_ctx r = {.d = d, .cand = &cand, .sol_name = sol->name, .trace = trace,
                  .samples = raw, .samples_len = n * 8};
-    const json_t *sol_json = r.sol_json;
-    kh_status st = kh_store_update(use ? use : ev->store, rec_fn, &r, err);
-    if (r.sol_json != sol_json)
-        free((void *)r.sol_json); /* the dumped solution text, kept for the replay */
+    st = kh_store_update(use ? use : ev->store, rec_fn, &r, err);
+    kh_candidate_free(&cand); /* its bytes outlived the update (write replay) */
     free(raw);
     if (!st)
         json_object_set_new(json_object_get(json_object_get(trace, "evaluation"), "khlua"),

@@ -5,6 +5,7 @@
  * the right sizes, the source compiled by NVRTC (compile.h, isolated as eval
  * does for candidates), and the task's speed-of-light inputs.  Profiling
  * needs no correct outputs, so no reference runs and nothing is compared. */
+#include "candidate.h"
 #include "compile.h"
 #include "profile.h"
 #include "task.h"
@@ -187,20 +188,17 @@ static int is_file(const char *p)
 }
 
 /* The ids the evaluation gives the task and the candidate (eval.c): the task
- * by its definition's name, the candidate by the hash of its Solution JSON,
- * compact with sorted keys (the blob eval stores it as). */
+ * by its definition's name, the candidate by its one identity
+ * (candidate.h); none when the solution carries no candidate. */
 static void ids_of(const kh_task_def *d, const kh_task_solution *sol, kh_profile_task *t)
 {
     snprintf(t->task_id, sizeof t->task_id, "task-%s", d->name);
-    char *sj = json_dumps(sol->json, JSON_COMPACT | JSON_SORT_KEYS);
-    if (!sj)
+    kh_candidate c;
+    kh_err err;
+    if (kh_candidate_of(sol->json, &c, &err))
         return;
-    kh_hash h;
-    kh_hash_bytes(sj, strlen(sj), &h);
-    free(sj);
-    char hex[33];
-    kh_hash_hex(&h, hex);
-    snprintf(t->candidate_id, sizeof t->candidate_id, "candidate-%s", hex);
+    snprintf(t->candidate_id, sizeof t->candidate_id, "%s", c.id);
+    kh_candidate_free(&c);
 }
 
 kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,

@@ -183,20 +183,14 @@ local function ensure_task(db, task)
   return id
 end
 
--- The candidate record of a solution (content-addressed: same source and
--- manifest, same id).  Returns its id.
-local function put_candidate(db, ctx, sol, extra)
-  local text = kh.json.encode(sol.spec.khlua, { sort_keys = true }) .. "\0" .. source_of(sol)
-  local id = "candidate-" .. kh.store.hash(text)
+-- The candidate record of a solution: put by the engine (tx:put_candidate,
+-- candidate.h), under the one id its content gives it whoever evaluates it;
+-- who proposed it, in which run and round, is the round's record, not the
+-- candidate's.  Returns its id.
+local function put_candidate(db, ctx, sol)
+  local id = kh.store.candidate_id(sol)
   if db:get(id) then return id end
-  return must(db:update(function(tx)
-    local h = assert(tx:put_blob(source_of(sol)))
-    local rec = { type = "candidate", id = id, task = ctx.task_id, source_blob = h,
-      manifest = sol.spec.khlua, solution_name = sol.name, provenance = { source_hash = h } }
-    for k, v in pairs(extra or {}) do rec[k] = v end
-    assert(tx:put(rec))
-    return id
-  end))
+  return must(db:update(function(tx) return tx:put_candidate(sol, ctx.task_id) end))
 end
 
 -- measure(sol, opts, purpose) for the gate: evaluate, store each trace as an
@@ -502,9 +496,7 @@ local function round(db, ctx, policy, st)
     else
       local sol = solution(ctx.task, string.format("%s_r%d_%d", ctx.run_id, idx, i),
         c.family.model, x.source, x.manifest)
-      local cid = put_candidate(db, ctx, sol, { origin = "model", model = c.family.model,
-        run = ctx.run_id, round_index = idx, parent = st.incumbent.candidate,
-        llm_call = c.call_id })
+      local cid = put_candidate(db, ctx, sol)
       ctx.cand_of[sol] = cid
       probe.candidate = cid
       cands[#cands + 1] = cid
@@ -653,7 +645,7 @@ local function initial_state(db, ctx, policy)
   local t_init = kh.time.now()
   local task = ctx.task
   local sol = copy(task.seed_solution)
-  local cid = put_candidate(db, ctx, sol, { origin = "seed" })
+  local cid = put_candidate(db, ctx, sol)
   ctx.cand_of[sol] = cid
   local measure = measurer(db, ctx, 0)
   -- the incumbent's record: the median of three screen measurements

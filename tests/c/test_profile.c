@@ -10,6 +10,7 @@
  * kh_profile_run records end to end through a recorded worker session. */
 #include "kh_test.h"
 
+#include "candidate.h"
 #include "ncu.h"
 #include "profile.h"
 #include "store.h"
@@ -543,15 +544,21 @@ static void test_task_candidate_launch_list(void **state)
     /* a cubin, and the ids eval records under */
     assert_true(t.cubin_len > 4 && !memcmp(t.cubin, "\177ELF", 4));
     assert_string_equal(t.task_id, "task-rmsnorm_h512");
+    /* the one identity (candidate.h): the hash of the canonical form, not
+     * of the Solution file (its name and author are not part of it) */
     const kh_task_solution *sol = kh_task_find_solution(set, "rmsnorm_h512_cuda_v1");
-    char *sj = json_dumps(sol->json, JSON_COMPACT | JSON_SORT_KEYS);
-    kh_hash h;
-    char hex[33], want[64];
-    kh_hash_bytes(sj, strlen(sj), &h);
-    kh_hash_hex(&h, hex);
-    snprintf(want, sizeof want, "candidate-%s", hex);
-    assert_string_equal(t.candidate_id, want);
-    free(sj);
+    kh_candidate cand;
+    assert_int_equal(kh_candidate_of(sol->json, &cand, &err), KH_OK);
+    assert_string_equal(t.candidate_id, cand.id);
+    json_t *renamed = json_deep_copy(sol->json);
+    json_object_set_new(renamed, "name", json_string("another_name"));
+    json_object_set_new(renamed, "author", json_string("someone else"));
+    kh_candidate c2;
+    assert_int_equal(kh_candidate_of(renamed, &c2, &err), KH_OK);
+    assert_string_equal(c2.id, cand.id);
+    kh_candidate_free(&c2);
+    json_decref(renamed);
+    kh_candidate_free(&cand);
     kh_profile_task_free(&t);
 
     /* could-not-run cases, named */

@@ -17,7 +17,7 @@ local LADDER = SRC .. "/tests/fixtures/replay/ctl/a"
 local NOKEYS = { ANTHROPIC_API_KEY = "", OPENAI_API_KEY = "" }
 
 local store = T.tmpdir() .. "/store"
-local run, incumbent, best_file
+local run, incumbent, best_file, best_candidate
 
 T.test("the run's last line says how to get its best kernel out", function()
   -- the ladder's second reply is promoted (net_controller.lua)
@@ -59,6 +59,7 @@ T.test("khlua best RUN --out DIR writes the Solution, its source and the figures
   local src = T.khlua("--store", store, "best", "last")
   T.ok(src:find(sol.sources[1].content, 1, true), src)
   best_file = sum.solution
+  best_candidate = sum.candidate
 end)
 
 T.test("khlua eval takes the exported Solution from anywhere", function()
@@ -74,6 +75,13 @@ T.test("khlua eval takes the exported Solution from anywhere", function()
     end
   end
   T.eq(n, 3)
+  -- recorded by khlua eval, the same kernel has the id the policy run gave it
+  out, code = T.khlua("--store", store, "eval", "--task", TASK, "--solution", best_file,
+    "--no-timing", "--workloads", "1", "--json")
+  T.eq(code, 0, out)
+  local t = kh.json.decode(out:match("[^\n]*{[^\n]*"))
+  local db <close> = assert(kh.store.open(store, { readonly = true }))
+  T.eq(assert(db:get(t.evaluation.khlua.record)).candidate, best_candidate)
 end)
 
 T.test("a new run starts from the exported Solution (--seed-solution FILE)", function()
@@ -83,13 +91,16 @@ T.test("a new run starts from the exported Solution (--seed-solution FILE)", fun
     best_file)
   T.eq(code, 0, out)
   T.match(out, "incumbent " .. incumbent:gsub("%-", "%%-") .. " ")
+  -- one identity: the second run's seed is the first run's best candidate,
+  -- under the same id, and its record names no run or model
   local db <close> = assert(kh.store.open(s2, { readonly = true }))
-  local seeds = db:query { type = "candidate" }
-  local found = false
-  for _, c in ipairs(seeds) do
-    if c.origin == "seed" then found = c.solution_name == incumbent end
+  local run2 = db:query { type = "run" }[1]
+  local r2 = assert(db:get(run2.id or run2))
+  T.eq(r2.incumbent_candidate, best_candidate)
+  local c = assert(db:get(best_candidate))
+  for _, k in ipairs { "run", "model", "origin", "solution_name", "round_index", "llm_call" } do
+    T.eq(c[k], nil, "a candidate record says nothing of " .. k)
   end
-  T.ok(found, "the seed candidate is the exported kernel")
   -- a Solution of another definition is refused, by name
   local other = T.tmpdir() .. "/other.json"
   local sol = kh.json.decode(T.read(best_file))
