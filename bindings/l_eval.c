@@ -109,7 +109,7 @@ static const char *const eval_keys[] = {
     "deterministic", "deadline_s", "atol", "rtol", "required_matched_ratio",
     "time_reference", "host_memory_bytes", "record", "store", "workloads", "sanitize",
     "sanitize_deadline_s", "gpus", "workers_per_gpu", "host_workers", "launch", "hosts",
-    "progress", NULL};
+    "progress", "run", "round_index", "purpose", NULL};
 
 /* opts.progress(done, total, uuid, status), called as each verdict is made.
  * An error in it stops the calls; kh.eval raises it once the run is over
@@ -256,6 +256,18 @@ static int l_run(lua_State *L)
         o.time_reference = opt_bool(L, t, "time_reference", o.time_reference);
         o.host_memory_bytes = (uint64_t)opt_num(L, t, "host_memory_bytes", 0);
         o.record = opt_bool(L, t, "record", o.record);
+        /* a policy run's context, recorded with each verdict */
+        ty = lua_getfield(L, t, "run"); /* anchored by the table */
+        if (ty != LUA_TNIL && ty != LUA_TSTRING)
+            luaL_error(L, "opts.run must be a run id");
+        o.run = lua_tostring(L, -1);
+        lua_pop(L, 1);
+        ty = lua_getfield(L, t, "purpose"); /* anchored by the table */
+        if (ty != LUA_TNIL && ty != LUA_TSTRING)
+            luaL_error(L, "opts.purpose must be a string");
+        o.purpose = lua_tostring(L, -1);
+        lua_pop(L, 1);
+        o.round_index = opt_int(L, t, "round_index", -1);
         if (lua_getfield(L, t, "store") != LUA_TNIL) /* anchored by the table */
             o.store = kh_lua_check_store_idle(L, -1);
         lua_pop(L, 1);

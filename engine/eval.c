@@ -243,6 +243,7 @@ void kh_eval_opts_default(kh_eval_opts *o)
     o->atol = o->rtol = o->required_matched_ratio = -1;
     o->time_reference = 1;
     o->record = 1;
+    o->round_index = -1;
 }
 
 /* ---- the store ------------------------------------------------------------
@@ -251,6 +252,7 @@ void kh_eval_opts_default(kh_eval_opts *o)
  * as a blob (float64 little-endian, one per timed call, in call order), and
  * the evaluation record. */
 typedef struct rec_ctx {
+    const kh_eval_opts *o;    /* protocol, timing, and a run's context */
     const kh_task_def *d;
     const kh_candidate *cand; /* its one identity (candidate.h) */
     const char *sol_name;
@@ -320,8 +322,16 @@ static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
         if (json_object_get(kl, fields[i]))
             json_object_set(prov, fields[i], json_object_get(kl, fields[i]));
     json_t *proto = json_object_get(kl, "protocol");
-    if (proto)
+    if (!r->o->timing)
+        json_object_set_new(rec, "protocol", json_string("none")); /* correctness only */
+    else if (proto)
         json_object_set(rec, "protocol", proto);
+    if (r->o->run)
+        json_object_set_new(rec, "run", json_string(r->o->run));
+    if (r->o->run && r->o->round_index >= 0)
+        json_object_set_new(rec, "round_index", json_integer((json_int_t)r->o->round_index));
+    if (r->o->purpose)
+        json_object_set_new(rec, "purpose", json_string(r->o->purpose));
     st = kh_store_txn_put(tx, rec, 0, r->eval_id, err);
     json_decref(rec);
     return st;
@@ -329,10 +339,11 @@ static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
 
 /* Record a verdict; on success the trace carries khlua.record and
  * khlua.samples_blob. */
-static kh_status record(kh_eval *ev, kh_store *use, const kh_task_def *d,
+static kh_status record(kh_eval *ev, const kh_eval_opts *o, const kh_task_def *d,
                         const kh_task_solution *sol, json_t *trace, const double *samples,
                         size_t n, kh_err *err)
 {
+    kh_store *use = o->store;
     if (!use && !ev->store) {
         kh_status st = kh_store_open(kh_engine_store_path(ev->e), NULL, &ev->store, err);
         if (st)
@@ -354,7 +365,7 @@ static kh_status record(kh_eval *ev, kh_store *use, const kh_task_def *d,
         free(raw);
         return kh_err_prefix(err, "solution %s", sol->name ? sol->name : "?");
     }
-    rec_ctx r = {.d = d, .cand = &cand, .sol_name = sol->name, .trace = trace,
+    rec_ctx r = {.o = o, .d = d, .cand = &cand, .sol_name = sol->name, .trace = trace,
                  .samples = raw, .samples_len = n * 8};
     st = kh_store_update(use ? use : ev->store, rec_fn, &r, err);
     kh_candidate_free(&cand); /* its bytes outlived the update (write replay) */
@@ -3446,7 +3457,7 @@ verdict:
             json_object_set_new(kj, "stored", json_string("no (record = false)"));
             if (samples)
                 json_object_set(kj, "samples_ns", samples);
-        } else if (record(c->ev, o->store, c->d, sol, *trace, sv, sv ? ns : 0, &rerr) != KH_OK) {
+        } else if (record(c->ev, o, c->d, sol, *trace, sv, sv ? ns : 0, &rerr) != KH_OK) {
             json_object_set_new(kj, "stored", json_string(rerr.msg));
             if (samples)
                 json_object_set(kj, "samples_ns", samples);

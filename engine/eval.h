@@ -80,6 +80,13 @@ typedef struct kh_eval_opts {
     double atol, rtol, required_matched_ratio; /* < 0: the definition's */
     int time_reference;        /* time the reference too (reference_latency_ms); 1 */
     int record;                /* store every verdict (1, the default) */
+    /* What a policy run records with each verdict (the engine is the one
+     * writer of evaluation records): its run id, round (-1: none; 0 the
+     * seed) and what the measurement was for ("sweep", "official", ...);
+     * NULL: a plain `khlua eval`. */
+    const char *run;
+    int64_t round_index;
+    const char *purpose;
     struct kh_store *store;    /* record into this open store (borrowed, this call only);
                                   NULL: the evaluator's (cfg.store, else the engine's) */
     uint64_t host_memory_bytes; /* host worker memory limit; 0: the evaluator's (8 GiB);

@@ -208,40 +208,19 @@ local function measurer(db, ctx, round_index)
       end
     end
     for k, v in pairs(ctx.eval_defaults) do if o[k] == nil then o[k] = v end end
+    -- the engine records each verdict (the one writer of evaluation
+    -- records), linked to this run, round and purpose
+    o.store, o.run, o.round_index, o.purpose = db, ctx.run_id, round_index, purpose
     local traces, msg, code = ev.run(ctx.task.set or ctx.task.path, sol, o)
     if not traces then return nil, msg, code end
-    local cand = ctx.cand_of[sol]
-    local ids = must(db:update(function(tx)
-      local out = {}
-      for _, t in ipairs(traces) do
-        local e = t.evaluation or {}
-        local samples_blob = nil
-        local kx = e.khlua
-        if kx and type(kx.samples_ns) == "table" and #kx.samples_ns > 0 then
-          -- raw timings as a blob (float64 LE per timed call), not inline JSON
-          local parts = {}
-          for i, x in ipairs(kx.samples_ns) do parts[i] = string.pack("<d", x) end
-          samples_blob = assert(tx:put_blob(table.concat(parts)))
-          kx.samples_ns = nil
-          kx.samples_blob = samples_blob
-        elseif kx and type(kx.samples_blob) == "string" and not tx:has_blob(kx.samples_blob) then
-          -- a hash of samples kept elsewhere: not a reference this store can check
-          kx.samples_hash, kx.samples_blob = kx.samples_blob, nil
-        end
-        -- provenance the store requires (solution hash, host or GPU, seeds),
-        -- copied from the verdict's khlua fields
-        kx = kx or {}
-        out[#out + 1] = assert(tx:put { type = "evaluation", task = ctx.task_id, candidate = cand,
-          status = e.status or "UNKNOWN",
-          protocol = opts.timing == false and "none" or opts.protocol or "official",
-          purpose = purpose, run = ctx.run_id, round_index = round_index,
-          workload = t.workload, evaluation = e, solution = sol.name,
-          samples_blob = samples_blob,
-          provenance = { hashes = kx.hashes, seeds = kx.seeds, host = kx.host,
-            gpu_uuid = kx.gpu_uuid, worker = kx.worker } })
-      end
-      return out
-    end))
+    local ids = {}
+    for _, t in ipairs(traces) do
+      local kx = t.evaluation and t.evaluation.khlua or {}
+      must(type(kx.record) == "string" and kx.record or nil, string.format(
+        "the verdict on %s (workload %s) was not recorded: %s", tostring(sol.name),
+        tostring(t.workload and t.workload.uuid), tostring(kx.stored)), "ESTORE")
+      ids[#ids + 1] = kx.record
+    end
     return { summary = ev.summary(traces), ids = ids }
   end
 end

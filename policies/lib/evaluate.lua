@@ -13,12 +13,12 @@
 -- kh.eval gives them (docs/evaluation.md: one FlashInfer-Bench Trace per
 -- workload), or nil, msg, code when the evaluation could not run.
 --
--- The harness is kh.eval, called with record = false: the controller stores
--- each verdict itself, linked to its run, round and purpose (a policy holds
--- the store open, and kh.eval's own recording would need a second open in
--- this process).  ev.use(fn) replaces it (tests inject a
--- deterministic fake with kh.eval's signature and verdict shape); ev.use(nil)
--- restores it.  Without kh.eval in this build and no replacement, every call
+-- The harness is kh.eval.  With opts.store (the policy's open kh.Store) it
+-- records every verdict there itself, linked to opts.run, opts.round_index
+-- and opts.purpose, and each trace carries its record id
+-- (evaluation.khlua.record); without one it records nothing.  ev.use(fn)
+-- replaces it (tests inject a deterministic fake with kh.eval's signature,
+-- verdict shape and recording); ev.use(nil) restores it.  Without kh.eval in this build and no replacement, every call
 -- returns nil, "...", "EUNSUPPORTED".
 local kh = require "kh"
 
@@ -44,7 +44,10 @@ function M.run(task, solution, opts)
   if override then return override(task, solution, opts) end
   local o = {}
   for k, v in pairs(opts or {}) do o[k] = v end
-  o.record = false
+  -- the engine records each verdict into opts.store (with opts.run,
+  -- round_index and purpose: the one writer of evaluation records); without
+  -- a store nothing is recorded
+  o.record = o.store ~= nil
   -- the task value and the Solution table go in as they are: nothing is
   -- written to disk, nothing parsed twice
   return fn(task, solution, o)
@@ -79,7 +82,9 @@ function M.profile(task, solution, opts)
 end
 
 -- A short view of traces: {ok = all PASSED, passed, total, failed = {status, check,
--- workload}, by_uuid = {[uuid] = {status, latency_ms, reference_latency_ms}}}.
+-- workload}, contended (the largest share of timed calls kept although they
+-- waited on the run queue), by_uuid = {[uuid] = {status, latency_ms,
+-- reference_latency_ms, contended}}}.
 function M.summary(traces)
   local s = { passed = 0, total = #traces, by_uuid = {} }
   for _, t in ipairs(traces) do
@@ -90,9 +95,15 @@ function M.summary(traces)
     -- elements compared per trial (the figures add up every trial's)
     local el = kx.figures and tonumber(kx.figures.elements)
     local nt = type(kx.seeds) == "table" and #kx.seeds or 0
+    -- host timing: the share of timed calls kept although they waited on
+    -- the run queue (the retakes ran out: the machine was busy)
+    local tm = type(kx.timing) == "table" and kx.timing or {}
+    local ct = type(tm.contended) == "table" and tm.contended or {}
+    local contended = (tonumber(ct.kept) or 0) / math.max(tonumber(tm.n) or 0, 1)
+    s.contended = math.max(s.contended or 0, contended)
     s.by_uuid[uuid] = { status = e.status, latency_ms = perf.latency_ms,
       reference_latency_ms = perf.reference_latency_ms,
-      elements = el and nt > 0 and el // nt or nil }
+      elements = el and nt > 0 and el // nt or nil, contended = contended }
     if e.status == "PASSED" then
       s.passed = s.passed + 1
     elseif not s.failed then
