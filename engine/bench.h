@@ -85,6 +85,10 @@ typedef struct kh_bench_result {
     double *samples_ns;     /* n samples, malloc'ed; freed by kh_bench_result_free */
     int nnames;
     char names[4][128];     /* kernel names of the first call */
+    /* host timing (hostbench.h): timed calls that waited on the run queue
+     * (another process had the core) and were taken again, and those kept
+     * because the retakes ran out (their samples include the wait) */
+    size_t contended, contended_kept;
 } kh_bench_result;
 
 /* c may be NULL (events).  KH_OK when it ran, even if the verdict is

@@ -17,7 +17,9 @@
  *             inside the calls) and relative standard deviation under
  *             max_rel_stdev; capped at max_iters samples and timeout_s.
  *
- * Every timed call's sample is kept (r->samples_ns, in call order). */
+ * Every timed call's sample is kept (r->samples_ns, in call order), but for
+ * calls that waited on the run queue and were taken again (waited_ns
+ * below: r->contended). */
 #ifndef KH_HOSTBENCH_H
 #define KH_HOSTBENCH_H
 
@@ -41,7 +43,20 @@ typedef struct kh_hostbench_target {
      * (its inputs, its poisoned outputs) is written here, so nothing that
      * runs beside the warden can start on it during the flush. */
     kh_status (*publish)(void *ctx, long timed_i, kh_err *err);
+    /* Optional, outside the window: how long everything a call depends on
+     * (the warden's thread, the candidate's threads) has waited on the run
+     * queue so far, in ns (schedstat's run_delay, summed); UINT64_MAX when
+     * unknown.  Read after the flush, before publish, and again after t1: a
+     * timed call that waited more than KH_HOSTBENCH_WAIT_NS plus
+     * KH_HOSTBENCH_WAIT_SHARE of its sample (a core taken by another
+     * process: on a loaded machine a scheduler tick, 4 ms, lands in a 50 us
+     * call) is taken again, up to one retake per timed call of the run;
+     * past that its sample is kept and counted (r->contended_kept). */
+    uint64_t (*waited_ns)(void *ctx);
 } kh_hostbench_target;
+
+#define KH_HOSTBENCH_WAIT_NS 20000.0
+#define KH_HOSTBENCH_WAIT_SHARE 0.02
 
 /* Run protocol o->protocol on t.  KH_OK when it ran (r->status "OK"); a
  * failing callback's status otherwise (r still freed by the caller).  Polls

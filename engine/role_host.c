@@ -33,6 +33,7 @@
 #include "task.h"
 #include "worker.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -929,6 +930,61 @@ static kh_status t_post(void *ctx, long ti, kh_err *err)
     return KH_OK;
 }
 
+/* run_delay (ns on the run queue) from a schedstat file: "exec wait slices" */
+static int add_schedstat(const char *path, uint64_t *sum)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    char buf[128];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    unsigned long long exec_ns, wait_ns;
+    if (sscanf(buf, "%llu %llu", &exec_ns, &wait_ns) != 2)
+        return -1;
+    *sum += wait_ns;
+    return 0;
+}
+
+/* hostbench's waited_ns: the run-queue wait of the warden's thread (it
+ * takes t0 and t1) and of every thread of the jail (the candidate's work),
+ * from /proc; UINT64_MAX when the kernel does not keep it, or when the wait
+ * may be the candidate's own doing: its threads and the warden's together
+ * outnumber the CPUs this worker may use (a thread pool on a small machine
+ * makes its threads and the warden queue behind each other; that time is
+ * the candidate's, kept in its samples, and no measurement is marked
+ * contended for it). */
+static uint64_t t_waited(void *ctx)
+{
+    run *x = ctx;
+    uint64_t sum = 0;
+    char path[96];
+    cpu_set_t cpus;
+    long ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus)
+                                                               : sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(path, sizeof path, "/proc/self/task/%ld/schedstat", (long)gettid());
+    if (add_schedstat(path, &sum))
+        return UINT64_MAX;
+    snprintf(path, sizeof path, "/proc/%ld/task", (long)x->j->pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return UINT64_MAX;
+    struct dirent *de;
+    long threads = 0;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%ld/task/%.20s/schedstat", (long)x->j->pid,
+                 de->d_name);
+        threads += add_schedstat(path, &sum) == 0; /* a thread may end meanwhile */
+    }
+    closedir(d);
+    return threads && threads + 1 <= ncpu ? sum : UINT64_MAX;
+}
+
 static json_t *timing_json(const kh_bench_result *r, const kh_bench_opts *o, double bw)
 {
     json_t *samples = json_array(), *tm = json_array();
@@ -937,7 +993,7 @@ static json_t *timing_json(const kh_bench_result *r, const kh_bench_opts *o, dou
     for (int i = 0; i < r->trials && i < 16; i++)
         json_array_append_new(tm, json_real(r->trial_median_ns[i]));
     return json_pack("{s:s, s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:I, "
-                     "s:o, s:o, s:f, s:I, s:b}",
+                     "s:o, s:o, s:f, s:I, s:b, s:{s:I, s:I}}",
                      "status", r->status, "why", r->why, "timer", r->timer, "protocol",
                      kh_protocol_name(o->protocol), "latency_ns", r->latency_ns,
                      "window_latency_ns", r->window_latency_ns, "median_ns", r->median_ns,
@@ -945,7 +1001,8 @@ static json_t *timing_json(const kh_bench_result *r, const kh_bench_opts *o, dou
                      "max_ns", r->max_ns, "rel_ci", isfinite(r->rel_ci) ? r->rel_ci : -1.0,
                      "trials", r->trials, "n", (json_int_t)r->n, "samples_ns", samples,
                      "trial_median_ns", tm, "copy_bandwidth_Bps", bw, "llc_bytes",
-                     (json_int_t)kh_hostbench_llc_bytes(), "cold", o->cold_l2);
+                     (json_int_t)kh_hostbench_llc_bytes(), "cold", o->cold_l2, "contended",
+                     "retaken", (json_int_t)r->contended, "kept", (json_int_t)r->contended_kept);
 }
 
 /* The most bytes per second this host can move, for the speed-of-light
@@ -1062,7 +1119,7 @@ static kh_status m_evaluate(kh_worker *w, const json_t *params, const unsigned c
         if (!x->s->copy_bw)
             x->s->copy_bw = host_bandwidth();
         kh_hostbench_target t = {.call = t_call, .pre = t_pre, .publish = t_publish,
-                                 .post = t_post, .ctx = x};
+                                 .post = t_post, .waited_ns = t_waited, .ctx = x};
         kh_bench_result br;
         st = kh_hostbench_run(kh_worker_engine(w), &t, &r->bo, &br, err);
         if (!st) {

@@ -14,7 +14,12 @@
 --    one-sided lower bound.  Pass: correct everywhere sampled and lower bound
 --    > 1 + margin.  Both are measured in every repetition, even when the
 --    candidate fails, so the incumbent's same-round latencies always come
---    back, for regression detection.
+--    back, for regression detection.  On the host backend a timed call that
+--    waited on the run queue (another process had the core) is taken again
+--    by the engine (hostbench.h); when its retakes ran out and more than
+--    max_contended (10%) of a measurement's timed calls still include such
+--    a wait, a pass is refused (rejected_for "contended"): a busy machine's
+--    numbers are no evidence of a gain.
 -- 2. sweep(): every workload, correct on all; the score
 --    S_d = c_d * mean_w(b_w / l_w), c_d the pass rate, b the reference
 --    (baseline) latency and l the candidate's.
@@ -49,7 +54,7 @@ local M = {}
 
 M.defaults = { margin = 0.02, reps = 5, sample = 2, alpha = 0.05, resamples = 2000,
   finalist_trials = 100, finalist_batch = 25, finalist_min_trials = 10,
-  finalist_elements = 2 ^ 31, shapes = 8, official = true,
+  finalist_elements = 2 ^ 31, shapes = 8, official = true, max_contended = 0.1,
   sanitize = { "memcheck", "racecheck", "initcheck" }, sanitize_workloads = 1 }
 
 local function opt(o, k)
@@ -105,6 +110,7 @@ function M.representative(measure, cand, inc, workloads, o)
       if not m.summary.ok then
         bad = bad or { who = who, summary = m.summary }
       end
+      g.contended = math.max(g.contended or 0, m.summary.contended or 0)
       got[who] = m.summary.by_uuid
     end
     for _, u in ipairs(uuids) do
@@ -131,7 +137,16 @@ function M.representative(measure, cand, inc, workloads, o)
   g.lo, g.hi = stats.bootstrap(g.ratios, stats.geomean, { resamples = opt(o, "resamples"),
     alpha = opt(o, "alpha"), seed = opt(o, "seed") })
   g.pass = g.lo > 1 + margin
-  if g.pass then
+  local busy = opt(o, "max_contended")
+  if g.pass and (g.contended or 0) > busy then
+    -- samples that include another process's time are no evidence of a
+    -- gain (a busy incumbent measurement looks like a faster candidate)
+    g.pass = false
+    g.rejected_for = "contended"
+    g.reason = string.format("the machine was too busy to time it: %.0f%% of one measurement's "
+      .. "timed calls waited on the run queue after the retakes ran out (at most %.0f%%); ratio "
+      .. "%.3f not taken", 100 * g.contended, 100 * busy, g.ratio)
+  elseif g.pass then
     g.reason = string.format("faster: ratio %.3f, %d%% lower bound %.3f > 1 + %.3f",
       g.ratio, math.floor((1 - opt(o, "alpha")) * 100 + 0.5), g.lo, margin)
   elseif g.hi < 1 - margin then

@@ -286,6 +286,36 @@ T.test("the paired gate: bootstrap bounds and decisions on random latencies", fu
   end
 end)
 
+T.test("the paired gate refuses a gain measured on a busy machine", function()
+  local ws = { { uuid = "w1" }, { uuid = "w2" } }
+  -- the incumbent's host measurements kept 30% of their timed calls with a
+  -- run-queue wait in them: it looks 2x slower than it is
+  for _, share in ipairs { 0.3, 0.05 } do
+    local function measure(sol, opts)
+      local by = {}
+      for _, u in ipairs(opts.workloads) do
+        by[u] = { status = "PASSED", latency_ms = sol == "inc" and 2.0 or 1.0 }
+      end
+      return { summary = { ok = true, by_uuid = by, contended = sol == "inc" and share or 0 },
+        ids = {} }
+    end
+    local g = assert(gate.representative(measure, "cand", "inc", ws, { reps = 4, sample = 2 }))
+    T.near(g.ratio, 2.0, 1e-9)
+    if share > 0.1 then
+      T.eq(g.pass, false)
+      T.eq(g.rejected_for, "contended")
+      T.match(g.reason, "too busy to time it: 30%%")
+    else
+      T.eq(g.pass, true, "a few retaken-and-kept calls do not block a clear gain")
+    end
+  end
+  -- and the summary reads the share from the engine's timing
+  local s = ev.summary { { workload = { uuid = "w1" }, evaluation = { status = "PASSED",
+    performance = { latency_ms = 1 }, khlua = { timing = { n = 50, contended = { retaken = 50,
+    kept = 20 } } } } } }
+  T.near(s.contended, 0.4, 1e-12)
+end)
+
 T.test("the finalist step runs compute-sanitizer on cuda candidates", function()
   local calls
   local function measurer(sanitizer_result)
