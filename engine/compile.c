@@ -763,7 +763,7 @@ static int warm_prefix(kh_compiler *c, const kh_nvrtc_api *nv, const char *src, 
                        const char *name, const optlist *opts, double deadline)
 {
     int warm = 0;
-    char *prefix = kh_srccheck_pch_prefix(src, len);
+    char *prefix = kh_srccheck_pch_prefix(src, len, NULL, 0);
     if (!prefix)
         return 0;
     uint64_t h = XXH3_64bits(prefix, strlen(prefix));

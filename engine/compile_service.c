@@ -676,7 +676,7 @@ static void prepare(kh_compile_service *s, kh_store *store, job *j)
             return;
         }
     }
-    char *prefix = kh_srccheck_pch_prefix(req->source, req->source_len);
+    char *prefix = kh_srccheck_pch_prefix(req->source, req->source_len, NULL, 0);
     j->inc = prefix ? XXH3_64bits(prefix, strlen(prefix)) | 1 : 0;
     free(prefix);
 }
