@@ -191,6 +191,14 @@ const kh_task_def *kh_task_find_def(const kh_task_set *s, const char *name);
  * beside): each one whose definition was not found gets defs' of that name.
  * Returns how many are still without one. */
 size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs);
+/* A CUDA candidate's sources as NVRTC compiles them (compile.h): the entry
+ * file's text (*src, *len) is the translation unit, and every other source
+ * is a header named by its path (*headers, *n: an array the caller frees;
+ * names and texts live as long as sol).  KH_EINVAL when the entry file is
+ * not among the sources or a source lacks a path or content; KH_ENOMEM. */
+struct kh_source;
+kh_status kh_task_cuda_sources(const kh_task_solution *sol, const char **src, size_t *len,
+                               struct kh_source **headers, size_t *n, kh_err *err);
 /* Non-OK when SOL's file holds an error (a launch manifest that names what
  * its definition lacks, a bad field): an argument list with a binding left
  * out must never run.  The first error is named with its file and line. */
