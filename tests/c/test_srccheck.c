@@ -295,6 +295,15 @@ static void test_fuzz(void **state)
         assert_true(st == KH_OK || st == KH_ECOMPILE);
         free(report);
         free(kh_srccheck_pch_prefix(buf, n, NULL, 0));
+        /* the same soup as a header of its own, and as the entry including "k" */
+        kh_source h[1] = {{"k", buf, n}};
+        kh_srccheck_opts oh = {.kernels = ks, .n_kernels = 1, .headers = h, .n_headers = 1};
+        report = NULL;
+        st = kh_srccheck_run("#include \"k\"\n", 13, &oh, &report, &err);
+        assert_true(st == KH_OK || st == KH_ECOMPILE);
+        free(report);
+        free(kh_srccheck_pch_prefix(buf, n, h, 1));
+        assert_true(kh_srccheck_pch_may_hold(buf, n, h, 1) <= 1);
     }
 }
 
