@@ -1,5 +1,5 @@
-/* cmd_compile.c: `khlua compile FILE.cu [--arch A] [--json] [--kernel NAME ...]`,
- * one NVRTC build with the same checks and outputs as kh.compile.build: the
+/* cmd_compile.c: `khlua compile FILE.cu [--header FILE ...] [--arch A] [--json]
+ * [--kernel NAME ...]`, one NVRTC build with the same checks and outputs as kh.compile.build: the
  * kernels' resources and the timings as a table or JSON, the log, and on
  * request the cubin.  By default the build goes through the compile service:
  * a look-up in the store, else a compile server, and the result recorded in
@@ -17,9 +17,10 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: khlua compile FILE.cu [--arch A] [--json] [--kernel NAME ...]\n"
-            "                     [--option OPT ...] [--deadline S] [--trusted] [--no-pch]\n"
-            "                     [--out FILE.cubin] [--no-store] [--in-process]\n"
+            "usage: khlua compile FILE.cu [--header FILE ...] [--arch A] [--json]\n"
+            "                     [--kernel NAME ...] [--option OPT ...] [--deadline S]\n"
+            "                     [--trusted] [--no-pch] [--out FILE.cubin] [--no-store]\n"
+            "                     [--in-process]\n"
             "\n"
             "Compiles FILE.cu with NVRTC into a cubin and prints each kernel's registers,\n"
             "static shared memory, local memory, spill instructions and launch bounds, the\n"
@@ -31,6 +32,9 @@ static void usage(FILE *f)
             "--role compile` process, killed at the deadline) compiles it, and the cubin,\n"
             "log and a compile record go into the store.\n"
             "\n"
+            "  --header FILE   one more source of the candidate, which FILE.cu (or another\n"
+            "                  header) includes as \"NAME\": NAME is FILE's path from\n"
+            "                  FILE.cu's folder (e.g. util.cuh, include/util.cuh); repeatable\n"
             "  --arch A        target architecture (default $KHLUA_ARCH or %s)\n"
             "  --json          one JSON object instead of the table\n"
             "  --kernel NAME   a kernel that must be in the cubin (repeatable)\n"
@@ -103,6 +107,22 @@ static const char *arg_value(int argc, char **argv, int *i, const char *name, in
     return argv[++*i];
 }
 
+/* A header's name: its path from the entry file's folder, written as it is
+ * under that folder ("dir/x.cu" and "dir/sub/u.cuh": "sub/u.cuh"); NULL when
+ * it is not under it, lexically. */
+static const char *header_name(const char *entry, const char *path)
+{
+    while (!strncmp(entry, "./", 2))
+        entry += 2;
+    while (!strncmp(path, "./", 2))
+        path += 2;
+    const char *slash = strrchr(entry, '/');
+    if (!slash)
+        return path;
+    size_t n = (size_t)(slash - entry) + 1; /* "dir/" */
+    return strncmp(path, entry, n) ? NULL : path + n;
+}
+
 static void print_table(const char *file, const kh_artifact *a)
 {
     char by[64];
@@ -133,8 +153,8 @@ static void print_table(const char *file, const kh_artifact *a)
 int kh_cmd_compile(kh_engine *e, int argc, char **argv)
 {
     const char *file = NULL, *arch = NULL, *outp = NULL;
-    const char *kernels[64], *options[64];
-    size_t nk = 0, no = 0;
+    const char *kernels[64], *options[64], *hpaths[64];
+    size_t nk = 0, no = 0, nh = 0;
     int json = 0, trusted = 0, no_pch = 0, no_store = 0, in_process = 0;
     double deadline = 0;
     for (int i = 1; i < argc; i++) {
@@ -163,6 +183,13 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
                 return 2;
             }
             kernels[nk++] = v;
+        } else if ((v = arg_value(argc, argv, &i, "--header", &missing))) {
+            if (nh == KH_ARRAY_LEN(hpaths)) {
+                fprintf(stderr, "khlua compile: too many --header (at most %zu)\n",
+                        KH_ARRAY_LEN(hpaths));
+                return 2;
+            }
+            hpaths[nh++] = v;
         } else if ((v = arg_value(argc, argv, &i, "--option", &missing))) {
             if (no == KH_ARRAY_LEN(options)) {
                 fprintf(stderr, "khlua compile: too many --option\n");
@@ -203,10 +230,31 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
         return 1;
     }
     const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    kh_source headers[KH_ARRAY_LEN(hpaths)];
+    for (size_t h = 0; h < nh; h++) {
+        const char *hn = header_name(file, hpaths[h]);
+        char *text = NULL;
+        size_t hl = 0;
+        if (!hn)
+            snprintf(why, sizeof why, "--header %s: not in %s's folder (%.*s); a header is "
+                     "named by its path from there, as #include names it", hpaths[h], file,
+                     (int)(strrchr(file, '/') - file), file);
+        else
+            text = read_file(hpaths[h], &hl, why, sizeof why);
+        if (!text) {
+            fprintf(stderr, "khlua compile: %s\n", why);
+            for (size_t k = 0; k < h; k++)
+                free((char *)headers[k].text);
+            free(src);
+            return 1;
+        }
+        headers[h] = (kh_source){.name = hn, .text = text, .len = hl};
+    }
     kh_compile_req req = {.source = src, .source_len = len, .name = base, .arch = arch,
                           .options = options, .n_options = no, .kernels = kernels,
                           .n_kernels = nk, .deadline_s = deadline, .trusted = trusted,
-                          .isolate = !trusted, .no_pch = no_pch, .no_cache = no_store};
+                          .isolate = !trusted, .no_pch = no_pch, .no_cache = no_store,
+                          .headers = headers, .n_headers = nh};
     kh_err err;
     kh_store *store = NULL;
     if (!no_store) {
@@ -222,6 +270,8 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
     kh_compile_service *svc = kh_compile_service_new(e, &o, &err);
     if (!svc) {
         kh_store_close(store);
+        for (size_t h = 0; h < nh; h++)
+            free((char *)headers[h].text);
         free(src);
         fprintf(stderr, "khlua compile: %s\n", err.msg);
         return 1;
@@ -261,6 +311,8 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
         }
     }
     kh_artifact_free(a);
+    for (size_t h = 0; h < nh; h++)
+        free((char *)headers[h].text);
     free(src);
     return rc;
 }

@@ -13,6 +13,7 @@
 #include "hostcc.h"
 #include "srccheck.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char COMPILER_KEY = 'c'; /* registry key: its address */
@@ -84,7 +85,50 @@ static lua_Number opt_number(lua_State *L, int t, const char *field, lua_Number 
     return v;
 }
 
-/* Fill req from the table at index t; pushes two scratch slots. */
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const kh_source *)a)->name, ((const kh_source *)b)->name);
+}
+
+/* t.headers = {["util.cuh"] = text, ...} as an array of kh_source in name
+ * order, in scratch memory owned by a userdata left on the stack (nil when
+ * absent: one slot either way).  Names and texts are anchored by the table. */
+static const kh_source *header_list(lua_State *L, int t, size_t *n)
+{
+    *n = 0;
+    int ty = lua_getfield(L, t, "headers");
+    if (ty == LUA_TNIL)
+        return NULL; /* the nil is the slot */
+    if (ty != LUA_TTABLE)
+        luaL_error(L, "field 'headers' must be a table {[name] = text}");
+    size_t count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        count++;
+        lua_pop(L, 1);
+    }
+    if (count > KH_COMPILE_MAX_HEADERS)
+        luaL_error(L, "field 'headers' has %d entries (at most %d)", (int)count,
+                   KH_COMPILE_MAX_HEADERS);
+    kh_source *v = lua_newuserdatauv(L, (count ? count : 1) * sizeof *v, 0);
+    size_t i = 0;
+    lua_pushnil(L);
+    while (lua_next(L, -3)) { /* [.., headers, ud, name, text] */
+        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING || i == count)
+            luaL_error(L, "field 'headers' must map names (strings) to texts (strings)");
+        v[i].name = lua_tostring(L, -2);
+        v[i].text = lua_tolstring(L, -1, &v[i].len);
+        i++;
+        lua_pop(L, 1);
+    }
+    /* name order: reports and the wire form do not depend on the table's */
+    qsort(v, i, sizeof *v, by_name);
+    lua_remove(L, -2); /* [.., headers, ud] -> [.., ud] */
+    *n = i;
+    return v;
+}
+
+/* Fill req from the table at index t; pushes three scratch slots. */
 static void read_request(lua_State *L, int t, kh_compile_req *req)
 {
     luaL_checktype(L, t, LUA_TTABLE);
@@ -97,6 +141,7 @@ static void read_request(lua_State *L, int t, kh_compile_req *req)
     req->arch = opt_string(L, t, "arch");
     req->options = string_list(L, t, "options", &req->n_options);
     req->kernels = string_list(L, t, "kernels", &req->n_kernels);
+    req->headers = header_list(L, t, &req->n_headers);
     req->deadline_s = opt_number(L, t, "deadline", 0);
     luaL_argcheck(L, req->deadline_s >= 0 && req->deadline_s <= 3600, t,
                   "deadline must be in [0, 3600] seconds");
@@ -237,7 +282,7 @@ static int build_result(lua_State *L, kh_status st, const kh_err *err, kh_artifa
 
 /* kh.compile.build{source=, arch=, options={}, kernels={}, deadline=,
  *   trusted=, isolate=, pch=, cache=, allow_device_launch=, name=,
- *   store=db, server=true|false|svc}
+ *   headers={[name] = text}, store=db, server=true|false|svc}
  *   -> artifact table (cubin as a string) | nil, log or message, code */
 static int l_build(lua_State *L)
 {
@@ -301,11 +346,11 @@ static int svc_build_all(lua_State *L)
     kh_compile_req *reqs = lua_newuserdatauv(L, (n ? n : 1) * sizeof *reqs, 0);
     kh_compile_result *res = lua_newuserdatauv(L, (n ? n : 1) * sizeof *res, 0);
     int base = lua_gettop(L);
-    luaL_checkstack(L, (int)(3 * n) + 8, "too many requests");
+    luaL_checkstack(L, (int)(4 * n) + 8, "too many requests");
     for (size_t i = 0; i < n; i++) {
         if (lua_rawgeti(L, 2, (lua_Integer)i + 1) != LUA_TTABLE)
             return luaL_argerror(L, 2, "every request must be a table");
-        read_request(L, lua_gettop(L), &reqs[i]); /* [.., req, scratch, scratch] */
+        read_request(L, lua_gettop(L), &reqs[i]); /* [.., req, scratch x3] */
     }
     kh_compile_service_build_many(s, store, reqs, n, res);
     lua_settop(L, base);
@@ -398,8 +443,8 @@ static int l_key(lua_State *L)
     return 1;
 }
 
-/* kh.compile.check(source [, {kernels=, allow_device_launch=, max_bytes=, name=}])
- *   -> true | nil, report (one problem a line), "ECOMPILE" */
+/* kh.compile.check(source [, {kernels=, allow_device_launch=, max_bytes=, name=,
+ *   headers={[name] = text}}]) -> true | nil, report (one problem a line), "ECOMPILE" */
 static int l_check(lua_State *L)
 {
     size_t len;
@@ -413,6 +458,7 @@ static int l_check(lua_State *L)
         luaL_argcheck(L, mb >= 0, 2, "max_bytes must be >= 0");
         o.max_bytes = (size_t)mb;
         o.name = opt_string(L, 2, "name");
+        o.headers = header_list(L, 2, &o.n_headers);
     }
     char *report = NULL;
     kh_err err;

@@ -126,8 +126,9 @@ static kh_status optlist_add(optlist *o, const char *s, kh_err *err)
     return KH_OK;
 }
 
+/* pch: pass -pch (with its quieting options). */
 static kh_status build_options(kh_compiler *c, const kh_compile_req *req, const char *arch,
-                               optlist *o, kh_err *err)
+                               int pch, optlist *o, kh_err *err)
 {
     char buf[700];
     snprintf(buf, sizeof buf, "-arch=%s", arch);
@@ -139,11 +140,11 @@ static kh_status build_options(kh_compiler *c, const kh_compile_req *req, const 
     if (!st) st = optlist_add(o, buf, err);
     snprintf(buf, sizeof buf, "-I%s", c->inc_cccl);
     if (!st) st = optlist_add(o, buf, err);
-    if (!st && !req->no_pch) st = optlist_add(o, "-pch", err);
+    if (!st && pch) st = optlist_add(o, "-pch", err);
     /* PCH chatter ("creating precompiled header file", warnings 629/630 when a
      * source's prefix or options differ from a held PCH) is not the candidate's log */
-    if (!st && !req->no_pch) st = optlist_add(o, "--pch-messages=false", err);
-    if (!st && !req->no_pch) st = optlist_add(o, "-diag-suppress=629,630", err);
+    if (!st && pch) st = optlist_add(o, "--pch-messages=false", err);
+    if (!st && pch) st = optlist_add(o, "-diag-suppress=629,630", err);
     for (size_t i = 0; !st && i < req->n_options; i++) {
         const char *opt = req->options[i];
         if (!opt || !opt[0])
@@ -171,21 +172,43 @@ typedef struct hdr_ctx {
     const kh_compile_req *req;
 } hdr_ctx;
 
-/* Hash the identity of one included header: the first match on the include
- * path (quoted includes look beside nothing: candidates are single files). */
+/* The directories NVRTC searches for an #include: the toolkit's, then the
+ * caller's -I options.  Returns how many went into dirs. */
+static size_t include_dirs(const kh_compiler *c, const kh_compile_req *req, const char **dirs,
+                           size_t cap)
+{
+    size_t nd = 0;
+    dirs[nd++] = c->inc_cuda;
+    dirs[nd++] = c->inc_cccl;
+    for (size_t i = 0; i < req->n_options && nd < cap; i++)
+        if (req->options[i] && !strncmp(req->options[i], "-I", 2) && req->options[i][2])
+            dirs[nd++] = req->options[i] + 2;
+    return nd;
+}
+
+/* The candidate's header of that name, or NULL. */
+static const kh_source *find_header(const kh_compile_req *req, const char *name)
+{
+    for (size_t i = 0; i < req->n_headers; i++)
+        if (req->headers[i].name && !strcmp(req->headers[i].name, name))
+            return &req->headers[i];
+    return NULL;
+}
+
+/* Hash the identity of one included header: one of the candidate's (its text
+ * is hashed with the rest of them), else the first match on the include path. */
 static void hash_header(void *ud, const char *name, int angled, int line)
 {
     (void)angled;
     (void)line;
     hdr_ctx *x = ud;
     const char *dirs[2 + 16];
-    size_t nd = 0;
-    dirs[nd++] = x->c->inc_cuda;
-    dirs[nd++] = x->c->inc_cccl;
-    for (size_t i = 0; i < x->req->n_options && nd < KH_ARRAY_LEN(dirs); i++)
-        if (x->req->options[i] && !strncmp(x->req->options[i], "-I", 2) && x->req->options[i][2])
-            dirs[nd++] = x->req->options[i] + 2;
+    size_t nd = include_dirs(x->c, x->req, dirs, KH_ARRAY_LEN(dirs));
     XXH3_128bits_update(x->h, name, strlen(name) + 1);
+    if (find_header(x->req, name)) {
+        XXH3_128bits_update(x->h, "=", 2); /* the candidate's: NVRTC looks there first */
+        return;
+    }
     for (size_t i = 0; i < nd; i++) {
         char path[1200];
         struct stat sb;
@@ -199,6 +222,11 @@ static void hash_header(void *ud, const char *name, int angled, int line)
         }
     }
     XXH3_128bits_update(x->h, "?", 2); /* not found: NVRTC will say so */
+}
+
+static int cmp_header(const void *a, const void *b)
+{
+    return strcmp((*(const kh_source *const *)a)->name, (*(const kh_source *const *)b)->name);
 }
 
 static kh_status key_with(kh_compiler *c, const kh_compile_req *req, const char *arch,
@@ -231,6 +259,32 @@ static kh_status key_with(kh_compiler *c, const kh_compile_req *req, const char 
     }
     hdr_ctx x = {c, h, req};
     kh_srccheck_includes(req->source, req->source_len, hash_header, &x);
+    if (req->n_headers) {
+        /* name order: NVRTC finds a header by name, so the order they came in
+         * changes nothing, and must not change the key */
+        const kh_source **by = malloc(req->n_headers * sizeof *by);
+        if (!by) {
+            XXH3_freeState(h);
+            return kh_err_set(err, KH_ENOMEM, "out of memory hashing");
+        }
+        for (size_t i = 0; i < req->n_headers; i++)
+            by[i] = &req->headers[i];
+        qsort(by, req->n_headers, sizeof *by, cmp_header);
+        static const char htag[] = "headers";
+        uint64_t nh = req->n_headers;
+        XXH3_128bits_update(h, htag, sizeof htag);
+        XXH3_128bits_update(h, &nh, sizeof nh);
+        for (size_t i = 0; i < req->n_headers; i++) {
+            uint64_t len = by[i]->len;
+            XXH3_128bits_update(h, by[i]->name, strlen(by[i]->name) + 1);
+            XXH3_128bits_update(h, &len, sizeof len);
+            XXH3_128bits_update(h, by[i]->text, by[i]->len);
+        }
+        /* and the system headers they include */
+        for (size_t i = 0; i < req->n_headers; i++)
+            kh_srccheck_includes(by[i]->text, by[i]->len, hash_header, &x);
+        free(by);
+    }
     XXH128_hash_t d = XXH3_128bits_digest(h);
     XXH3_freeState(h);
     XXH128_canonical_t canon;
@@ -253,6 +307,24 @@ static kh_status validate(const kh_compile_req *req, const char **arch, kh_err *
                           *arch);
     if (req->deadline_s < 0)
         return kh_err_set(err, KH_EINVAL, "compile: negative deadline");
+    if (req->n_headers && !req->headers)
+        return kh_err_set(err, KH_EINVAL, "compile: %zu headers but no array of them",
+                          req->n_headers);
+    if (req->n_headers > KH_COMPILE_MAX_HEADERS)
+        return kh_err_set(err, KH_EINVAL, "compile: %zu headers (at most %d)", req->n_headers,
+                          KH_COMPILE_MAX_HEADERS);
+    size_t total = req->source_len;
+    for (size_t i = 0; i < req->n_headers; i++) {
+        const kh_source *hd = &req->headers[i];
+        if (!hd->name || (!hd->text && hd->len))
+            return kh_err_set(err, KH_EINVAL, "compile: header %zu has no name or no text",
+                              i + 1);
+        total += hd->len;
+    }
+    if (total > KH_COMPILE_MAX_SOURCE)
+        return kh_err_set(err, KH_EINVAL, "compile: the source and its %zu headers are %zu "
+                          "bytes, over the hard limit of %u bytes", req->n_headers, total,
+                          KH_COMPILE_MAX_SOURCE);
     return KH_OK;
 }
 
@@ -267,11 +339,79 @@ kh_status kh_compile_key(kh_compiler *c, const kh_compile_req *req, unsigned cha
     if (!nv)
         return KH_ENODEV;
     optlist o = {0};
-    if ((st = build_options(c, req, arch, &o, err)))
+    if ((st = build_options(c, req, arch, !req->no_pch, &o, err)))
         return st;
     st = key_with(c, req, arch, &o, nv, key, err);
     optlist_free(&o);
     return st;
+}
+
+/* Append one line to a growing report; 0, or -1 when out of memory. */
+static int report_line(char **buf, size_t *len, const char *line)
+{
+    size_t n = strlen(line);
+    char *b = realloc(*buf, *len + n + 2);
+    if (!b)
+        return -1;
+    memcpy(b + *len, line, n);
+    *len += n;
+    b[(*len)++] = '\n';
+    b[*len] = '\0';
+    *buf = b;
+    return 0;
+}
+
+kh_status kh_compile_check(kh_compiler *c, const kh_compile_req *req, char **report,
+                           kh_err *err)
+{
+    if (report)
+        *report = NULL;
+    const char *name = req->name && req->name[0] ? req->name : "candidate.cu";
+    kh_status st = kh_srccheck_names(name, req->headers, req->n_headers, report, err);
+    if (st)
+        return st;
+    /* NVRTC looks among the headers it was given before the include path,
+     * for every #include, the toolkit's own too (measured: a header named
+     * cuda/std/version replaces CCCL's for <cuda/std/cstdint>): a candidate's
+     * header must not take a toolkit file's name */
+    const char *dirs[2 + 16];
+    size_t nd = include_dirs(c, req, dirs, KH_ARRAY_LEN(dirs));
+    char *buf = NULL;
+    size_t len = 0;
+    int bad = 0;
+    for (size_t i = 0; i < req->n_headers; i++) {
+        for (size_t k = 0; k < nd; k++) {
+            char path[1200], line[1600];
+            struct stat sb;
+            snprintf(path, sizeof path, "%s/%s", dirs[k], req->headers[i].name);
+            if (stat(path, &sb) != 0)
+                continue;
+            snprintf(line, sizeof line, "%s: source '%s' cannot be a header: it has the name "
+                     "of %s, which NVRTC would then replace wherever it is included; rename it",
+                     name, req->headers[i].name, path);
+            if (!bad++)
+                kh_err_set(err, KH_ECOMPILE, "%s", line);
+            if (report_line(&buf, &len, line)) {
+                free(buf);
+                return kh_err_set(err, KH_ENOMEM, "out of memory");
+            }
+            break;
+        }
+    }
+    if (bad) {
+        if (report)
+            *report = buf;
+        else
+            free(buf);
+        return KH_ECOMPILE;
+    }
+    if (req->trusted)
+        return KH_OK;
+    kh_srccheck_opts so = {.name = name, .max_bytes = req->max_source_bytes,
+                           .allow_device_launch = req->allow_device_launch,
+                           .kernels = req->kernels, .n_kernels = req->n_kernels,
+                           .headers = req->headers, .n_headers = req->n_headers};
+    return kh_srccheck_run(req->source, req->source_len, &so, report, err);
 }
 
 /* ---- cache --------------------------------------------------------------- */
@@ -463,17 +603,70 @@ static void nvrtc_out_free(nvrtc_out *n)
     memset(n, 0, sizeof *n);
 }
 
-/* One program through NVRTC.  KH_OK whenever NVRTC ran (inspect o->r);
- * an error only when memory or program creation fails. */
+/* The candidate's headers as nvrtcCreateProgram takes them: NUL-terminated
+ * texts and their names. */
+typedef struct nvrtc_headers {
+    int n;
+    char **text;
+    const char **names;
+} nvrtc_headers;
+
+static void nvrtc_headers_free(nvrtc_headers *h)
+{
+    for (int i = 0; h->text && i < h->n; i++)
+        free(h->text[i]);
+    free(h->text);
+    free(h->names);
+    memset(h, 0, sizeof *h);
+}
+
+/* Copies of req's headers (validated: at most KH_COMPILE_MAX_HEADERS).  A NUL
+ * byte would silently cut a header, so it is refused, as in the source. */
+static kh_status nvrtc_headers_make(const kh_compile_req *req, nvrtc_headers *h, kh_err *err)
+{
+    memset(h, 0, sizeof *h);
+    if (!req->n_headers)
+        return KH_OK;
+    h->text = calloc(req->n_headers, sizeof *h->text);
+    h->names = calloc(req->n_headers, sizeof *h->names);
+    if (!h->text || !h->names) {
+        nvrtc_headers_free(h);
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < req->n_headers; i++) {
+        const kh_source *s = &req->headers[i];
+        if (s->len && memchr(s->text, '\0', s->len)) {
+            nvrtc_headers_free(h);
+            return kh_err_set(err, KH_EINVAL, "compile: header '%s' contains a NUL byte",
+                              s->name);
+        }
+        if (!(h->text[i] = malloc(s->len + 1))) {
+            nvrtc_headers_free(h);
+            return kh_err_set(err, KH_ENOMEM, "out of memory");
+        }
+        if (s->len)
+            memcpy(h->text[i], s->text, s->len);
+        h->text[i][s->len] = '\0';
+        h->names[i] = s->name;
+        h->n = (int)i + 1;
+    }
+    return KH_OK;
+}
+
+/* One program through NVRTC, with hdr (NULL: none) as its headers.  KH_OK
+ * whenever NVRTC ran (inspect o->r); an error when memory, program creation,
+ * or reading back the log or cubin of a compile fails. */
 static kh_status nvrtc_run(kh_compiler *c, const kh_nvrtc_api *nv, const char *src,
-                           const char *name, const optlist *opts, double deadline, int want_pch,
-                           nvrtc_out *o, kh_err *err)
+                           const char *name, const nvrtc_headers *hdr, const optlist *opts,
+                           double deadline, int want_pch, nvrtc_out *o, kh_err *err)
 {
     memset(o, 0, sizeof *o);
     o->pch = -1;
     nvrtcProgram prog = NULL;
     double tp = kh_now();
-    nvrtcResult r = nv->nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
+    nvrtcResult r = nv->nvrtcCreateProgram(&prog, src, name, hdr ? hdr->n : 0,
+                                           hdr && hdr->n ? (const char *const *)hdr->text : NULL,
+                                           hdr && hdr->n ? hdr->names : NULL);
     o->create = kh_now() - tp;
     if (r != NVRTC_SUCCESS)
         return kh_err_set(err, r == NVRTC_ERROR_OUT_OF_MEMORY ? KH_ENOMEM : KH_ECOMPILE,
@@ -491,31 +684,44 @@ static kh_status nvrtc_run(kh_compiler *c, const kh_nvrtc_api *nv, const char *s
     tp = kh_now();
     kh_status st = KH_OK;
     size_t lsz = 0;
-    if (nv->nvrtcGetProgramLogSize(prog, &lsz) == NVRTC_SUCCESS && lsz > 1) {
+    nvrtcResult lr = nv->nvrtcGetProgramLogSize(prog, &lsz);
+    if (lr == NVRTC_SUCCESS && lsz > 1) {
         if (!(o->log = malloc(lsz)))
             st = kh_err_set(err, KH_ENOMEM, "out of memory reading the compile log");
-        else if (nv->nvrtcGetProgramLog(prog, o->log) == NVRTC_SUCCESS)
+        else if ((lr = nv->nvrtcGetProgramLog(prog, o->log)) == NVRTC_SUCCESS)
             o->log_len = strnlen(o->log, lsz);
     }
+    if (!st && lr != NVRTC_SUCCESS) {
+        /* the verdict stands (o->r); the log says why it is missing */
+        char msg[160];
+        snprintf(msg, sizeof msg, "(the compile log could not be read: %s)\n",
+                 nv->nvrtcGetErrorString(lr));
+        free(o->log);
+        if (!(o->log = kh_strdup(msg)))
+            st = kh_err_set(err, KH_ENOMEM, "out of memory reading the compile log");
+        o->log_len = o->log ? strlen(o->log) : 0;
+    }
     if (want_pch)
-        o->pch = (int)nv->nvrtcGetPCHCreateStatus(prog);
+        o->pch = (int)nv->nvrtcGetPCHCreateStatus(prog); /* a status is its answer */
+    /* no cubin size: a compute_ architecture (PTX only), said by the caller */
     if (!st && o->r == NVRTC_SUCCESS &&
         nv->nvrtcGetCUBINSize(prog, &o->cubin_len) == NVRTC_SUCCESS && o->cubin_len) {
+        nvrtcResult cr;
         if (!(o->cubin = malloc(o->cubin_len)))
             st = kh_err_set(err, KH_ENOMEM, "out of memory reading the cubin");
-        else if (nv->nvrtcGetCUBIN(prog, (char *)o->cubin) != NVRTC_SUCCESS) {
-            free(o->cubin);
-            o->cubin = NULL;
-            o->cubin_len = 0;
-        }
+        else if ((cr = nv->nvrtcGetCUBIN(prog, (char *)o->cubin)) != NVRTC_SUCCESS)
+            st = kh_err_set(err, KH_ECOMPILE, "nvrtcGetCUBIN: %s", nv->nvrtcGetErrorString(cr));
     }
-    if (want_pch && o->pch == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED) {
-        /* grow the heap so the next compile with these headers creates it */
+    if (!st && want_pch && o->pch == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED) {
+        /* grow the heap so the next compile with these headers creates it;
+         * if either call fails, the next compile goes without a PCH, as now */
         size_t need = 0;
-        if (nv->nvrtcGetPCHHeapSizeRequired(prog, &need) == NVRTC_SUCCESS && need)
-            nv->nvrtcSetPCHHeapSize(need + need / 4);
+        if (nv->nvrtcGetPCHHeapSizeRequired(prog, &need) == NVRTC_SUCCESS && need &&
+            nv->nvrtcSetPCHHeapSize(need + need / 4) != NVRTC_SUCCESS)
+            o->pch = NVRTC_ERROR_PCH_CREATE; /* "creation failed", not "grown" */
     }
-    nv->nvrtcDestroyProgram(&prog);
+    /* a failure here can only leak the program: nothing to answer differently */
+    (void)nv->nvrtcDestroyProgram(&prog);
     o->extract = kh_now() - tp;
     if (st)
         nvrtc_out_free(o);
@@ -533,6 +739,7 @@ typedef struct child_job {
     kh_compiler *c;
     const kh_nvrtc_api *nv;
     const char *src, *name;
+    const nvrtc_headers *hdr;
     const optlist *opts;
     double deadline;
     int want_pch;
@@ -560,7 +767,8 @@ static int child_compile(void *arg, int fd)
     kh_err err;
     if (j->tmpdir[0])
         setenv("TMPDIR", j->tmpdir, 1);
-    if (nvrtc_run(j->c, j->nv, j->src, j->name, j->opts, j->deadline, j->want_pch, &o, &err))
+    if (nvrtc_run(j->c, j->nv, j->src, j->name, j->hdr, j->opts, j->deadline, j->want_pch, &o,
+                  &err))
         return 3;
     int32_t hdr[3] = {(int32_t)o.r, o.why, o.pch};
     uint64_t ln = o.log_len, cn = o.cubin_len;
@@ -757,13 +965,18 @@ oom:
 
 /* Make sure this process holds the PCH for the source's directive prefix, by
  * compiling the prefix alone here (#include/#define/#undef/#pragma lines
- * only: no code of the candidate's runs, no macro is evaluated).  Failure is not an error: the
- * child then compiles cold. */
+ * only: no code of the candidate's runs, no macro is evaluated).  The prefix
+ * ends before the first #include of one of the candidate's headers, and it
+ * compiles without them: their code is the candidate's, which runs only in
+ * the child, and a PCH holding a header of theirs would be served to the next
+ * candidate whose header of that name says something else (compile.h).
+ * Failure is not an error: the child then compiles cold. */
 static int warm_prefix(kh_compiler *c, const kh_nvrtc_api *nv, const char *src, size_t len,
-                       const char *name, const optlist *opts, double deadline)
+                       const kh_compile_req *req, const char *name, const optlist *opts,
+                       double deadline)
 {
     int warm = 0;
-    char *prefix = kh_srccheck_pch_prefix(src, len);
+    char *prefix = kh_srccheck_pch_prefix(src, len, req->headers, req->n_headers);
     if (!prefix)
         return 0;
     uint64_t h = XXH3_64bits(prefix, strlen(prefix));
@@ -780,7 +993,7 @@ static int warm_prefix(kh_compiler *c, const kh_nvrtc_api *nv, const char *src, 
         sprintf(prog, "%s%s", prefix, body);
         nvrtc_out o;
         kh_err err;
-        if (!nvrtc_run(c, nv, prog, name, opts, deadline, 1, &o, &err)) {
+        if (!nvrtc_run(c, nv, prog, name, NULL, opts, deadline, 1, &o, &err)) {
             /* created now, or not attempted because a held PCH matched */
             if (o.r == NVRTC_SUCCESS &&
                 (o.pch == NVRTC_SUCCESS || o.pch == NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED)) {
@@ -840,6 +1053,7 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
     kh_artifact *a = calloc(1, sizeof *a);
     optlist o = {0};
     char *src = NULL;
+    nvrtc_headers hdr = {0};
     nvrtc_out no = {0};
     if (!a)
         return kh_err_set(err, KH_ENOMEM, "out of memory");
@@ -850,14 +1064,11 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
         goto fail;
     }
 
-    /* 1. static checks on model-written source */
-    if (!req->trusted) {
+    /* 1. header names, and static checks on model-written source */
+    if (!req->trusted || req->n_headers) {
         double tc = kh_now();
-        kh_srccheck_opts so = {.name = name, .max_bytes = req->max_source_bytes,
-                               .allow_device_launch = req->allow_device_launch,
-                               .kernels = req->kernels, .n_kernels = req->n_kernels};
         char *report = NULL;
-        st = kh_srccheck_run(req->source, req->source_len, &so, &report, err);
+        st = kh_compile_check(c, req, &report, err);
         a->t.check = kh_now() - tc;
         if (st == KH_ECOMPILE) {
             kh_status s2 = set_log(a, report, report ? strlen(report) : 0, err);
@@ -876,8 +1087,14 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
             goto fail;
     }
 
-    /* 2. options and key; a cache hit ends here */
-    if ((st = build_options(c, req, arch, &o, err)))
+    /* 2. options and key; a cache hit ends here.  In this process, -pch only
+     * where the PCH cannot hold a header of the candidate's (compile.h); an
+     * isolated compile's PCH dies with its child. */
+    int pch = !req->no_pch &&
+              (req->isolate ||
+               !kh_srccheck_pch_may_hold(req->source, req->source_len, req->headers,
+                                         req->n_headers));
+    if ((st = build_options(c, req, arch, pch, &o, err)))
         goto fail;
     double tk = kh_now();
     if ((st = key_with(c, req, arch, &o, nv, a->key, err)))
@@ -925,23 +1142,26 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
     }
     memcpy(src, req->source, req->source_len);
     src[req->source_len] = '\0';
+    if ((st = nvrtc_headers_make(req, &hdr, err)))
+        goto fail;
     double deadline = req->deadline_s > 0 ? req->deadline_s : KH_COMPILE_DEFAULT_DEADLINE;
     if (req->isolate) {
         /* the prefix holds only #include lines (allowlisted, unless trusted):
          * it gets the longer of the deadline and two minutes */
         double tw = kh_now();
-        int warm = !req->no_pch && warm_prefix(c, nv, src, req->source_len, name, &o,
-                                               deadline > 120 ? deadline : 120);
+        int warm = pch && warm_prefix(c, nv, src, req->source_len, req, name, &o,
+                                      deadline > 120 ? deadline : 120);
         a->t.warm = kh_now() - tw;
         if (!warm)
             drop_pch_options(&o);
-        child_job j = {c, nv, src, name, &o, deadline, warm, ""};
+        child_job j = {c, nv, src, name, &hdr, &o, deadline, warm, ""};
         st = nvrtc_run_isolated(&j, &no, err);
     } else {
-        st = nvrtc_run(c, nv, src, name, &o, deadline, !req->no_pch, &no, err);
+        st = nvrtc_run(c, nv, src, name, &hdr, &o, deadline, pch, &no, err);
     }
     free(src);
     src = NULL;
+    nvrtc_headers_free(&hdr);
     optlist_free(&o);
     if (st)
         goto fail;
@@ -1028,6 +1248,7 @@ fail:
     nvrtc_out_free(&no);
     optlist_free(&o);
     free(src);
+    nvrtc_headers_free(&hdr);
     kh_artifact_free(a);
     return st;
 }

@@ -8,8 +8,15 @@
  * kh_compiler; the store-backed cache uses the same key.  Not thread-safe:
  * one compile at a time per kh_compiler.
  *
- * Every compile: optional static checks (srccheck.h) for model-written
- * source; the options below; a deadline enforced through NVRTC's flow
+ * A candidate of several files compiles its entry source as the translation
+ * unit, with the others handed to NVRTC as headers by name (nvrtcCreateProgram's
+ * headers and includeNames): `#include "util.cuh"`, in the entry or in a
+ * header, is the header named "util.cuh" (NVRTC matches the name as written,
+ * not relative to the including file).
+ *
+ * Every compile: the header names checked (kh_compile_check); optional static
+ * checks (srccheck.h) for model-written source, headers included; the options
+ * below; a deadline enforced through NVRTC's flow
  * callback (and Ctrl-C through the engine's stop request); the log made
  * valid UTF-8; the cubin parsed for per-kernel resources (cubin.h); the
  * manifest kernels checked against the cubin's symbols; timings per phase.
@@ -31,10 +38,12 @@
 
 #include "cubin.h"
 #include "engine.h"
+#include "srccheck.h"
 
 #define KH_COMPILE_DEFAULT_ARCH "sm_90a"
 #define KH_COMPILE_MAX_SOURCE (4u * 1024u * 1024u) /* hard cap, even for trusted */
 #define KH_COMPILE_DEFAULT_DEADLINE 60.0
+#define KH_COMPILE_MAX_HEADERS 256
 
 typedef struct kh_compiler kh_compiler;
 
@@ -42,13 +51,20 @@ typedef struct kh_compile_req {
     const char *source;           /* required; need not be NUL-terminated */
     size_t source_len;
     const char *name;             /* file name in the log; NULL: "candidate.cu" */
+    /* the candidate's other sources, each #include-able as "<name>" (names as
+     * kh_srccheck_header_name_problem allows, none twice, none shadowing a
+     * file on the include path); source plus headers at most
+     * KH_COMPILE_MAX_SOURCE bytes; may be NULL */
+    const kh_source *headers;
+    size_t n_headers;
     const char *arch;             /* "sm_90a"; NULL: $KHLUA_ARCH, else the default */
     const char *const *options;   /* extra NVRTC options (may be NULL) */
     size_t n_options;
     const char *const *kernels;   /* kernels that must be in the cubin (manifest) */
     size_t n_kernels;
     double deadline_s;            /* 0: KH_COMPILE_DEFAULT_DEADLINE */
-    int trusted;                  /* 1: written by people, skip the static checks */
+    int trusted;                  /* 1: written by people, skip the static checks
+                                     (the header names are checked all the same) */
     int allow_device_launch;      /* static check: allow <<<>>> in device code */
     size_t max_source_bytes;      /* static check limit; 0: KH_SRCCHECK_MAX_BYTES */
     int no_pch;                   /* 1: do not pass -pch (a cold compile) */
@@ -99,12 +115,13 @@ void kh_compile_free(kh_compiler *c);
 /* Compile req.  Outcomes:
  *   KH_OK        *out = a successful artifact (cubin, resources, log);
  *   KH_ECOMPILE  *out = an artifact with ok = 0 and the log (compiler errors,
- *                static-check report, or missing manifest kernels); err->msg
- *                holds the first error line;
+ *                kh_compile_check's report, or missing manifest kernels);
+ *                err->msg holds the first error line;
  *   KH_ETIMEOUT  the deadline passed (NVRTC cancelled); *out has the timings;
  *   KH_EINTR     Ctrl-C; *out as for ETIMEOUT;
- *   KH_EINVAL    bad request (no source, source over KH_COMPILE_MAX_SOURCE,
- *                bad arch); *out = NULL;
+ *   KH_EINVAL    bad request (no source, sources over KH_COMPILE_MAX_SOURCE,
+ *                more than KH_COMPILE_MAX_HEADERS headers, a NUL byte in a
+ *                trusted source, bad arch); *out = NULL;
  *   KH_ENODEV    NVRTC missing; *out = NULL.
  * The caller frees *out with kh_artifact_free. */
 kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifact **out,
@@ -112,12 +129,25 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
 void kh_artifact_free(kh_artifact *a);
 
 /* The content key: XXH3-128 over the source, the arch, the full option list
- * (minus -pch, which does not change the output), the NVRTC version, and the
- * stat identity (path, size, mtime) of every header the source #includes,
- * resolved against the include paths.  Public so the store-backed cache uses
- * the same key.  KH_ENODEV when NVRTC is missing. */
+ * (minus -pch, which does not change the output), the NVRTC version, the
+ * stat identity (path, size, mtime) of every system header the source and
+ * its headers #include, resolved against the include paths, and every
+ * candidate header's name and content (in name order: the order they are
+ * given in changes nothing).  A request without headers keys as before
+ * headers existed.  Public so the store-backed cache uses the same key.
+ * KH_ENODEV when NVRTC is missing. */
 kh_status kh_compile_key(kh_compiler *c, const kh_compile_req *req, unsigned char key[16],
                          kh_err *err);
+
+/* What a request must pass before it compiles, as kh_compile_build and the
+ * compile service run it: the header names (kh_srccheck_names), none the
+ * name of a file on the include path (NVRTC would hand the candidate's text
+ * to every #include of that name, the toolkit's own included), then, unless
+ * req->trusted, kh_srccheck_run over the source and its headers.  KH_OK;
+ * KH_ECOMPILE with every problem in *report (caller frees; NULL allowed) and
+ * the first in err->msg; KH_ENOMEM. */
+kh_status kh_compile_check(kh_compiler *c, const kh_compile_req *req, char **report,
+                           kh_err *err);
 
 /* Cache statistics and control. */
 typedef struct kh_compile_cache_stats {

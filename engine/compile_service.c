@@ -238,17 +238,46 @@ static json_t *str_array(const char *const *v, size_t n)
 json_t *kh_compile_req_to_json(const kh_compile_req *r)
 {
     json_t *o = str_array(r->options, r->n_options), *k = str_array(r->kernels, r->n_kernels);
-    if (!o || !k) {
+    json_t *h = json_array();
+    for (size_t i = 0; h && i < r->n_headers; i++)
+        if (json_array_append_new(h, json_pack("{s:s, s:I}", "name",
+                                               r->headers[i].name ? r->headers[i].name : "",
+                                               "bytes", (json_int_t)r->headers[i].len))) {
+            json_decref(h);
+            h = NULL;
+        }
+    if (!o || !k || !h) {
         json_decref(o);
         json_decref(k);
+        json_decref(h);
         return NULL;
     }
-    return json_pack("{s:s, s:s?, s:o, s:o, s:f, s:b, s:b, s:I, s:b, s:b}", "name",
+    return json_pack("{s:s, s:s?, s:o, s:o, s:o, s:f, s:b, s:b, s:I, s:b, s:b}", "name",
                      r->name ? r->name : "candidate.cu", "arch", r->arch, "options", o,
-                     "kernels", k, "deadline", r->deadline_s, "trusted", r->trusted,
-                     "allow_device_launch", r->allow_device_launch, "max_source_bytes",
-                     (json_int_t)r->max_source_bytes, "no_pch", r->no_pch, "no_cache",
-                     r->no_cache);
+                     "kernels", k, "headers", h, "deadline", r->deadline_s, "trusted",
+                     r->trusted, "allow_device_launch", r->allow_device_launch,
+                     "max_source_bytes", (json_int_t)r->max_source_bytes, "no_pch", r->no_pch,
+                     "no_cache", r->no_cache);
+}
+
+kh_status kh_compile_req_payload(const kh_compile_req *r, void **buf, size_t *len, kh_err *err)
+{
+    size_t n = r->source_len;
+    for (size_t i = 0; i < r->n_headers; i++)
+        n += r->headers[i].len;
+    char *b = malloc(n ? n : 1);
+    if (!b)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    memcpy(b, r->source, r->source_len);
+    size_t at = r->source_len;
+    for (size_t i = 0; i < r->n_headers; i++) {
+        if (r->headers[i].len)
+            memcpy(b + at, r->headers[i].text, r->headers[i].len);
+        at += r->headers[i].len;
+    }
+    *buf = b;
+    *len = n;
+    return KH_OK;
 }
 
 static kh_status strings_from(const json_t *a, const char *field, const char **v, size_t *n,
@@ -269,24 +298,64 @@ static kh_status strings_from(const json_t *a, const char *field, const char **v
     return KH_OK;
 }
 
-kh_status kh_compile_req_from_json(const json_t *p, kh_compile_req *req, void **scratch,
-                                   kh_err *err)
+/* The headers of params ([{name, bytes}]) cut from the payload after the
+ * source, into hv (room for json_array_size(h)); the source is what is left
+ * in front of them. */
+static kh_status headers_from(const json_t *h, const char *payload, size_t n, kh_source *hv,
+                              kh_compile_req *req, kh_err *err)
+{
+    if (h && !json_is_array(h))
+        return kh_err_set(err, KH_EINVAL, "compile request: 'headers' must be an array");
+    size_t nh = json_array_size(h), total = 0;
+    for (size_t i = 0; i < nh; i++) {
+        json_t *x = json_array_get(h, i);
+        const char *name = json_string_value(json_object_get(x, "name"));
+        json_t *b = json_object_get(x, "bytes");
+        if (!name || !json_is_integer(b) || json_integer_value(b) < 0 ||
+            (uint64_t)json_integer_value(b) > n - total)
+            return kh_err_set(err, KH_EINVAL, "compile request: headers[%zu] needs a name and "
+                              "its size in bytes, within the payload", i + 1);
+        hv[i] = (kh_source){.name = name, .len = (size_t)json_integer_value(b)};
+        total += hv[i].len;
+    }
+    req->source = payload ? payload : "";
+    req->source_len = n - total;
+    size_t at = req->source_len;
+    for (size_t i = 0; i < nh; i++) {
+        hv[i].text = req->source + at;
+        at += hv[i].len;
+    }
+    req->headers = nh ? hv : NULL;
+    req->n_headers = nh;
+    return KH_OK;
+}
+
+kh_status kh_compile_req_from_json(const json_t *p, const void *payload, size_t n,
+                                   kh_compile_req *req, void **scratch, kh_err *err)
 {
     memset(req, 0, sizeof *req);
     *scratch = NULL;
     if (!json_is_object(p))
         return kh_err_set(err, KH_EINVAL, "compile request: params must be an object");
     json_t *o = json_object_get(p, "options"), *k = json_object_get(p, "kernels");
-    size_t no = json_array_size(o), nk = json_array_size(k);
-    if (no > 256 || nk > 256)
-        return kh_err_set(err, KH_EINVAL, "compile request: too many options or kernels");
-    const char **v = calloc(no + nk + 1, sizeof *v);
-    if (!v)
+    json_t *h = json_object_get(p, "headers");
+    size_t no = json_array_size(o), nk = json_array_size(k), nh = json_array_size(h);
+    if (no > 256 || nk > 256 || nh > KH_COMPILE_MAX_HEADERS)
+        return kh_err_set(err, KH_EINVAL, "compile request: too many options, kernels or "
+                          "headers");
+    /* one allocation: the string arrays, then the headers */
+    size_t vbytes = (no + nk + 1) * sizeof(const char *);
+    vbytes = (vbytes + _Alignof(kh_source) - 1) / _Alignof(kh_source) * _Alignof(kh_source);
+    char *mem = calloc(1, vbytes + (nh ? nh : 1) * sizeof(kh_source));
+    if (!mem)
         return kh_err_set(err, KH_ENOMEM, "out of memory");
-    *scratch = v;
+    *scratch = mem;
+    const char **v = (const char **)(void *)mem;
     kh_status st = strings_from(o, "options", v, &req->n_options, err);
     if (!st)
         st = strings_from(k, "kernels", v + no, &req->n_kernels, err);
+    if (!st)
+        st = headers_from(h, payload, n, (kh_source *)(void *)(mem + vbytes), req, err);
     if (st)
         return st;
     req->options = v;
@@ -424,6 +493,22 @@ static kh_status put_fn(kh_store_txn *tx, void *arg, kh_err *err)
         return st;
     kh_hash_hex(&h, hx);
     json_object_set_new(c->rec, "source_blob", json_string(hx));
+    if (c->req->n_headers) {
+        /* the candidate's other sources, by name: the key covers them ("text_blob":
+         * the store finds blob references by the suffix, gc keeps them) */
+        json_t *hs = json_array();
+        if (!hs)
+            return kh_err_set(err, KH_ENOMEM, "out of memory");
+        json_object_set_new(c->rec, "headers", hs);
+        for (size_t i = 0; i < c->req->n_headers; i++) {
+            const kh_source *x = &c->req->headers[i];
+            if ((st = kh_store_txn_put_blob(tx, x->text, x->len, &h, err)))
+                return st;
+            kh_hash_hex(&h, hx);
+            if (json_array_append_new(hs, json_pack("{s:s, s:s}", "name", x->name, "text_blob", hx)))
+                return kh_err_set(err, KH_ENOMEM, "out of memory");
+        }
+    }
     char id[KH_STORE_ID_MAX];
     st = kh_store_txn_put(tx, c->rec, 0, id, err);
     if (st == KH_ESTATE) /* written meanwhile (the same key is the same compile) */
@@ -642,13 +727,9 @@ static void prepare(kh_compile_service *s, kh_store *store, job *j)
     }
     j->hash[32] = '\0';
     double tk = kh_now() - t0, tc = kh_now();
-    if (!req->trusted) {
-        const char *name = req->name && req->name[0] ? req->name : "candidate.cu";
-        kh_srccheck_opts so = {.name = name, .max_bytes = req->max_source_bytes,
-                               .allow_device_launch = req->allow_device_launch,
-                               .kernels = req->kernels, .n_kernels = req->n_kernels};
+    if (!req->trusted || req->n_headers) {
         char *report = NULL;
-        st = kh_srccheck_run(req->source, req->source_len, &so, &report, &err);
+        st = kh_compile_check(s->local, req, &report, &err);
         if (st == KH_ECOMPILE) {
             kh_artifact *a = bare_artifact(s, j, report ? report : err.msg);
             free(report);
@@ -676,7 +757,14 @@ static void prepare(kh_compile_service *s, kh_store *store, job *j)
             return;
         }
     }
-    char *prefix = kh_srccheck_pch_prefix(req->source, req->source_len);
+    /* a server compiles in its own process and drops -pch where the PCH
+     * could hold a header of the candidate's (compile.h): no warm PCH to
+     * route such a job to */
+    char *prefix = NULL;
+    if (!req->no_pch && !kh_srccheck_pch_may_hold(req->source, req->source_len, req->headers,
+                                                  req->n_headers))
+        prefix = kh_srccheck_pch_prefix(req->source, req->source_len, req->headers,
+                                        req->n_headers);
     j->inc = prefix ? XXH3_64bits(prefix, strlen(prefix)) | 1 : 0;
     free(prefix);
 }
@@ -746,15 +834,24 @@ static kh_status dispatch(kh_compile_service *s, job *j, kh_err *err)
     double dl = j->req->deadline_s > 0 ? j->req->deadline_s : KH_COMPILE_DEFAULT_DEADLINE;
     j->deadline = dl;
     kh_status st;
+    const void *payload = j->req->source;
+    size_t plen = j->req->source_len;
+    void *joined = NULL;
+    if (j->req->n_headers) {
+        if ((st = kh_compile_req_payload(j->req, &joined, &plen, err)))
+            return st;
+        payload = joined;
+    }
     /* A server killed while idle is found out only when its request cannot
      * be written (KH_EIO): the pool has reaped it, so try the next one. */
     for (int tries = 0;; tries++) {
-        st = kh_pool_submit(s->pool, "build", j->params, j->req->source, j->req->source_len,
-                            dl + s->grace, prefer, &j->slot, err);
+        st = kh_pool_submit(s->pool, "build", j->params, payload, plen, dl + s->grace, prefer,
+                            &j->slot, err);
         if (st != KH_EIO || tries == 2)
             break;
         prefer = (size_t)-1;
     }
+    free(joined); /* written to the server by now */
     if (st)
         return st;
     if (prefer != (size_t)-1 && prefer == j->slot)

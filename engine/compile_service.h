@@ -4,10 +4,11 @@
  * over the worker protocol, in front of the store-backed cache.
  *
  * One job, in order:
- *   1. static checks here for model-written source (srccheck.h), so a cached
- *      artifact is never handed to a request its checks would refuse;
+ *   1. kh_compile_check here (header names; static checks for model-written
+ *      source), so a cached artifact is never handed to a request its checks
+ *      would refuse;
  *   2. the key (kh_compile_key: source, arch, options, NVRTC version, the
- *      identity of the included headers) and a look-up of the record
+ *      identity of the included system headers, the candidate's headers) and a look-up of the record
  *      "compile-<key>" in the store: a hit is answered from the store's blobs
  *      without any server (served_by = "store");
  *   3. otherwise a server compiles it, preferably one that compiled the same
@@ -19,8 +20,8 @@
  *      and is replaced likewise;
  *   4. the manifest kernels are checked against the cubin here;
  *   5. a compiler verdict (an artifact, or a compile error with its log) is
- *      written to the store: the cubin, log and source as blobs, and a
- *      "compile" record (docs/store.md, "compile records").  Timeouts and
+ *      written to the store: the cubin, log, source and each header as blobs,
+ *      and a "compile" record (docs/store.md, "compile records").  Timeouts and
  *      crashes are not cached.
  * Several jobs run at once, one per server.  With in_process the service
  * has no servers and compiles in this process (isolated for model-written
@@ -98,12 +99,18 @@ int kh_compile_service_server_pid(const kh_compile_service *s, size_t i);
 const char *kh_compile_service_tmpdir(const kh_compile_service *s);
 
 /* ---- the wire form, shared with the compile role (role_compile.c) -------- */
-/* The request's fields as JSON (the source travels as the payload). */
+/* The request's fields as JSON; the texts travel as the payload
+ * (kh_compile_req_payload), each header listed here as {name, bytes}. */
 json_t *kh_compile_req_to_json(const kh_compile_req *req);
-/* Fill req from params; strings borrow from params, the two arrays are
- * malloc'ed into *scratch (caller frees).  KH_EINVAL on a malformed field. */
-kh_status kh_compile_req_from_json(const json_t *params, kh_compile_req *req, void **scratch,
-                                   kh_err *err);
+/* The payload: the source, then each header's text, in order.  *buf is
+ * malloc'ed (caller frees). */
+kh_status kh_compile_req_payload(const kh_compile_req *req, void **buf, size_t *len,
+                                 kh_err *err);
+/* Fill req from params and the payload; strings and texts borrow from params
+ * and payload, the arrays are malloc'ed into *scratch (caller frees).
+ * KH_EINVAL on a malformed field, or header sizes the payload cannot hold. */
+kh_status kh_compile_req_from_json(const json_t *params, const void *payload, size_t n,
+                                   kh_compile_req *req, void **scratch, kh_err *err);
 /* Rebuild an artifact from kh_artifact_to_json's object and the cubin bytes
  * (resources are parsed from the cubin again, not trusted from the JSON).
  * KH_EPARSE on a malformed object or cubin. */

@@ -817,19 +817,12 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
             free(own[k]);
         free(own);
     } else {
+        /* the entry file is the translation unit; the other sources are its
+         * headers, #include-able by their paths */
         const char *src = NULL;
-        json_array_foreach(srcs, i, s) {
-            const char *p = json_string_value(json_object_get(s, "path"));
-            if (p && sol->entry_file && !strcmp(p, sol->entry_file))
-                src = json_string_value(json_object_get(s, "content"));
-        }
-        if (json_array_size(srcs) != 1)
-            st = kh_err_set(err, KH_EUNSUPPORTED,
-                            "cuda candidates with several sources are not supported yet "
-                            "(NVRTC needs the others as headers)");
-        else if (!src)
-            st = kh_err_set(err, KH_EINVAL, "entry file '%s' is not among the sources",
-                            sol->entry_file ? sol->entry_file : "?");
+        size_t src_len = 0, nh = 0;
+        kh_source *hdrs = NULL;
+        st = kh_task_cuda_sources(sol, &src, &src_len, &hdrs, &nh, err);
         if (!st && !ev->cc && !(ev->cc = kh_compile_new(ev->e, err)))
             st = err->code;
         if (!st) {
@@ -838,8 +831,9 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
             size_t nk = 0;
             for (size_t l = 0; l < m->nlaunches && nk < 64; l++)
                 kernels[nk++] = m->launches[l].kernel;
-            kh_compile_req rq = {.source = src, .source_len = strlen(src),
-                                 .name = sol->entry_file, .kernels = kernels, .n_kernels = nk,
+            kh_compile_req rq = {.source = src, .source_len = src_len,
+                                 .name = sol->entry_file, .headers = hdrs, .n_headers = nh,
+                                 .kernels = kernels, .n_kernels = nk,
                                  .trusted = trusted, .isolate = !trusted};
             kh_artifact *ar = NULL;
             kh_status bs = kh_compile_build(ev->cc, &rq, &ar, err);
@@ -862,6 +856,7 @@ static kh_status build(kh_eval *ev, const kh_task_solution *sol, int trusted, ar
             }
             kh_artifact_free(ar);
         }
+        free(hdrs);
     }
     if (st) {
         free(a->bytes);

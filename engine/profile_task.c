@@ -278,28 +278,16 @@ kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
     if (st)
         goto out;
 
-    /* compile: the candidate's one CUDA source, isolated and checked as eval does */
-    json_t *srcs = json_object_get(sol->json, "sources");
+    /* compile: the candidate's entry source with the others as its headers,
+     * isolated and checked as eval does */
     const char *src = NULL;
-    size_t i;
-    json_t *s;
-    json_array_foreach(srcs, i, s) {
-        const char *p = json_string_value(json_object_get(s, "path"));
-        if (p && sol->entry_file && !strcmp(p, sol->entry_file))
-            src = json_string_value(json_object_get(s, "content"));
-    }
-    if (json_array_size(srcs) != 1) {
-        st = kh_err_set(err, KH_EUNSUPPORTED, "cuda candidates with several sources are not "
-                        "supported yet (NVRTC needs the others as headers)");
+    size_t src_len = 0, nh = 0;
+    kh_source *hdrs = NULL;
+    if ((st = kh_task_cuda_sources(sol, &src, &src_len, &hdrs, &nh, err)))
         goto out;
-    }
-    if (!src) {
-        st = kh_err_set(err, KH_EINVAL, "entry file '%s' is not among the sources",
-                        sol->entry_file ? sol->entry_file : "?");
-        goto out;
-    }
     kh_compiler *cc = kh_compile_new(e, err);
     if (!cc) {
+        free(hdrs);
         st = err->code;
         goto out;
     }
@@ -308,9 +296,9 @@ kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
     size_t nk = 0;
     for (size_t l = 0; l < m->nlaunches && nk < 64; l++)
         kernels[nk++] = m->launches[l].kernel;
-    kh_compile_req rq = {.source = src, .source_len = strlen(src), .name = sol->entry_file,
-                         .kernels = kernels, .n_kernels = nk, .trusted = o->trusted,
-                         .isolate = !o->trusted};
+    kh_compile_req rq = {.source = src, .source_len = src_len, .name = sol->entry_file,
+                         .headers = hdrs, .n_headers = nh, .kernels = kernels,
+                         .n_kernels = nk, .trusted = o->trusted, .isolate = !o->trusted};
     kh_artifact *ar = NULL;
     st = kh_compile_build(cc, &rq, &ar, err);
     if (!st && !(t->cubin = malloc(ar->cubin_len)))
@@ -327,6 +315,7 @@ kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
     }
     kh_artifact_free(ar);
     kh_compile_free(cc);
+    free(hdrs);
     if (st)
         goto out;
     ids_of(d, sol, t);

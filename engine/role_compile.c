@@ -1,7 +1,8 @@
 /* role_compile.c: the "compile" worker role, a compile server.  A long-lived
  * CUDA-free process holding one kh_compiler, so NVRTC's precompiled headers
  * and the in-memory cache stay warm from job to job.  Methods:
- *   build  (payload: source)  params: kh_compile_req_to_json's fields; the
+ *   build  (payload: the source, then the headers' texts: kh_compile_req_payload)
+ *          params: kh_compile_req_to_json's fields; the
  *          reply is {status, message, artifact} with the cubin as payload.
  *          A compile error or a soft deadline is a verdict (ok reply with
  *          status "ECOMPILE" / "ETIMEOUT" and the log), not a worker error.
@@ -43,11 +44,11 @@ static kh_status m_build(kh_worker *w, const json_t *params, const unsigned char
 {
     kh_compile_req req;
     void *scratch = NULL;
-    kh_status st = kh_compile_req_from_json(params, &req, &scratch, err);
-    if (st)
+    kh_status st = kh_compile_req_from_json(params, payload, n, &req, &scratch, err);
+    if (st) {
+        free(scratch);
         return st;
-    req.source = payload ? (const char *)payload : "";
-    req.source_len = n;
+    }
     req.isolate = 0; /* this process is the isolation */
     kh_artifact *a = NULL;
     kh_err cerr;

@@ -352,31 +352,129 @@ static int first_bad_utf8(const unsigned char *s, size_t n, int *is_nul)
 
 typedef struct kdef {
     char name[128];
+    const char *file;
     int line;
     int c_linkage;
     int templated;
 } kdef;
 
-kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *opts,
-                          char **report, kh_err *err)
+typedef struct kdefs {
+    kdef *v;
+    size_t n, cap;
+} kdefs;
+
+/* 1 if the n bytes at s are the name of one of the candidate's headers. */
+static int is_header(const kh_srccheck_opts *o, const char *s, size_t n)
 {
-    kh_srccheck_opts dflt = {0};
-    const kh_srccheck_opts *o = opts ? opts : &dflt;
-    const char *file = o->name ? o->name : "candidate.cu";
-    size_t max = o->max_bytes ? o->max_bytes : KH_SRCCHECK_MAX_BYTES;
+    for (size_t i = 0; i < o->n_headers; i++)
+        if (o->headers[i].name && strlen(o->headers[i].name) == n &&
+            !memcmp(o->headers[i].name, s, n))
+            return 1;
+    return 0;
+}
+
+const char *kh_srccheck_header_name_problem(const char *name)
+{
+    if (!name || !name[0])
+        return "the name is empty";
+    if (strlen(name) > KH_SRCCHECK_MAX_NAME)
+        return "the name is longer than 255 bytes";
+    if (name[0] == '/')
+        return "it is an absolute path";
+    for (const char *p = name; *p; p++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-' || c == '+' || c == '/'))
+            return "it has a character other than letters, digits and . _ - + /";
+    }
+    for (const char *seg = name;;) {
+        const char *e = strchr(seg, '/');
+        size_t n = e ? (size_t)(e - seg) : strlen(seg);
+        if (n == 0)
+            return "it has an empty path component";
+        if (n == 2 && !memcmp(seg, "..", 2))
+            return "it goes up with '..'";
+        if (n == 1 && seg[0] == '.')
+            return "it has a '.' path component";
+        if (!e)
+            return NULL;
+        seg = e + 1;
+    }
+}
+
+/* The names of the candidate's headers into pr, each problem naming its header. */
+static void check_names(problems *pr, const char *entry, const kh_source *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *nm = h[i].name ? h[i].name : "";
+        const char *why = kh_srccheck_header_name_problem(nm);
+        if (why) {
+            add(pr, entry, 0, "source '%.300s' cannot be a header: %s (expected a plain file "
+                "name or a relative path such as util.cuh or include/util.cuh)", nm, why);
+            continue;
+        }
+        if (!strcmp(nm, entry))
+            add(pr, entry, 0, "source '%s' is given again as a header", nm);
+        for (size_t k = 0; k < i; k++)
+            if (h[k].name && !strcmp(h[k].name, nm)) {
+                add(pr, entry, 0, "source '%s' is given twice", nm);
+                break;
+            }
+    }
+}
+
+/* The report of pr as kh_srccheck_run returns it; frees pr's buffer unless
+ * handed to *report. */
+static kh_status finish_report(problems *pr, const char *file, char **report, kh_err *err)
+{
+    if (pr->oom) {
+        free(pr->buf);
+        return kh_err_set(err, KH_ENOMEM, "srccheck: out of memory");
+    }
+    if (pr->count == 0) {
+        free(pr->buf);
+        return KH_OK;
+    }
+    if (pr->count > MAX_PROBLEMS) {
+        int more = pr->count - MAX_PROBLEMS;
+        pr->count = 1; /* let add() append the summary */
+        add(pr, file, 0, "... and %d more problems", more);
+        if (pr->oom) {
+            free(pr->buf);
+            return kh_err_set(err, KH_ENOMEM, "srccheck: out of memory");
+        }
+    }
+    if (err)
+        *err = pr->first;
+    if (report)
+        *report = pr->buf;
+    else
+        free(pr->buf);
+    return KH_ECOMPILE;
+}
+
+kh_status kh_srccheck_names(const char *entry, const kh_source *headers, size_t n,
+                            char **report, kh_err *err)
+{
     problems pr = {0};
     if (report)
         *report = NULL;
+    const char *file = entry && entry[0] ? entry : "candidate.cu";
+    check_names(&pr, file, headers, n);
+    return finish_report(&pr, file, report, err);
+}
 
-    if (len > max) {
-        add(&pr, file, 0, "source is %zu bytes, over the limit of %zu bytes", len, max);
-        goto finish;
-    }
+/* The rules of one file (encoding, includes, device code only, launches);
+ * the __global__ definitions it holds go to kd.  KH_ENOMEM only when out of
+ * memory; problems go to pr. */
+static kh_status check_file(problems *pr, const char *file, const char *src, size_t len,
+                            const kh_srccheck_opts *o, kdefs *kd)
+{
     int nul = 0;
     int bad = first_bad_utf8((const unsigned char *)src, len, &nul);
     if (bad) {
-        add(&pr, file, bad, nul ? "NUL byte in source" : "source is not valid UTF-8");
-        goto finish;
+        add(pr, file, bad, nul ? "NUL byte in source" : "source is not valid UTF-8");
+        return KH_OK;
     }
 
     /* Brace stack: 1 for an extern "C" { block, 0 for anything else. */
@@ -384,11 +482,6 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
     unsigned char stack[MAXDEPTH];
     int depth = 0, c_blocks = 0;
     int pending_c = 0, pending_template = 0, saw_extern_c = 0;
-    size_t nk = 0, capk = 16;
-    kdef *kd = malloc(capk * sizeof *kd);
-    if (!kd)
-        return kh_err_set(err, KH_ENOMEM, "srccheck: out of memory");
-
     lexer lx = {.p = src, .end = src + len, .line = 1, .bol = 1};
     tok prev = {0}, t;
     for (t = next(&lx); t.kind != T_EOF; prev = t, t = next(&lx)) {
@@ -398,10 +491,10 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
                 int line = t.line;
                 tok h = next(&lx);
                 if (is(&t, "include_next") || is(&t, "import")) {
-                    add(&pr, file, line, "#%.*s is not allowed", (int)t.n, t.s);
+                    add(pr, file, line, "#%.*s is not allowed", (int)t.n, t.s);
                 } else if ((h.kind != T_HEADER && h.kind != T_STR) || h.n < 2 ||
                            h.line != line) {
-                    add(&pr, file, line, "#include must name a header in <> or \"\"");
+                    add(pr, file, line, "#include must name a header in <> or \"\"");
                 } else {
                     char name[256];
                     size_t n = h.n - 2 < sizeof name - 1 ? h.n - 2 : sizeof name - 1;
@@ -410,8 +503,21 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
                     int ok = kh_srccheck_include_allowed(name);
                     for (size_t i = 0; !ok && i < o->n_extra_includes; i++)
                         ok = !strstr(name, "..") && include_match(name, o->extra_includes[i]);
-                    if (!ok)
-                        add(&pr, file, line,
+                    /* one of the candidate's own sources, by its name, in quotes:
+                     * that is how nvcc finds it beside the file too */
+                    int own = is_header(o, h.s + 1, h.n - 2);
+                    if (!ok && own && h.kind == T_STR)
+                        ok = 1;
+                    if (!ok && own)
+                        add(pr, file, line, "#include <%s> names the candidate's own source: "
+                            "include it as \"%s\"", name, name);
+                    else if (!ok && h.kind == T_STR)
+                        add(pr, file, line,
+                            "#include \"%s\" is not on the allowlist (cuda_fp16.h, cuda_bf16.h, "
+                            "cuda_fp8.h, cooperative_groups, cuda/std/*, cub/*) and is not one "
+                            "of the candidate's sources", name);
+                    else if (!ok)
+                        add(pr, file, line,
                             "#include <%s> is not on the allowlist (cuda_fp16.h, cuda_bf16.h, "
                             "cuda_fp8.h, cooperative_groups, cuda/std/*, cub/*)", name);
                 }
@@ -420,7 +526,7 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
             }
         }
         if (t.kind == T_PUNCT && is(&t, "<<<") && !o->allow_device_launch)
-            add(&pr, file, t.line, "device-side kernel launch (<<<...>>>) is not allowed");
+            add(pr, file, t.line, "device-side kernel launch (<<<...>>>) is not allowed");
         if (t.kind == T_PUNCT && !t.directive && (is(&t, ";") || is(&t, "}")))
             pending_c = pending_template = 0;
         if (t.kind == T_PUNCT && !t.directive && is(&t, "{")) {
@@ -458,7 +564,7 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
             tok n2 = next(&lx);
             lx = save;
             if (n2.kind == T_PUNCT && is(&n2, "("))
-                add(&pr, file, t.line, "host function 'main' is not allowed: device code only");
+                add(pr, file, t.line, "host function 'main' is not allowed: device code only");
         }
         if (is(&t, "__host__")) {
             /* allowed only together with __device__ in the same declaration */
@@ -472,7 +578,7 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
             }
             lx = save;
             if (!dev)
-                add(&pr, file, t.line, "__host__ function is not allowed: device code only");
+                add(pr, file, t.line, "__host__ function is not allowed: device code only");
         }
         if (looks_like_host_api(&t) && !in_list(&t, device_api_ok, KH_ARRAY_LEN(device_api_ok))) {
             lexer save = lx;
@@ -481,10 +587,10 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
             if (n2.kind == T_PUNCT && is(&n2, "(")) {
                 if (in_list(&t, device_launch_api, KH_ARRAY_LEN(device_launch_api))) {
                     if (!o->allow_device_launch)
-                        add(&pr, file, t.line,
+                        add(pr, file, t.line,
                             "device-side launch API '%.*s' is not allowed", (int)t.n, t.s);
                 } else {
-                    add(&pr, file, t.line,
+                    add(pr, file, t.line,
                         "host API call '%.*s' is not allowed in device code", (int)t.n, t.s);
                 }
             }
@@ -516,20 +622,19 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
                 }
                 if (n2.kind == T_PUNCT && is(&n2, "(")) {
                     if (last.kind == T_IDENT) {
-                        if (nk == capk) {
-                            kdef *k2 = realloc(kd, 2 * capk * sizeof *kd);
-                            if (!k2) {
-                                free(kd);
-                                free(pr.buf);
-                                return kh_err_set(err, KH_ENOMEM, "srccheck: out of memory");
-                            }
-                            kd = k2;
-                            capk *= 2;
+                        if (kd->n == kd->cap) {
+                            size_t cap = kd->cap ? 2 * kd->cap : 16;
+                            kdef *k2 = realloc(kd->v, cap * sizeof *k2);
+                            if (!k2)
+                                return KH_ENOMEM;
+                            kd->v = k2;
+                            kd->cap = cap;
                         }
-                        kdef *k = &kd[nk++];
+                        kdef *k = &kd->v[kd->n++];
                         size_t n = last.n < sizeof k->name - 1 ? last.n : sizeof k->name - 1;
                         memcpy(k->name, last.s, n);
                         k->name[n] = '\0';
+                        k->file = file;
                         k->line = line;
                         k->c_linkage = pending_c || c_blocks > 0;
                         k->templated = pending_template;
@@ -541,47 +646,63 @@ kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *o
             lx = save;
         }
     }
-    for (size_t i = 0; i < o->n_kernels; i++) {
-        const char *want = o->kernels[i];
-        const kdef *found = NULL;
-        for (size_t k = 0; k < nk && !found; k++)
-            if (!strcmp(kd[k].name, want))
-                found = &kd[k];
-        if (!found)
-            add(&pr, file, 0, "kernel '%s' named in the manifest is not defined as a "
-                              "__global__ function", want);
-        else if (found->templated)
-            add(&pr, file, found->line, "kernel '%s' is a template: manifest kernels need "
-                                        "extern \"C\" names", want);
-        else if (!found->c_linkage)
-            add(&pr, file, found->line, "kernel '%s' is not declared extern \"C\"", want);
+    return KH_OK;
+}
+
+kh_status kh_srccheck_run(const char *src, size_t len, const kh_srccheck_opts *opts,
+                          char **report, kh_err *err)
+{
+    kh_srccheck_opts dflt = {0};
+    const kh_srccheck_opts *o = opts ? opts : &dflt;
+    const char *file = o->name ? o->name : "candidate.cu";
+    size_t max = o->max_bytes ? o->max_bytes : KH_SRCCHECK_MAX_BYTES;
+    problems pr = {0};
+    kdefs kd = {0};
+    if (report)
+        *report = NULL;
+
+    check_names(&pr, file, o->headers, o->n_headers);
+    if (pr.count)
+        return finish_report(&pr, file, report, err);
+    size_t total = len;
+    for (size_t i = 0; i < o->n_headers; i++)
+        total += o->headers[i].len;
+    if (total > max) {
+        if (o->n_headers)
+            add(&pr, file, 0, "sources are %zu bytes together (%s %zu, its %zu header%s %zu), "
+                "over the limit of %zu bytes", total, file, len, o->n_headers,
+                o->n_headers == 1 ? "" : "s", total - len, max);
+        else
+            add(&pr, file, 0, "source is %zu bytes, over the limit of %zu bytes", len, max);
+        return finish_report(&pr, file, report, err);
     }
-    free(kd);
-finish:
-    if (pr.oom) {
+    kh_status st = check_file(&pr, file, src, len, o, &kd);
+    for (size_t i = 0; !st && i < o->n_headers; i++)
+        st = check_file(&pr, o->headers[i].name, o->headers[i].text ? o->headers[i].text : "",
+                        o->headers[i].len, o, &kd);
+    if (st) {
+        free(kd.v);
         free(pr.buf);
         return kh_err_set(err, KH_ENOMEM, "srccheck: out of memory");
     }
-    if (pr.count == 0) {
-        free(pr.buf);
-        return KH_OK;
+    for (size_t i = 0; i < o->n_kernels; i++) {
+        const char *want = o->kernels[i];
+        const kdef *found = NULL;
+        for (size_t k = 0; k < kd.n && !found; k++)
+            if (!strcmp(kd.v[k].name, want))
+                found = &kd.v[k];
+        if (!found)
+            add(&pr, file, 0, "kernel '%s' named in the manifest is not defined as a "
+                              "__global__ function%s", want,
+                o->n_headers ? " in any of the candidate's sources" : "");
+        else if (found->templated)
+            add(&pr, found->file, found->line, "kernel '%s' is a template: manifest kernels "
+                                               "need extern \"C\" names", want);
+        else if (!found->c_linkage)
+            add(&pr, found->file, found->line, "kernel '%s' is not declared extern \"C\"", want);
     }
-    if (pr.count > MAX_PROBLEMS) {
-        int more = pr.count - MAX_PROBLEMS;
-        pr.count = 1; /* let add() append the summary */
-        add(&pr, file, 0, "... and %d more problems", more);
-        if (pr.oom) {
-            free(pr.buf);
-            return kh_err_set(err, KH_ENOMEM, "srccheck: out of memory");
-        }
-    }
-    if (err)
-        *err = pr.first;
-    if (report)
-        *report = pr.buf;
-    else
-        free(pr.buf);
-    return KH_ECOMPILE;
+    free(kd.v);
+    return finish_report(&pr, file, report, err);
 }
 
 void kh_srccheck_includes(const char *src, size_t len, kh_include_fn fn, void *ud)
@@ -610,7 +731,15 @@ static const char *line_start(const char *src, const char *p)
     return p;
 }
 
-char *kh_srccheck_pch_prefix(const char *src, size_t len)
+/* 1 if the header token h (with its delimiters) names one of headers. */
+static int names_header(const tok *h, const kh_source *headers, size_t n)
+{
+    kh_srccheck_opts o = {.headers = headers, .n_headers = n};
+    return h->n >= 2 && is_header(&o, h->s + 1, h->n - 2);
+}
+
+char *kh_srccheck_pch_prefix(const char *src, size_t len, const kh_source *headers,
+                             size_t n_headers)
 {
     lexer lx = {.p = src, .end = src + len, .line = 1, .bol = 1};
     const char *stop = src + len, *hash = NULL;
@@ -635,6 +764,12 @@ char *kh_srccheck_pch_prefix(const char *src, size_t len)
             tok h = next(&lx);
             if ((h.kind != T_HEADER && h.kind != T_STR) || h.n < 2 || h.line != t.line)
                 return NULL;
+            if (names_header(&h, headers, n_headers)) {
+                /* the candidate's own code: it is compiled isolated, never
+                 * here, and never held in a precompiled header */
+                stop = line_start(src, hash ? hash : t.s);
+                break;
+            }
             includes++;
         } else if (!(t.kind == T_IDENT &&
                      (is(&t, "define") || is(&t, "undef") || is(&t, "pragma")))) {
@@ -656,4 +791,29 @@ char *kh_srccheck_pch_prefix(const char *src, size_t len)
         out[n++] = '\n';
     out[n] = '\0';
     return out;
+}
+
+int kh_srccheck_pch_may_hold(const char *src, size_t len, const kh_source *headers,
+                             size_t n_headers)
+{
+    if (!n_headers)
+        return 0;
+    lexer lx = {.p = src, .end = src + len, .line = 1, .bol = 1};
+    for (tok t = next(&lx); t.kind != T_EOF; t = next(&lx)) {
+        if (!t.directive)
+            return 0; /* the first line of code: the PCH ends before it */
+        if (!t.dir_start || t.kind != T_IDENT)
+            continue;
+        if (is(&t, "include") || is(&t, "include_next") || is(&t, "import")) {
+            tok h = next(&lx);
+            if ((h.kind != T_HEADER && h.kind != T_STR) || h.line != t.line ||
+                names_header(&h, headers, n_headers))
+                return 1; /* computed, or one of the candidate's */
+        } else if (is(&t, "if") || is(&t, "ifdef") || is(&t, "ifndef") || is(&t, "elif") ||
+                   is(&t, "elifdef") || is(&t, "elifndef") || is(&t, "else") ||
+                   is(&t, "endif")) {
+            return 1; /* a false branch may hide code: the end is not known here */
+        }
+    }
+    return 0;
 }

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "proc.h"
 #include "pyref.h"
+#include "srccheck.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -1711,6 +1712,31 @@ static kh_task_solution *parse_solution(vctx *v, json_t *root)
               compiled ? (b ? b : "tvm-ffi") : "", kh_task_unrunnable(s));
     }
     vpop(v);
+    if (s->manifest && !s->manifest->host && !s->manifest->so && json_is_array(src)) {
+        /* a CUDA candidate's other sources reach NVRTC as headers named by
+         * their paths: only the names compile.c takes (the one it checks
+         * beyond these, a toolkit header's name, needs the toolkit) */
+        size_t i;
+        json_t *f;
+        vpush(v, "sources");
+        json_array_foreach(src, i, f) {
+            const char *p = json_string_value(json_object_get(f, "path"));
+            const char *why = p && !(s->entry_file && !strcmp(p, s->entry_file))
+                                  ? kh_srccheck_header_name_problem(p)
+                                  : NULL;
+            /* an absolute path or '..' is said above, for every solution */
+            if (why && (p[0] == '/' || strstr(why, "'..'")))
+                why = NULL;
+            if (why) {
+                vpush_i(v, (long)i);
+                VERR(v, "path", "\"%s\" cannot be a header of a CUDA candidate (NVRTC finds "
+                                "it by this name): %s; expected a plain file name or a relative "
+                                "path such as util.cuh or include/util.cuh", p, why);
+                vpop(v);
+            }
+        }
+        vpop(v);
+    }
     return s;
 }
 
@@ -3215,6 +3241,45 @@ kh_status kh_task_solution_errors(const kh_task_set *s, const kh_task_solution *
                           buf);
     return kh_err_set(err, KH_EINVAL, "solution %s is not usable: %s (and %zu more)",
                       sol->name ? sol->name : "?", buf, n - 1);
+}
+
+kh_status kh_task_cuda_sources(const kh_task_solution *sol, const char **src, size_t *len,
+                               kh_source **headers, size_t *n, kh_err *err)
+{
+    json_t *srcs = json_object_get(sol->json, "sources");
+    size_t ns = json_array_size(srcs), nh = 0, i;
+    json_t *f;
+    *src = NULL;
+    *len = 0;
+    *headers = NULL;
+    *n = 0;
+    kh_source *h = calloc(ns ? ns : 1, sizeof *h);
+    if (!h)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    json_array_foreach(srcs, i, f) {
+        const char *p = json_string_value(json_object_get(f, "path"));
+        json_t *c = json_object_get(f, "content");
+        if (!p || !json_is_string(c)) {
+            free(h);
+            return kh_err_set(err, KH_EINVAL, "sources[%zu] has no path or no content", i);
+        }
+        /* the length as stored: a NUL inside is the checks' to refuse, not to cut */
+        if (sol->entry_file && !strcmp(p, sol->entry_file)) {
+            *src = json_string_value(c);
+            *len = json_string_length(c);
+        } else {
+            h[nh++] = (kh_source){.name = p, .text = json_string_value(c),
+                                  .len = json_string_length(c)};
+        }
+    }
+    if (!*src) {
+        free(h);
+        return kh_err_set(err, KH_EINVAL, "entry file '%s' is not among the sources",
+                          sol->entry_file ? sol->entry_file : "?");
+    }
+    *headers = h;
+    *n = nh;
+    return KH_OK;
 }
 
 size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs)

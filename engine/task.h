@@ -202,6 +202,14 @@ size_t kh_task_bind_definitions(kh_task_set *sols, const kh_task_set *defs);
  * through to DEFS, which must outlive it.  Non-OK only when out of memory. */
 kh_status kh_task_solution_from_text(const kh_task_set *defs, const char *label, const char *text,
                                      size_t len, kh_task_set **out, kh_err *err);
+/* A CUDA candidate's sources as NVRTC compiles them (compile.h): the entry
+ * file's text (*src, *len) is the translation unit, and every other source
+ * is a header named by its path (*headers, *n: an array the caller frees;
+ * names and texts live as long as sol).  KH_EINVAL when the entry file is
+ * not among the sources or a source lacks a path or content; KH_ENOMEM. */
+struct kh_source;
+kh_status kh_task_cuda_sources(const kh_task_solution *sol, const char **src, size_t *len,
+                               struct kh_source **headers, size_t *n, kh_err *err);
 /* Non-OK when SOL's file holds an error (a launch manifest that names what
  * its definition lacks, a bad field): an argument list with a binding left
  * out must never run.  The first error is named with its file and line. */

@@ -183,6 +183,195 @@ static void test_warm_pch(void **state)
     kh_artifact_free(c);
 }
 
+/* A candidate of several files: the entry source includes its headers by
+ * name, headers include each other; errors in a header name the header. */
+static const char *MS_ENTRY =
+    "#include <cuda_bf16.h>\n"
+    "#include \"util.cuh\"\n"
+    "extern \"C\" __global__ void scale2(const float *x, float *y, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] = twice_sq(x[i]);\n"
+    "}\n";
+
+static kh_artifact *build_st(fx *f, const kh_compile_req *req, kh_status want, kh_err *err)
+{
+    kh_artifact *a = NULL;
+    kh_status st = kh_compile_build(f->c, req, &a, err);
+    if (st != want)
+        fail_msg("seed %u: wanted %s, got %s: %s\n%s", g_seed, kh_status_name(want),
+                 kh_status_name(st), err->msg, a ? a->log : "");
+    return a;
+}
+
+static void test_headers_compile(void **state)
+{
+    fx *f = *state;
+    need_nvrtc(f);
+    char util[512], sq[256];
+    float k = (float)(1 + rand() % 1000) / 8.0f;
+    snprintf(util, sizeof util, "#pragma once\n#include \"more/sq.cuh\"\n"
+             "__device__ float twice_sq(float v) { return %.3ff * sq(v); }\n", k);
+    snprintf(sq, sizeof sq, "#pragma once\n"
+             "__device__ __forceinline__ float sq(float v) { return v * v; }\n");
+    kh_source h[2] = {{"util.cuh", util, strlen(util)}, {"more/sq.cuh", sq, strlen(sq)}};
+    const char *ks[] = {"scale2"};
+    kh_compile_req req = {.source = MS_ENTRY, .source_len = strlen(MS_ENTRY), .name = "main.cu",
+                          .headers = h, .n_headers = 2, .kernels = ks, .n_kernels = 1,
+                          .isolate = 1};
+    kh_err err;
+    kh_artifact *a = build_st(f, &req, KH_OK, &err);
+    assert_true(a->ok);
+    assert_non_null(kh_cubin_find(&a->res, "scale2"));
+
+    /* the key: every header's name and text, not the order they come in */
+    unsigned char key[16];
+    assert_int_equal(kh_compile_key(f->c, &req, key, &err), KH_OK);
+    assert_memory_equal(key, a->key, 16);
+    kh_source swapped[2] = {h[1], h[0]};
+    kh_compile_req r2 = req;
+    r2.headers = swapped;
+    assert_int_equal(kh_compile_key(f->c, &r2, key, &err), KH_OK);
+    assert_memory_equal(key, a->key, 16);
+    char util2[512];
+    snprintf(util2, sizeof util2, "%s// one more line\n", util);
+    kh_source changed[2] = {{"util.cuh", util2, strlen(util2)}, h[1]};
+    r2.headers = changed;
+    assert_int_equal(kh_compile_key(f->c, &r2, key, &err), KH_OK);
+    assert_memory_not_equal(key, a->key, 16);
+    kh_artifact *b = build_st(f, &r2, KH_OK, &err);
+    assert_false(b->cache_hit);
+    assert_string_not_equal(a->hash, b->hash);
+    kh_artifact_free(b);
+    kh_artifact_free(a);
+
+    /* a compile error in a header names the header and its line */
+    const char *broken = "#pragma once\n\n__device__ float twice_sq(float v) { return v +; }\n";
+    kh_source hb[1] = {{"util.cuh", broken, strlen(broken)}};
+    kh_compile_req rb = req;
+    rb.headers = hb;
+    rb.n_headers = 1;
+    a = build_st(f, &rb, KH_ECOMPILE, &err);
+    if (!strstr(a->log, "util.cuh(3): error"))
+        fail_msg("wanted util.cuh(3): error in:\n%s", a->log);
+    kh_artifact_free(a);
+
+    /* trusted, so NVRTC says it: a quoted include of no source is not found */
+    const char *miss = "#include \"absent.cuh\"\nextern \"C\" __global__ void scale2() {}\n";
+    kh_compile_req rm = {.source = miss, .source_len = strlen(miss), .headers = h,
+                         .n_headers = 2, .trusted = 1};
+    a = build_st(f, &rm, KH_ECOMPILE, &err);
+    assert_non_null(strstr(a->log, "absent.cuh"));
+    kh_artifact_free(a);
+    /* model-written: the static checks refuse it first */
+    rm.trusted = 0;
+    a = build_st(f, &rm, KH_ECOMPILE, &err);
+    assert_non_null(strstr(err.msg, "#include \"absent.cuh\" is not on the allowlist"));
+    kh_artifact_free(a);
+}
+
+/* NVRTC's automatic PCH keeps a header's text and hands it to the next
+ * program with the same leading directives: two candidates that differ only
+ * in a header must still get their own cubins, in process and isolated. */
+static void test_headers_not_in_pch(void **state)
+{
+    fx *f = *state;
+    need_nvrtc(f);
+    for (int isolate = 0; isolate < 2; isolate++) {
+        kh_artifact *a[2];
+        for (int v = 0; v < 2; v++) {
+            char util[256];
+            snprintf(util, sizeof util, "#pragma once\n__device__ float twice_sq(float v) "
+                     "{ return %d.5f * v; }\n", 2 + v + 4 * isolate + 8 * (rand() % 100));
+            kh_source h[1] = {{"util.cuh", util, strlen(util)}};
+            kh_compile_req req = {.source = MS_ENTRY, .source_len = strlen(MS_ENTRY),
+                                  .headers = h, .n_headers = 1, .trusted = 1,
+                                  .isolate = isolate, .no_cache = 1};
+            kh_err err;
+            a[v] = build_st(f, &req, KH_OK, &err);
+            if (!isolate) {
+                /* in process, the PCH could hold util.cuh: none is made */
+                assert_string_equal(a[v]->pch, "off");
+                for (size_t i = 0; i < a[v]->n_options; i++)
+                    assert_string_not_equal(a[v]->options[i], "-pch");
+            }
+        }
+        if (a[0]->cubin_len == a[1]->cubin_len &&
+            !memcmp(a[0]->cubin, a[1]->cubin, a[0]->cubin_len))
+            fail_msg("isolate %d: the second header's cubin is the first's (a stale PCH)",
+                     isolate);
+        kh_artifact_free(a[0]);
+        kh_artifact_free(a[1]);
+    }
+    /* a header included after the first line of code is not in the PCH:
+     * -pch stays */
+    const char *late = "#include <cuda_bf16.h>\ntypedef float f32;\n#include \"util.cuh\"\n"
+                       "extern \"C\" __global__ void scale2(float *y) { y[0] = twice_sq(1); }\n";
+    const char *util = "__device__ float twice_sq(float v) { return 2 * v; }\n";
+    kh_source h[1] = {{"util.cuh", util, strlen(util)}};
+    kh_compile_req req = {.source = late, .source_len = strlen(late), .headers = h,
+                          .n_headers = 1, .trusted = 1, .no_cache = 1};
+    kh_err err;
+    kh_artifact *a = build_st(f, &req, KH_OK, &err);
+    assert_string_not_equal(a->pch, "off");
+    kh_artifact_free(a);
+}
+
+/* Header names a candidate cannot use, trusted or not: each refused before
+ * NVRTC, naming the source. */
+static void test_header_names_refused(void **state)
+{
+    fx *f = *state;
+    need_nvrtc(f);
+    static const struct {
+        const char *name, *why;
+    } bad[] = {
+        {"../x.h", "goes up with '..'"},
+        {"/etc/passwd", "absolute path"},
+        {"./util.cuh", "'.' path component"},
+        {"cuda_fp16.h", "it has the name of "},          /* the toolkit's: NVRTC would use ours */
+        {"cuda/std/version", "it has the name of "},     /* CCCL's, on the include path */
+    };
+    for (int trusted = 0; trusted < 2; trusted++)
+        for (size_t i = 0; i < KH_ARRAY_LEN(bad); i++) {
+            kh_source h[1] = {{bad[i].name, "// x\n", 5}};
+            kh_compile_req req = {.source = MS_ENTRY, .source_len = strlen(MS_ENTRY),
+                                  .name = "main.cu", .headers = h, .n_headers = 1,
+                                  .trusted = trusted, .isolate = 1};
+            kh_err err;
+            kh_artifact *a = build_st(f, &req, KH_ECOMPILE, &err);
+            char want[160];
+            snprintf(want, sizeof want, "main.cu: source '%s' cannot be a header", bad[i].name);
+            if (!strstr(a->log, want) || !strstr(a->log, bad[i].why) || !strstr(err.msg, want))
+                fail_msg("'%s': wanted '%s ... %s', got %s / %s", bad[i].name, want,
+                         bad[i].why, err.msg, a->log);
+            assert_true(a->t.compile == 0);
+            kh_artifact_free(a);
+        }
+    /* twice */
+    kh_source dup[2] = {{"util.cuh", "", 0}, {"util.cuh", "", 0}};
+    kh_compile_req req = {.source = MS_ENTRY, .source_len = strlen(MS_ENTRY), .headers = dup,
+                          .n_headers = 2, .trusted = 1};
+    kh_err err;
+    kh_artifact_free(build_st(f, &req, KH_ECOMPILE, &err));
+    assert_non_null(strstr(err.msg, "source 'util.cuh' is given twice"));
+    /* a NUL byte would cut a header short: refused */
+    kh_source nul[1] = {{"util.cuh", "a\0b", 3}};
+    req.headers = nul;
+    req.n_headers = 1;
+    kh_artifact *a = NULL;
+    assert_int_equal(kh_compile_build(f->c, &req, &a, &err), KH_EINVAL);
+    assert_null(a);
+    assert_non_null(strstr(err.msg, "header 'util.cuh' contains a NUL byte"));
+    /* the hard cap counts every source */
+    char *big = malloc(KH_COMPILE_MAX_SOURCE);
+    memset(big, ' ', KH_COMPILE_MAX_SOURCE);
+    kh_source hb[1] = {{"big.cuh", big, KH_COMPILE_MAX_SOURCE - 10}};
+    req.headers = hb;
+    assert_int_equal(kh_compile_build(f->c, &req, &a, &err), KH_EINVAL);
+    free(big);
+    assert_non_null(strstr(err.msg, "hard limit"));
+}
+
 static void test_syntax_error_names_line(void **state)
 {
     fx *f = *state;
@@ -550,6 +739,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bf16_resources, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_warm_pch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_headers_compile, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_headers_not_in_pch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_header_names_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_syntax_error_names_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bomb_hits_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_refused, setup, teardown),

@@ -448,6 +448,119 @@ static void test_two_servers_overlap(void **state)
     kh_compile_service_free(s);
 }
 
+/* A candidate of several files through the servers and the store: the
+ * headers travel to the server, the record keeps them as blobs that gc
+ * keeps, a hit needs the same headers, and a header's static-check problem
+ * is named before any server runs. */
+static void test_headers_on_servers(void **state)
+{
+    fx *f = *state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/store", f->dir);
+    kh_store *db;
+    kh_err err;
+    assert_int_equal(kh_store_open(path, NULL, &db, &err), KH_OK);
+    kh_compile_service *s = service(f, 1, 0);
+    const char *entry = "#include <cuda_bf16.h>\n#include \"util.cuh\"\n"
+                        "extern \"C\" __global__ void scale_bf16(float *y) { y[0] = k_of(); }\n";
+    char util[2][128];
+    int k0 = 1 + rand() % 1000;
+    for (int v = 0; v < 2; v++)
+        snprintf(util[v], sizeof util[v], "#pragma once\n#include \"inc/one.cuh\"\n"
+                 "__device__ float k_of() { return %d.0f * one(); }\n", k0 + v);
+    const char *one = "#pragma once\n__device__ float one() { return 1.0f; }\n";
+    kh_source h[2] = {{"util.cuh", util[0], strlen(util[0])}, {"inc/one.cuh", one, strlen(one)}};
+    kh_compile_req req = {.source = entry, .source_len = strlen(entry), .name = "main.cu",
+                          .headers = h, .n_headers = 2, .kernels = k_scale, .n_kernels = 1};
+
+    /* the wire form carries them: params list names and sizes, the payload
+     * the texts after the source */
+    json_t *params = kh_compile_req_to_json(&req);
+    void *payload = NULL, *scratch = NULL;
+    size_t plen = 0;
+    assert_int_equal(kh_compile_req_payload(&req, &payload, &plen, &err), KH_OK);
+    kh_compile_req back;
+    assert_int_equal(kh_compile_req_from_json(params, payload, plen, &back, &scratch, &err), KH_OK);
+    assert_int_equal(back.source_len, req.source_len);
+    assert_memory_equal(back.source, entry, req.source_len);
+    assert_int_equal(back.n_headers, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(back.headers[i].name, h[i].name);
+        assert_int_equal(back.headers[i].len, h[i].len);
+        assert_memory_equal(back.headers[i].text, h[i].text, h[i].len);
+    }
+    free(scratch);
+    /* sizes the payload cannot hold are refused */
+    json_integer_set(json_object_get(json_array_get(json_object_get(params, "headers"), 1),
+                                     "bytes"), (json_int_t)plen);
+    assert_int_equal(kh_compile_req_from_json(params, payload, plen, &back, &scratch, &err),
+                     KH_EINVAL);
+    free(scratch);
+    free(payload);
+    json_decref(params);
+
+    kh_artifact *a = build_ok(s, db, &req);
+    assert_string_equal(a->served_by, "server");
+    assert_non_null(kh_cubin_find(&a->res, "scale_bf16"));
+    char id[64];
+    snprintf(id, sizeof id, "compile-%s", a->hash);
+    json_t *rec;
+    assert_int_equal(kh_store_get(db, id, &rec, &err), KH_OK);
+    json_t *hs = json_object_get(rec, "headers");
+    assert_int_equal(json_array_size(hs), 2);
+    for (int i = 0; i < 2; i++) {
+        json_t *x = json_array_get(hs, (size_t)i);
+        assert_string_equal(json_string_value(json_object_get(x, "name")), h[i].name);
+        kh_hash hh;
+        assert_int_equal(kh_hash_parse(json_string_value(json_object_get(x, "text_blob")), &hh,
+                                       &err), KH_OK);
+        void *text;
+        size_t tlen;
+        assert_int_equal(kh_store_get_blob(db, &hh, &text, &tlen, &err), KH_OK);
+        assert_int_equal(tlen, h[i].len);
+        assert_memory_equal(text, h[i].text, tlen);
+        free(text);
+    }
+    json_decref(rec);
+    /* gc keeps them: the record references them */
+    json_t *rep;
+    assert_int_equal(kh_store_gc(db, 0, &rep, &err), KH_OK);
+    assert_int_equal(json_integer_value(json_object_get(rep, "deleted")), 0);
+    json_decref(rep);
+
+    /* the same again: the store answers */
+    kh_artifact *b = build_ok(s, db, &req);
+    assert_string_equal(b->served_by, "store");
+    assert_string_equal(b->hash, a->hash);
+    kh_artifact_free(b);
+    /* another header: another key, compiled (not the first's PCH, nor its record) */
+    h[0] = (kh_source){"util.cuh", util[1], strlen(util[1])};
+    b = build_ok(s, db, &req);
+    assert_string_equal(b->served_by, "server");
+    assert_string_not_equal(b->hash, a->hash);
+    assert_false(a->cubin_len == b->cubin_len && !memcmp(a->cubin, b->cubin, a->cubin_len));
+    kh_artifact_free(b);
+    kh_artifact_free(a);
+
+    /* a forbidden construct in a header: refused by the static checks,
+     * naming the header, before any server */
+    kh_compile_service_stats st0, st1;
+    kh_compile_service_stats_get(s, &st0);
+    const char *evil = "#pragma once\n\n__device__ float k_of() { cudaFree(0); return 1; }\n";
+    h[0] = (kh_source){"util.cuh", evil, strlen(evil)};
+    assert_int_equal(kh_compile_service_build(s, db, &req, &a, &err), KH_ECOMPILE);
+    assert_non_null(strstr(a->log, "util.cuh:3: host API call 'cudaFree'"));
+    kh_artifact_free(a);
+    h[0] = (kh_source){"../util.cuh", one, strlen(one)};
+    assert_int_equal(kh_compile_service_build(s, db, &req, &a, &err), KH_ECOMPILE);
+    assert_non_null(strstr(err.msg, "source '../util.cuh' cannot be a header"));
+    kh_artifact_free(a);
+    kh_compile_service_stats_get(s, &st1);
+    assert_int_equal(st1.dispatched, st0.dispatched);
+    kh_compile_service_free(s);
+    kh_store_close(db);
+}
+
 static void test_in_process_mode_and_bad_requests(void **state)
 {
     fx *f = *state;
@@ -489,6 +602,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_servers_compile_and_route, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_headers_on_servers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_server_is_replaced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hung_server_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_servers_overlap, setup, teardown),

@@ -239,27 +239,27 @@ static void test_pch_prefix(void **state)
     (void)state;
     const char *a = "// header\n#include <cuda_bf16.h>\n\n#include \"cuda_fp16.h\"\n#define N 4\n"
                     "extern \"C\" __global__ void k() {}\n#include <cuda_fp8.h>\n";
-    char *p = kh_srccheck_pch_prefix(a, strlen(a));
+    char *p = kh_srccheck_pch_prefix(a, strlen(a), NULL, 0);
     assert_non_null(p);
     assert_string_equal(p, "// header\n#include <cuda_bf16.h>\n\n#include \"cuda_fp16.h\"\n#define N 4\n");
     free(p);
     /* a macro defined before a header would expand inside it: stop there */
     const char *a2 = "#include <cuda_fp16.h>\n#define inline boom\n#include <cub/cub.cuh>\n";
-    p = kh_srccheck_pch_prefix(a2, strlen(a2));
+    p = kh_srccheck_pch_prefix(a2, strlen(a2), NULL, 0);
     assert_string_equal(p, "#include <cuda_fp16.h>\n#define inline boom\n");
     free(p);
     /* #if evaluates macros: the prefix stops before it */
     const char *b = "#include <cuda_fp16.h>\n#define A 1\n#if A\n#include <cuda_bf16.h>\n#endif\n";
-    p = kh_srccheck_pch_prefix(b, strlen(b));
+    p = kh_srccheck_pch_prefix(b, strlen(b), NULL, 0);
     assert_string_equal(p, "#include <cuda_fp16.h>\n#define A 1\n");
     free(p);
     const char *c = "#define N 4\n__global__ void k() {}\n";
-    assert_null(kh_srccheck_pch_prefix(c, strlen(c)));
+    assert_null(kh_srccheck_pch_prefix(c, strlen(c), NULL, 0));
     const char *d = "#include KH_HEADER\n__global__ void k() {}\n";
-    assert_null(kh_srccheck_pch_prefix(d, strlen(d)));
+    assert_null(kh_srccheck_pch_prefix(d, strlen(d), NULL, 0));
     /* a #define continued over lines stays whole */
     const char *e = "#include <cuda_bf16.h>\n#define TWICE(x) \\\n  ((x) + (x))\nint y;\n";
-    p = kh_srccheck_pch_prefix(e, strlen(e));
+    p = kh_srccheck_pch_prefix(e, strlen(e), NULL, 0);
     assert_string_equal(p, "#include <cuda_bf16.h>\n#define TWICE(x) \\\n  ((x) + (x))\n");
     free(p);
 }
@@ -294,8 +294,205 @@ static void test_fuzz(void **state)
         kh_status st = kh_srccheck_run(buf, n, &o, &report, &err);
         assert_true(st == KH_OK || st == KH_ECOMPILE);
         free(report);
-        free(kh_srccheck_pch_prefix(buf, n));
+        free(kh_srccheck_pch_prefix(buf, n, NULL, 0));
+        /* the same soup as a header of its own, and as the entry including "k" */
+        kh_source h[1] = {{"k", buf, n}};
+        kh_srccheck_opts oh = {.kernels = ks, .n_kernels = 1, .headers = h, .n_headers = 1};
+        report = NULL;
+        st = kh_srccheck_run("#include \"k\"\n", 13, &oh, &report, &err);
+        assert_true(st == KH_OK || st == KH_ECOMPILE);
+        free(report);
+        free(kh_srccheck_pch_prefix(buf, n, h, 1));
+        assert_true(kh_srccheck_pch_may_hold(buf, n, h, 1) <= 1);
     }
+}
+
+/* A candidate of several files: each header is checked by every rule under
+ * its own name and lines, the quoted #include of one is allowed, any other
+ * still is not, and the size limit counts all of them. */
+static void expect_header_problem(const char *entry, const kh_source *h, size_t nh,
+                                  const kh_srccheck_opts *base, const char *words)
+{
+    kh_srccheck_opts o = base ? *base : (kh_srccheck_opts){0};
+    o.headers = h;
+    o.n_headers = nh;
+    kh_err err;
+    char *report = NULL;
+    kh_status st = kh_srccheck_run(entry, strlen(entry), &o, &report, &err);
+    if (st != KH_ECOMPILE || !report || !strstr(report, words))
+        fail_msg("seed %u: %s, wanted '%s' in: %s", g_seed, kh_status_name(st), words,
+                 report ? report : err.msg);
+    free(report);
+}
+
+static void test_headers(void **state)
+{
+    (void)state;
+    const char *entry = "#include <cuda_bf16.h>\n#include \"util.cuh\"\n"
+                        "extern \"C\" __global__ void kern(float *a) { a[0] = twice_f(a[0]); }\n";
+    const char *util = "#pragma once\n#include \"more/sq.cuh\"\n"
+                       "__device__ float twice_f(float v) { return 2.0f * sq(v); }\n";
+    const char *sq = "#pragma once\n__device__ __forceinline__ float sq(float v) { return v * v; }\n";
+    kh_source h[2] = {{"util.cuh", util, strlen(util)}, {"more/sq.cuh", sq, strlen(sq)}};
+    const char *ks[] = {"kern"};
+    kh_srccheck_opts o = {.kernels = ks, .n_kernels = 1, .headers = h, .n_headers = 2};
+    expect_ok(entry, &o);
+
+    /* a forbidden construct in a header: named by the header's file and line */
+    src bad = make("#pragma once\n", "__device__ void f(void **p) { cudaMalloc(p, 64); }\n",
+                   "__device__ float twice_f(float v) { return 2.0f * v; }\n");
+    kh_source hb[1] = {{"util.cuh", bad.text, strlen(bad.text)}};
+    char want[96];
+    snprintf(want, sizeof want, "util.cuh:%d: host API call 'cudaMalloc'", bad.bad_line);
+    expect_header_problem(entry, hb, 1, NULL, want);
+    free(bad.text);
+    const char *main_in_h = "int main() { return 0; }\n";
+    kh_source hm[1] = {{"util.cuh", main_in_h, strlen(main_in_h)}};
+    expect_header_problem(entry, hm, 1, NULL, "util.cuh:1: host function 'main'");
+    const char *inc_in_h = "\n#include <stdio.h>\n";
+    kh_source hi[1] = {{"util.cuh", inc_in_h, strlen(inc_in_h)}};
+    expect_header_problem(entry, hi, 1, NULL, "util.cuh:2: #include <stdio.h> is not on the "
+                                              "allowlist");
+    const char *utf = "// caf\xc3 broken\n";
+    kh_source hu[1] = {{"util.cuh", utf, strlen(utf)}};
+    expect_header_problem(entry, hu, 1, NULL, "util.cuh:1: source is not valid UTF-8");
+
+    /* a quoted #include that names none of the sources is still refused, in
+     * the entry and in a header; the angled form of one of them too */
+    expect_header_problem("#include \"missing.cuh\"\n", h, 2, NULL,
+                          "candidate.cu:1: #include \"missing.cuh\" is not on the allowlist");
+    const char *hmiss = "\n\n#include \"nope.h\"\n";
+    kh_source hn[1] = {{"util.cuh", hmiss, strlen(hmiss)}};
+    expect_header_problem(entry, hn, 1, NULL, "util.cuh:3: #include \"nope.h\" is not on the "
+                                              "allowlist (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, "
+                                              "cooperative_groups, cuda/std/*, cub/*) and is not "
+                                              "one of the candidate's sources");
+    expect_header_problem("#include <util.cuh>\n", h, 2, NULL,
+                          "#include <util.cuh> names the candidate's own source: include it as "
+                          "\"util.cuh\"");
+    /* without headers, the same include is refused as before */
+    kh_err err;
+    assert_int_equal(kh_srccheck_run(entry, strlen(entry), NULL, NULL, &err), KH_ECOMPILE);
+    assert_non_null(strstr(err.msg, "candidate.cu:2: #include \"util.cuh\" is not on the "
+                                    "allowlist"));
+
+    /* the manifest's kernels may be defined in a header */
+    const char *kh_text = "extern \"C\" __global__ void kern(float *a) { a[0] = 1; }\n";
+    kh_source hk[1] = {{"kernels.cuh", kh_text, strlen(kh_text)}};
+    kh_srccheck_opts ok = {.kernels = ks, .n_kernels = 1, .headers = hk, .n_headers = 1};
+    expect_ok("#include \"kernels.cuh\"\n", &ok);
+    const char *kh_cpp = "\n__global__ void kern(float *a) { a[0] = 1; }\n";
+    kh_source hc[1] = {{"kernels.cuh", kh_cpp, strlen(kh_cpp)}};
+    kh_srccheck_opts okk = {.kernels = ks, .n_kernels = 1};
+    expect_header_problem("#include \"kernels.cuh\"\n", hc, 1, &okk,
+                          "kernels.cuh:2: kernel 'kern' is not declared extern \"C\"");
+    expect_header_problem("#include \"kernels.cuh\"\n", h, 2, &okk,
+                          "kernel 'kern' named in the manifest is not defined as a __global__ "
+                          "function in any of the candidate's sources");
+
+    /* the size limit is over every source together */
+    size_t max = 1000 + (size_t)(rand() % 1000);
+    char *big = malloc(max);
+    memset(big, ' ', max);
+    kh_source hs[1] = {{"pad.cuh", big, max / 2 + 1}};
+    kh_srccheck_opts os = {.max_bytes = max, .headers = hs, .n_headers = 1};
+    size_t fits = max - (max / 2 + 1); /* with the header: exactly max */
+    assert_int_equal(kh_srccheck_run(big, fits, &os, NULL, &err), KH_OK);
+    assert_int_equal(kh_srccheck_run(big, fits + 1, &os, NULL, &err), KH_ECOMPILE);
+    char want2[160];
+    snprintf(want2, sizeof want2, "sources are %zu bytes together (candidate.cu %zu, its 1 "
+             "header %zu), over the limit of %zu bytes", max + 1, fits + 1, max / 2 + 1, max);
+    free(big);
+    if (!strstr(err.msg, want2))
+        fail_msg("wanted '%s', got '%s'", want2, err.msg);
+}
+
+static void test_header_names(void **state)
+{
+    (void)state;
+    static const char *const good[] = {"util.cuh", "include/util.cuh", "a-b_c+d.h", "x.h.in",
+                                       "..hidden.h", "a/b/c/d.cuh"};
+    for (size_t i = 0; i < KH_ARRAY_LEN(good); i++)
+        if (kh_srccheck_header_name_problem(good[i]))
+            fail_msg("'%s' refused: %s", good[i], kh_srccheck_header_name_problem(good[i]));
+    static const struct {
+        const char *name, *why;
+    } bad[] = {
+        {"../x.h", "goes up with '..'"},        {"a/../../x.h", "goes up with '..'"},
+        {"/etc/passwd", "absolute path"},       {"", "empty"},
+        {"a//b.h", "empty path component"},     {"dir/", "empty path component"},
+        {"./util.cuh", "'.' path component"},   {"my util.h", "a character other than"},
+        {"a\\b.h", "a character other than"},   {"x\".h", "a character other than"},
+        {"caf\xc3\xa9.h", "a character other than"},
+    };
+    const char *entry = "extern \"C\" __global__ void k() {}\n";
+    for (size_t i = 0; i < KH_ARRAY_LEN(bad); i++) {
+        const char *why = kh_srccheck_header_name_problem(bad[i].name);
+        if (!why || !strstr(why, bad[i].why))
+            fail_msg("'%s': wanted '%s', got '%s'", bad[i].name, bad[i].why, why ? why : "OK");
+        /* as a check's report: it names the source */
+        kh_source h[1] = {{bad[i].name, "", 0}};
+        char want[320];
+        snprintf(want, sizeof want, "candidate.cu: source '%s' cannot be a header: %s",
+                 bad[i].name, why);
+        expect_header_problem(entry, h, 1, NULL, want);
+    }
+    char longname[300];
+    memset(longname, 'a', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_non_null(strstr(kh_srccheck_header_name_problem(longname), "longer than 255"));
+    /* twice, or the entry's own name */
+    kh_source dup[2] = {{"u.cuh", "", 0}, {"u.cuh", "", 0}};
+    expect_header_problem(entry, dup, 2, NULL, "candidate.cu: source 'u.cuh' is given twice");
+    kh_source self[1] = {{"main.cu", "", 0}};
+    kh_srccheck_opts o = {.name = "main.cu"};
+    expect_header_problem(entry, self, 1, &o, "main.cu: source 'main.cu' is given again as a "
+                                              "header");
+    /* kh_srccheck_names alone: every problem, the first in err */
+    kh_source two[2] = {{"../a.h", "", 0}, {"/b.h", "", 0}};
+    char *report = NULL;
+    kh_err err;
+    assert_int_equal(kh_srccheck_names("k.cu", two, 2, &report, &err), KH_ECOMPILE);
+    assert_non_null(strstr(err.msg, "k.cu: source '../a.h'"));
+    assert_non_null(strstr(report, "source '/b.h' cannot be a header: it is an absolute path"));
+    free(report);
+    assert_int_equal(kh_srccheck_names("k.cu", NULL, 0, NULL, &err), KH_OK);
+}
+
+/* The warm prefix never takes a candidate's header; the PCH of a source may
+ * hold one when it is included before the first line of code (or where a
+ * conditional or a computed include leaves that open). */
+static void test_pch_and_headers(void **state)
+{
+    (void)state;
+    kh_source h[1] = {{"util.cuh", "", 0}};
+    const char *a = "#include <cuda_bf16.h>\n#include \"util.cuh\"\n#include <cuda_fp16.h>\n"
+                    "extern \"C\" __global__ void k() {}\n";
+    char *p = kh_srccheck_pch_prefix(a, strlen(a), h, 1);
+    assert_non_null(p);
+    assert_string_equal(p, "#include <cuda_bf16.h>\n");
+    free(p);
+    p = kh_srccheck_pch_prefix(a, strlen(a), NULL, 0);
+    assert_string_equal(p, "#include <cuda_bf16.h>\n#include \"util.cuh\"\n"
+                           "#include <cuda_fp16.h>\n");
+    free(p);
+    const char *b = "// first\n#include \"util.cuh\"\n#include <cuda_bf16.h>\nint x;\n";
+    assert_null(kh_srccheck_pch_prefix(b, strlen(b), h, 1));
+
+    assert_int_equal(kh_srccheck_pch_may_hold(a, strlen(a), h, 1), 1);
+    assert_int_equal(kh_srccheck_pch_may_hold(a, strlen(a), NULL, 0), 0);
+    const char *after_code = "#include <cuda_bf16.h>\ntypedef int I;\n#include \"util.cuh\"\n";
+    assert_int_equal(kh_srccheck_pch_may_hold(after_code, strlen(after_code), h, 1), 0);
+    const char *angled = "#include <util.cuh>\nint x;\n";
+    assert_int_equal(kh_srccheck_pch_may_hold(angled, strlen(angled), h, 1), 1);
+    /* a false #if hides code from the PCH's end: not known here */
+    const char *cond = "#if 0\nint y;\n#endif\n#include <cuda_bf16.h>\nint x;\n"
+                       "#include \"util.cuh\"\n";
+    assert_int_equal(kh_srccheck_pch_may_hold(cond, strlen(cond), h, 1), 1);
+    const char *computed = "#define H \"util.cuh\"\n#include H\nint x;\n";
+    assert_int_equal(kh_srccheck_pch_may_hold(computed, strlen(computed), h, 1), 1);
+    const char *comment = "// #include \"util.cuh\"\n#pragma once\nint x;\n#include \"util.cuh\"\n";
+    assert_int_equal(kh_srccheck_pch_may_hold(comment, strlen(comment), h, 1), 0);
 }
 
 /* Fastest of three runs of kh_srccheck_run over `n` bytes of `unit` repeated. */
@@ -363,6 +560,8 @@ int main(void)
         cmocka_unit_test(test_size_limit),       cmocka_unit_test(test_encoding),
         cmocka_unit_test(test_report_lists_all), cmocka_unit_test(test_pch_prefix),
         cmocka_unit_test(test_fuzz),             cmocka_unit_test(test_pathological_inputs),
+        cmocka_unit_test(test_headers),          cmocka_unit_test(test_header_names),
+        cmocka_unit_test(test_pch_and_headers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

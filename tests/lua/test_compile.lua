@@ -80,6 +80,111 @@ T.test("static checks: nil, report naming the line, ECOMPILE", function()
   T.eq(select(3, kh.compile.check(big, { max_bytes = 1000 })), "ECOMPILE")
 end)
 
+-- a candidate of several files: the entry source includes the others by name
+local function two_files(k)
+  local entry = '#include <cuda_bf16.h>\n#include "util.cuh"\n'
+    .. 'extern "C" __global__ void scale2(const float *x, float *y, int n) {\n'
+    .. '  int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+    .. '  if (i < n) y[i] = scaled(x[i]);\n}\n'
+  local util = '#pragma once\n#include "inc/sq.cuh"\n'
+    .. string.format('__device__ float scaled(float v) { return %d.0f * sq(v); }\n', k)
+  local sq = '#pragma once\n__device__ __forceinline__ float sq(float v) { return v * v; }\n'
+  return entry, { ["util.cuh"] = util, ["inc/sq.cuh"] = sq }
+end
+
+T.test("a candidate of several files compiles; a header's change changes the hash", function()
+  local k = math.random(2, 1000)
+  local entry, headers = two_files(k)
+  local req = { source = entry, name = "main.cu", headers = headers, kernels = { "scale2" } }
+  local a = assert(kh.compile.build(req))
+  T.eq(a.ok, true)
+  T.ok(a.kernels.scale2, "the kernel is in the cubin")
+  T.eq(kh.compile.key(req), a.hash)
+  -- the same sources again: the same key; another header text: another key and cubin
+  local _, same = two_files(k)
+  T.eq(kh.compile.key { source = entry, name = "main.cu", headers = same, kernels = { "scale2" } }, a.hash)
+  local _, other = two_files(k + 1)
+  local b = assert(kh.compile.build { source = entry, name = "main.cu", headers = other, kernels = { "scale2" } })
+  T.ne(b.hash, a.hash)
+  T.ne(b.cubin, a.cubin)
+  -- trusted, in this process (the PCH must not keep util.cuh): still the header's own cubin
+  local t1 = assert(kh.compile.build { source = entry, headers = headers, trusted = true, cache = false })
+  local t2 = assert(kh.compile.build { source = entry, headers = other, trusted = true, cache = false })
+  T.eq(t1.pch, "off")
+  T.ne(t1.cubin, t2.cubin)
+  -- a compile error inside a header names it
+  local broken = { ["util.cuh"] = "#pragma once\n\n__device__ float scaled(float v) { return v +; }\n" }
+  local r, log, code = kh.compile.build { source = entry, name = "main.cu", headers = broken }
+  T.eq(r, nil)
+  T.eq(code, "ECOMPILE")
+  T.match(log, "util%.cuh%(3%): error")
+end)
+
+T.test("a header's forbidden construct, bad name or absent include is refused, naming it", function()
+  local entry, headers = two_files(3)
+  local pad = math.random(0, 10)
+  headers["util.cuh"] = "#pragma once\n" .. string.rep("// x\n", pad)
+    .. "__device__ float scaled(float v) { cudaFree(0); return v; }\n"
+  local r, log, code = kh.compile.build { source = entry, name = "main.cu", headers = headers }
+  T.eq(r, nil)
+  T.eq(code, "ECOMPILE")
+  T.match(log, "util%.cuh:" .. (pad + 2) .. ": host API call 'cudaFree' is not allowed")
+  -- kh.compile.check says the same
+  local ok, rep = kh.compile.check(entry, { name = "main.cu", headers = headers })
+  T.eq(ok, nil)
+  T.match(rep, "util%.cuh:" .. (pad + 2) .. ": host API call")
+  for _, bad in ipairs { "../x.h", "/etc/passwd", "./util.cuh", "a//b.h", "cuda_fp16.h" } do
+    for _, trusted in ipairs { false, true } do
+      local _, good = two_files(3)
+      good[bad] = "// x\n"
+      local a, msg, c = kh.compile.build { source = entry, name = "main.cu", headers = good, trusted = trusted }
+      T.eq(a, nil, bad)
+      T.eq(c, "ECOMPILE", bad)
+      T.match(msg, "main%.cu: source '" .. bad:gsub("%p", "%%%0") .. "' cannot be a header", bad)
+    end
+  end
+  -- a quoted include of a file that is none of the sources is still refused
+  local _, good = two_files(3)
+  local a, msg = kh.compile.build { source = '#include "absent.cuh"\n' .. entry, headers = good }
+  T.eq(a, nil)
+  T.match(msg, 'candidate%.cu:1: #include "absent%.cuh" is not on the allowlist')
+  a, msg = kh.compile.build { source = '#include "absent.cuh"\n' .. entry, headers = good, trusted = true }
+  T.eq(a, nil)
+  T.match(msg, 'cannot open source file "absent%.cuh"')
+  T.raises(function() kh.compile.build { source = entry, headers = "util.cuh" } end, "headers")
+  T.raises(function() kh.compile.build { source = entry, headers = { "text" } } end, "headers")
+end)
+
+T.test("khlua compile --header: a candidate of several files from the shell", function()
+  local dir = T.tmpdir()
+  local k = math.random(2, 1000)
+  local entry, headers = two_files(k)
+  os.execute("mkdir -p " .. T.quote(dir .. "/inc"))
+  T.write(dir .. "/main.cu", entry)
+  for name, text in pairs(headers) do T.write(dir .. "/" .. name, text) end
+  local args = { "--store", dir .. "/store", "compile", dir .. "/main.cu", "--header", dir .. "/util.cuh",
+                 "--header", dir .. "/inc/sq.cuh", "--kernel", "scale2", "--json" }
+  local out, code = T.khlua(table.unpack(args))
+  T.eq(code, 0, out)
+  local j = kh.json.decode(out)
+  T.eq(j.hash, kh.compile.key { source = entry, name = "main.cu", headers = headers, kernels = { "scale2" } })
+  T.ok(j.kernels.scale2)
+  -- a changed header: another hash
+  T.write(dir .. "/util.cuh", headers["util.cuh"] .. "// changed\n")
+  local out2, code2 = T.khlua(table.unpack(args))
+  T.eq(code2, 0, out2)
+  T.ne(kh.json.decode(out2).hash, j.hash)
+  -- without the nested header, its include is refused
+  local out3, code3 = T.khlua("--store", dir .. "/store", "compile", dir .. "/main.cu", "--header", dir .. "/util.cuh")
+  T.eq(code3, 1)
+  T.match(out3, 'util%.cuh:2: #include "inc/sq%.cuh" is not on the allowlist')
+  -- a header outside the entry's folder has no name to include it by
+  local out4, code4 = T.khlua("compile", dir .. "/main.cu", "--header", "/etc/hostname")
+  T.eq(code4, 1)
+  T.match(out4, "%-%-header /etc/hostname: not in .*main%.cu's folder")
+  os.execute("rm -rf " .. T.quote(dir))
+end)
+
 T.test("the recursion bomb stops at the deadline", function()
   local src = [[
 template <int N, unsigned M> struct T {

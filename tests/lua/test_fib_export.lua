@@ -236,6 +236,51 @@ T.test("a solution of the task by name, renamed with --name; the rmsnorm fixture
   T.match(b, plain("const int64_t ax_hidden_size = INT64_C(512);"))
 end)
 
+-- the fixture's solution with part of sr_apply in a header it includes
+local AFFINE = "    y[i] = alpha * x[i] + bias[c] + (float)offset;\n"
+local function two_source_solution()
+  local s = kh.json.decode(T.read(FIX_SOL))
+  local src = s.sources[1].content
+  local at = src:find(AFFINE, 1, true)
+  assert(at, "the fixture's sr_apply changed: update this test")
+  src = src:sub(1, at - 1) .. "    y[i] = sr_affine(alpha, x[i], bias[c], offset);\n" .. src:sub(at + #AFFINE)
+  src = src:gsub("#include <cstdint>\n", '#include <cstdint>\n#include "sr_util.cuh"\n', 1)
+  s.sources = { { path = "scale_rows.cu", content = src },
+                { path = "sr_util.cuh", content = "#pragma once\n__device__ __forceinline__ float "
+                  .. "sr_affine(float a, float x, float b, int o)\n{\n    return a * x + b + "
+                  .. "(float)o;\n}\n" } }
+  local p = T.tmpdir() .. "/scale_rows_2src.json"
+  T.write(p, kh.json.encode(s))
+  return p, s
+end
+
+T.test("a solution of two sources: the header is written beside the renamed entry that includes it", function()
+  local p, orig = two_source_solution()
+  local sum, sol, dir = export(p, FIX)
+  local paths = {}
+  for _, s in ipairs(sol.sources) do paths[#paths + 1] = s.path end
+  T.eq(table.concat(paths, " "), "scale_rows.cuh sr_util.cuh kernels.cu binding.cu")
+  T.eq(source(sol, "scale_rows.cuh"), orig.sources[1].content)
+  T.eq(source(sol, "sr_util.cuh"), orig.sources[2].content)
+  T.match(source(sol, "scale_rows.cuh"), '#include "sr_util%.cuh"')
+  T.match(source(sol, "kernels.cu"), '#include "scale_rows%.cuh"')
+  for _, f in ipairs(paths) do T.eq(T.read(dir .. "/" .. f), source(sol, f)) end
+  T.eq(#sum.sources, 4)
+end)
+
+T.test("a solution of two sources: kernels.cu compiles with nvcc, the header found beside", function()
+  if not sh_ok(T.quote(NVCC) .. " --version") then T.skip("no nvcc at " .. NVCC) end
+  local p = two_source_solution()
+  local _, _, dir = export(p, FIX)
+  -- the builder's flags for a .cu (tvm_ffi cpp/extension.py), without TVM-FFI:
+  -- kernels.cu includes only the solution's own files
+  local out, code = capture(string.format("cd %s && %s -Xcompiler -fPIC -std=c++17 -O2 "
+    .. "-gencode=arch=compute_90,code=sm_90 -I. -c kernels.cu -o kernels.o", T.quote(dir),
+    T.quote(NVCC)))
+  T.eq(code, 0, out)
+  if TVM_INC and io.open(TVM_INC .. "/tvm/ffi/function.h") then nvcc_compile(dir, "binding.cu") end
+end)
+
 T.test("an export placed in a package is read as FlashInfer-Bench reads it: task check warns, passes", function()
   local pkg = T.tmpdir() .. "/pkg"
   T.ok(sh_ok("cp -r '" .. FIX .. "' '" .. pkg .. "'"))
