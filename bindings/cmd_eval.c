@@ -377,6 +377,17 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         const char *status = json_string_value(json_object_get(evj, "status"));
         if (!status || strcmp(status, "PASSED"))
             all_ok = 0;
+        /* host timing on a busy machine: said, on stderr, with --json too */
+        json_t *tm = json_object_get(json_object_get(evj, "khlua"), "timing");
+        json_int_t kept = json_integer_value(
+            json_object_get(json_object_get(tm, "contended"), "kept"));
+        json_int_t ncalls = json_integer_value(json_object_get(tm, "n"));
+        if (kept > 0 && ncalls > 0 && (double)kept > 0.1 * (double)ncalls)
+            fprintf(stderr, "khlua eval: warning: workload %s: %lld of %lld timed calls waited on "
+                    "the run queue (another process had the core) even after retakes: its "
+                    "latency is not reliable; measure on a quieter machine\n",
+                    json_string_value(json_object_get(json_object_get(t, "workload"), "uuid")),
+                    (long long)kept, (long long)ncalls);
         if (as_json) {
             char *line = json_dumps(t, JSON_COMPACT);
             if (line)
