@@ -3,14 +3,14 @@
  * candidate, else the seed it started from) becomes a Solution JSON in
  * FlashInfer-Bench's form with khlua's launch manifest (spec.khlua), its
  * source file, and figures.json (the run's score, the promotion that made it
- * the incumbent: gate figures and evidence ids); engine/best.h finds and
+ * the incumbent: gate figures and evidence ids); engine/store/best.h finds and
  * shapes them.  Without --out it prints
  * what it would write.  Reads the store read-only.  Exit 0 ok, 1 failure,
  * 2 usage. */
 #include "kh_lua.h"
 
-#include "best.h"
-#include "store.h"
+#include "store/best.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -6,8 +6,8 @@
  * the store (--no-store, --in-process turn those off). */
 #include "kh_lua.h"
 
-#include "compile.h"
-#include "compile_service.h"
+#include "compile/compile.h"
+#include "compile/compile_service.h"
 
 #include <errno.h>
 #include <stdio.h>

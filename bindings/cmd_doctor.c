@@ -3,7 +3,7 @@
  * whatever it found. */
 #include "kh_lua.h"
 
-#include "doctor.h"
+#include "core/doctor.h"
 
 #include <stdio.h>
 #include <string.h>

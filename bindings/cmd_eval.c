@@ -1,12 +1,12 @@
 /* cmd_eval.c: `khlua eval --task DIR --solution FILE|NAME ...`: evaluates a
- * solution on a task's workloads (engine/eval.h) and prints a table per
+ * solution on a task's workloads (engine/eval/eval.h) and prints a table per
  * workload, or FlashInfer-Bench Trace JSONL with --json.  Exit 0 when every
  * workload PASSED, 1 when any did not (or the evaluation could not run), 2 on
  * usage errors, 130 when interrupted. */
 #include "kh_lua.h"
 
-#include "eval.h"
-#include "task.h"
+#include "eval/eval.h"
+#include "task/task.h"
 
 #include <errno.h>
 #include <math.h>

@@ -2,16 +2,16 @@
  * --out DIR [--name NAME] [--json]`: a khlua CUDA solution as a
  * FlashInfer-Bench Solution that FlashInfer-Bench's own builder and
  * benchmark run unchanged.  Finds the solution (a run's incumbent as
- * `khlua best` does, engine/best.h; a candidate record; a Solution file; a
+ * `khlua best` does, engine/store/best.h; a candidate record; a Solution file; a
  * solution of the task), loads it against the task's definitions (task.h)
- * and leaves the export itself to engine/fib_export.h.  Reads the store
+ * and leaves the export itself to engine/task/fib_export.h.  Reads the store
  * read-only.  Exit 0 ok, 1 failure, 2 usage. */
 #include "kh_lua.h"
 
-#include "best.h"
-#include "fib_export.h"
-#include "store.h"
-#include "task.h"
+#include "store/best.h"
+#include "task/fib_export.h"
+#include "store/store.h"
+#include "task/task.h"
 
 #include <errno.h>
 #include <stdio.h>

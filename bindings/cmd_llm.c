@@ -6,8 +6,8 @@
  * stderr, the store or the transcript. */
 #include "kh_lua.h"
 
-#include "llm.h"
-#include "llm_store.h"
+#include "llm/llm.h"
+#include "llm/llm_store.h"
 
 #include <errno.h>
 #include <stdio.h>

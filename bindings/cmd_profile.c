@@ -5,7 +5,7 @@
  * cubin and the launch list from a task's candidate (profile_task.c). */
 #include "kh_lua.h"
 
-#include "profile.h"
+#include "profile/profile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,7 +25,7 @@ static void usage(FILE *f)
             "       khlua profile --task DIR --solution FILE|NAME [--workload UUID] [--seed N]\n"
             "                     [--trusted] [--dry-run] [--ncu] [--json] [same options]\n"
             "\n"
-            "Profiles each kernel of a launch list (engine/launch.h) in a profile worker\n"
+            "Profiles each kernel of a launch list (engine/gpu/launch.h) in a profile worker\n"
             "with CUPTI's range profiler, and prints per kernel its time, SM / memory /\n"
             "DRAM throughput in %% of peak, occupancy, and the bottleneck state\n"
             "(Nsight Compute's speed-of-light rule, the re-read factor against\n"

@@ -3,9 +3,9 @@
  * the store read-only, so they run beside a coordinator that is writing.
  * Exit 0 ok, 1 failure or problems found, 2 usage. */
 #include "kh_lua.h"
-#include "proc.h"
+#include "core/proc.h"
 
-#include "store.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,11 +1,11 @@
 /* cmd_task.c: `khlua task check PATH [--strict] [--json]`: validates one
  * definition, solution or workload file, a task package or a whole
- * FlashInfer-Bench dataset (engine/task.h) and prints a summary, then every
+ * FlashInfer-Bench dataset (engine/task/task.h) and prints a summary, then every
  * problem as `file:line: field: message`.  Exit 0 clean (warnings allowed),
  * 1 on any error, 2 on usage errors. */
 #include "kh_lua.h"
 
-#include "task.h"
+#include "task/task.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -13,7 +13,7 @@
  * folder that already has a definition.json.  Exit 0 ok, 1 failure, 2 usage. */
 #include "kh_lua.h"
 
-#include "task.h"
+#include "task/task.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /* cmd_worker.c: `khlua worker --role R`, the entry point of every worker
- * process.  Speaks the framed protocol on stdin/stdout (engine/wire.h); not
+ * process.  Speaks the framed protocol on stdin/stdout (engine/core/wire.h); not
  * meant to be run by hand except to list the roles. */
 #include "kh_lua.h"
 
-#include "worker.h"
+#include "worker/worker.h"
 
 #include <stdio.h>
 #include <string.h>

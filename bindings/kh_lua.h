@@ -10,7 +10,7 @@
 #ifndef KH_LUA_H
 #define KH_LUA_H
 
-#include "engine.h"
+#include "core/engine.h"
 
 #include <jansson.h>
 #include <lauxlib.h>

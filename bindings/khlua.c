@@ -5,7 +5,7 @@
  * swallow.  Owns process start and shutdown order: lua_close first (every
  * __gc runs), then the engine. */
 #include "kh_lua.h"
-#include "jail.h"
+#include "worker/jail.h"
 
 #include <curl/curl.h>
 #include <lmdb.h>
@@ -317,7 +317,7 @@ static void on_sigint_cmd(int sig)
 
 int main(int argc, char **argv)
 {
-    /* the host worker's jail for a candidate (engine/jail.h): before
+    /* the host worker's jail for a candidate (engine/worker/jail.h): before
      * anything else, so it holds nothing but what the warden gave it */
     if (argc == 2 && !strcmp(argv[1], "__host-jail"))
         return kh_jail_main();

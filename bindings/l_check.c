@@ -4,7 +4,7 @@
  * element indices in them are flat and 0-based, as in their reason text. */
 #include "kh_lua.h"
 
-#include "check.h"
+#include "eval/check.h"
 
 #include <math.h>
 #include <string.h>

@@ -7,11 +7,11 @@
  * in process with a store) are made on first use and kept in the registry. */
 #include "kh_lua.h"
 
-#include "compile.h"
-#include "compile_service.h"
-#include "cubin.h"
-#include "hostcc.h"
-#include "srccheck.h"
+#include "compile/compile.h"
+#include "compile/compile_service.h"
+#include "compile/cubin.h"
+#include "compile/hostcc.h"
+#include "compile/srccheck.h"
 
 #include <stdlib.h>
 #include <string.h>

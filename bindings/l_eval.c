@@ -1,4 +1,4 @@
-/* l_eval.c: kh.eval, evaluation verdicts for Lua (engine/eval.h).
+/* l_eval.c: kh.eval, evaluation verdicts for Lua (engine/eval/eval.h).
  *
  *   local traces, msg, code = kh.eval(task, solution [, opts])   -- also kh.eval.run
  *
@@ -14,8 +14,8 @@
  * registry and freed by its __gc at lua_close, like kh.compile's compiler. */
 #include "kh_lua.h"
 
-#include "eval.h"
-#include "task.h"
+#include "eval/eval.h"
+#include "task/task.h"
 
 #include <stdlib.h>
 #include <string.h>

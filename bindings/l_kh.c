@@ -4,8 +4,8 @@
  * every binding uses. */
 #include "kh_lua.h"
 
-#include "doctor.h"
-#include "proc.h"
+#include "core/doctor.h"
+#include "core/proc.h"
 
 #include <curl/curl.h>
 #include <dirent.h>
@@ -139,7 +139,7 @@ static int l_secure_seed(lua_State *L)
 }
 
 /* kh.process() -> {pid, host, start}: this process as a liveness mark names
- * it (a run record carries one; engine/proc.h). */
+ * it (a run record carries one; engine/core/proc.h). */
 static int l_process(lua_State *L)
 {
     char host[256] = "";

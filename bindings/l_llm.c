@@ -6,8 +6,8 @@
  * result to Lua, so a test that forgets a call fails the leak check. */
 #include "kh_lua.h"
 
-#include "llm.h"
-#include "llm_store.h"
+#include "llm/llm.h"
+#include "llm/llm_store.h"
 
 #include <string.h>
 

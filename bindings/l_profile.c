@@ -8,9 +8,9 @@
  * reader tests `state.reread` for nil. */
 #include "kh_lua.h"
 
-#include "ncu.h"
-#include "profile.h"
-#include "task.h"
+#include "profile/ncu.h"
+#include "profile/profile.h"
+#include "task/task.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
  * collector.  Records travel as tables (kh.json's conversions). */
 #include "kh_lua.h"
 
-#include "candidate.h"
-#include "store.h"
+#include "store/candidate.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

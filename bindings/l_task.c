@@ -1,4 +1,4 @@
-/* l_task.c: kh.task, the Lua face of engine/task.h and engine/expr.h:
+/* l_task.c: kh.task, the Lua face of engine/task/task.h and engine/task/expr.h:
  * expressions (kh.task.expr, kh.task.eval), checks (kh.task.check returns
  * the report as a plain table), and loaded task sets (kh.task.load returns a
  * kh.TaskSet: definitions, workloads with resolved axes, solutions, speed of
@@ -6,7 +6,7 @@
  * engine resource, so they do not count in the live-object check. */
 #include "kh_lua.h"
 
-#include "task.h"
+#include "task/task.h"
 
 #include <string.h>
 

@@ -5,8 +5,8 @@
  * (row-major), like the list t:totable() returns. */
 #include "kh_lua.h"
 
-#include "rng.h"
-#include "safetensors.h"
+#include "task/rng.h"
+#include "task/safetensors.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """khlua_pyref.py: runs a FlashInfer-Bench definition's Python reference for
-khlua (engine/pyref.h).  khlua starts it as
+khlua (engine/eval/pyref.h).  khlua starts it as
 
     $KHLUA_PYTHON scripts/khlua_pyref.py JOB.json
 
@@ -28,7 +28,7 @@ except Exception as e:  # ImportError, or a broken install
     sys.stderr.write("torch (import torch in %s failed: %s)\n" % (sys.executable, e))
     sys.exit(3)
 
-# safetensors dtype names as khlua writes them (engine/dtype.c)
+# safetensors dtype names as khlua writes them (engine/task/dtype.c)
 ST_DTYPES = {
     "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,

@@ -2,7 +2,7 @@
 """Regenerate tests/fixtures/fib/: files written by FlashInfer-Bench's own writers.
 
 Written against flashinfer-bench 0.1.2 (PyPI), the version khlua's FIB format
-checks mirror (engine/task.c).  Every file under tests/fixtures/fib/written/
+checks mirror (engine/task/task.c).  Every file under tests/fixtures/fib/written/
 and tests/fixtures/fib/rejected/ is produced here by FIB's pydantic models and
 its writers (data/json_utils.py: save_json_file, save_jsonl_file,
 append_jsonl_file; Model.model_dump_json; and Python's json.dumps of
@@ -199,7 +199,7 @@ def make_written(base):
     D.save_jsonl_file(D.load_jsonl_file(D.Trace, pkg / "workloads.jsonl"),
                       base / "workloads/rmsnorm/host_rmsnorm_h1024.jsonl")
     exported = D.load_jsonl_file(D.Trace, FIX / "khlua/host_rmsnorm_export.jsonl")
-    # an INCORRECT_NUMERICAL verdict as khlua writes it (engine/eval.c: "nan" / "inf")
+    # an INCORRECT_NUMERICAL verdict as khlua writes it (engine/eval/eval.c: "nan" / "inf")
     line = json.loads((FIX / "khlua/host_rmsnorm_export.jsonl").read_text().splitlines()[0])
     ev = line["evaluation"]
     ev["status"] = "INCORRECT_NUMERICAL"

@@ -18,9 +18,9 @@
  * The server modes need the khlua binary: --khlua PATH, else $KHLUA_BIN, else
  * ../khlua beside this program (the build tree); without it they are skipped.
  *   bench_compile [CORPUS_DIR] [--reps N] [--nvcc-reps N] [--khlua PATH] */
-#include "compile.h"
-#include "compile_service.h"
-#include "hostcc.h"
+#include "compile/compile.h"
+#include "compile/compile_service.h"
+#include "compile/hostcc.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
 #ifndef KH_BENCH_DSA_H
 #define KH_BENCH_DSA_H
 
-#include "task.h"
+#include "task/task.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* bench_dsa_inputs.c: the coordinator's inputs for the DSA top-k evaluator
- * (engine/pyref.c kh_pyref_inputs, dsa_kcache on), which regenerate the
+ * (engine/eval/pyref.c kh_pyref_inputs, dsa_kcache on), which regenerate the
  * random k cache for every seed it judges, against the anchor measured side
  * by side: the same inputs with the whole cache regenerated (what it did
  * before: kh_rng_fill_dsa_kcache over every page).  Runs on the package
@@ -8,9 +8,9 @@
  * seconds per seed for both and the ratio.  Not a test.
  *   bench_dsa_inputs [TASK_DIR] [N]   (from the source tree, or KH_SOURCE_DIR set) */
 #include "bench_dsa.h"
-#include "pyref.h"
-#include "rng.h"
-#include "task.h"
+#include "eval/pyref.h"
+#include "task/rng.h"
+#include "task/task.h"
 
 #include <stdio.h>
 #include <stdlib.h>

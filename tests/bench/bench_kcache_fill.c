@@ -1,5 +1,5 @@
 /* bench_kcache_fill.c: the DSA top-k k cache the coordinator regenerates for
- * every seed it judges (engine/rng.c kh_rng_fill_dsa_kcache_pages: each
+ * every seed it judges (engine/task/rng.c kh_rng_fill_dsa_kcache_pages: each
  * token's 128 bf16 codes drawn once, pages split across the cores), against
  * the anchor measured side by side: the fill as it was before, each code
  * drawn twice (once for the token's amax, once to encode it) on one thread,
@@ -10,10 +10,10 @@
  * ratio.  Not a test.
  *   bench_kcache_fill [TASK_DIR] [N]   (from the source tree, or KH_SOURCE_DIR set) */
 #include "bench_dsa.h"
-#include "dtype.h"
-#include "pyref.h"
-#include "rng.h"
-#include "task.h"
+#include "task/dtype.h"
+#include "eval/pyref.h"
+#include "task/rng.h"
+#include "task/task.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  *
  *   bench_llm [--streams 64] [--rounds 3] [--fault ok|big]
  * Only 127.0.0.1.  The server is started here and stopped at the end. */
-#include "llm.h"
+#include "llm/llm.h"
 
 #include <curl/curl.h>
 #include <signal.h>

@@ -9,8 +9,8 @@
  * round warms them all, then the configurations take turns, round by round,
  * so a change in the machine's load falls on all of them alike.  Prints, per
  * configuration, the median throughput and its ratio to 1 worker. */
-#include "doctor.h"
-#include "eval.h"
+#include "core/doctor.h"
+#include "eval/eval.h"
 
 #include <stdio.h>
 #include <stdlib.h>

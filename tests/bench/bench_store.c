@@ -15,7 +15,7 @@
  * KH_BENCH_WRITES_ONLY (the write phase alone, to profile
  * it), KH_BENCH_NO_BLOBS (skip blobs), KH_BENCH_QUERIES=N (queries per kind,
  * default 20000). */
-#include "store.h"
+#include "store/store.h"
 
 #include <lmdb.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
  *                  CPU (rng.h), the anchor one, so the ratio is wall time;
  *   compare    vs  a bare loop taking max |x - y| over the same bf16 pair.
  * Prints ns/element and the ratio to the anchor.  Not a test. */
-#include "check.h"
-#include "rng.h"
+#include "eval/check.h"
+#include "task/rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,9 +7,9 @@
  * tests/bench/timing.sh runs it, then ncu (gpu__time_duration.sum) and an
  * independent CUPTI measurement through torch's profiler on the same cubin,
  * and prints the ratios.  Needs a GPU; prints "skipped" without one. */
-#include "compile.h"
-#include "doctor.h"
-#include "supervisor.h"
+#include "compile/compile.h"
+#include "core/doctor.h"
+#include "worker/supervisor.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* bench_topk_check.c: the DSA top-k evaluator's check (engine/check.c
+/* bench_topk_check.c: the DSA top-k evaluator's check (engine/eval/check.c
  * kh_check_dsa_topk), which rescores every index a candidate and the
  * reference name, against the anchor measured side by side: the same scores
  * computed as the check did before (each token scored for both sets, q,
@@ -9,11 +9,11 @@
  * candidate and every reference self-check is.  Prints seconds per check
  * for both and the ratio.  Not a test.
  *   bench_topk_check [TASK_DIR] [N]   (from the source tree, or KH_SOURCE_DIR set) */
-#include "check.h"
-#include "dtype.h"
+#include "eval/check.h"
+#include "task/dtype.h"
 #include "bench_dsa.h"
-#include "pyref.h"
-#include "task.h"
+#include "eval/pyref.h"
+#include "task/task.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* kh_test.c: the helpers of kh_test.h. */
 #include "kh_test.h"
 
-#include "doctor.h"
+#include "core/doctor.h"
 
 #include <stdio.h>
 #include <stdlib.h>

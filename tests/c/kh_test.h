@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "proc.h"
+#include "core/proc.h"
 
 #define KH_TEST_SKIP 77 /* ctest's SKIP_RETURN_CODE: "skipped", never "passed" */
 

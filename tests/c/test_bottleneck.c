@@ -1,4 +1,4 @@
-/* test_bottleneck.c: engine/bottleneck.h and the ncu CSV parser (ncu.h), on
+/* test_bottleneck.c: engine/profile/bottleneck.h and the ncu CSV parser (ncu.h), on
  * recorded metric sets: the H200 range-profiler measurements of gpu-facts.md
  * §3 (copy, FMA loop, one-warp pointer chase), ncu's own 1 GiB copy (§4),
  * synthetic cases at each edge of ncu's rule, the occupancy limiter, the
@@ -6,8 +6,8 @@
  * in ncu's documented format (tests/fixtures/ncu). */
 #include "kh_test.h"
 
-#include "bottleneck.h"
-#include "ncu.h"
+#include "profile/bottleneck.h"
+#include "profile/ncu.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * line from memory and drops any line about another file. */
 #include "kh_test.h"
 
-#include "ccguard.h"
+#include "compile/ccguard.h"
 
 #include <stdio.h>
 #include <stdlib.h>

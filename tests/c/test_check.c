@@ -6,8 +6,8 @@
  * sampling evaluator's range check, counting and total-variation test. */
 #include "kh_test.h"
 
-#include "check.h"
-#include "rng.h"
+#include "eval/check.h"
+#include "task/rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * own pcall, and inside a blocking C call. */
 #include "kh_test.h"
 
-#include "doctor.h"
+#include "core/doctor.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,9 +6,9 @@
  * Also the trusted paths: nvcc -> cubin and cc -> shared object. */
 #include "kh_test.h"
 
-#include "compile.h"
-#include "hostcc.h"
-#include "srccheck.h"
+#include "compile/compile.h"
+#include "compile/hostcc.h"
+#include "compile/srccheck.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

@@ -7,7 +7,7 @@
  * deadline with ETIMEOUT and the reason; jobs on two servers overlap. */
 #include "kh_test.h"
 
-#include "compile_service.h"
+#include "compile/compile_service.h"
 
 #include <dirent.h>
 #include <signal.h>

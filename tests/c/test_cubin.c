@@ -6,9 +6,9 @@
  * give EPARSE, never a crash. */
 #include "kh_test.h"
 
-#include "compile.h"
-#include "cubin.h"
-#include "engine.h"
+#include "compile/compile.h"
+#include "compile/cubin.h"
+#include "core/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  * for float32 (random inputs). */
 #include "kh_test.h"
 
-#include "dtype.h"
+#include "task/dtype.h"
 
 #include <float.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* test_expr.c: the integer expression language (engine/expr.h): Python's
+/* test_expr.c: the integer expression language (engine/task/expr.h): Python's
  * precedence and floor-division rules on random operands, short-circuit
  * logic, every error with its column, overflow and division by zero; its
  * translation to C++ (kh_expr_to_cpp): the text of every node kind, and
@@ -7,8 +7,8 @@
  * kh_expr_eval's. */
 #include "kh_test.h"
 
-#include "expr.h"
-#include "proc.h"
+#include "task/expr.h"
+#include "core/proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

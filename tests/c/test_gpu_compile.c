@@ -9,7 +9,7 @@
  * may initialise CUDA, the coordinator never does. */
 #include "kh_test.h"
 
-#include "compile.h"
+#include "compile/compile.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

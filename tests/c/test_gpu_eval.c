@@ -7,9 +7,9 @@
  * for rotated input sets with their seeds. */
 #include "kh_test.h"
 
-#include "rng.h"
-#include "supervisor.h"
-#include "tensor.h"
+#include "task/rng.h"
+#include "worker/supervisor.h"
+#include "task/tensor.h"
 
 #include <math.h>
 #include <stdio.h>

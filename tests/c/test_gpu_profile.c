@@ -10,7 +10,7 @@
  * the measured figures. */
 #include "kh_test.h"
 
-#include "profile.h"
+#include "profile/profile.h"
 
 #include <math.h>
 #include <stdio.h>

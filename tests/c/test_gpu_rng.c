@@ -5,7 +5,7 @@
  * (cudalib.h) and compares byte for byte.  Exits 77 (skipped) without a GPU. */
 #include "kh_test.h"
 
-#include "rng.h"
+#include "task/rng.h"
 
 #include <stdio.h>
 #include <stdlib.h>

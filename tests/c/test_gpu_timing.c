@@ -8,7 +8,7 @@
  * measured figures as a table. */
 #include "kh_test.h"
 
-#include "supervisor.h"
+#include "worker/supervisor.h"
 
 #include <math.h>
 #include <stdio.h>

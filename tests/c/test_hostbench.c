@@ -1,4 +1,4 @@
-/* test_hostbench.c: the host timing protocols (engine/hostbench.h).  The
+/* test_hostbench.c: the host timing protocols (engine/worker/hostbench.h).  The
  * official protocol makes exactly FlashInfer-Bench's calls per trial
  * (1 + 5 + warmup + iters), times only the last iters, and reports the mean
  * of the trial medians; pre/publish/post see every call with the timed index,
@@ -8,7 +8,7 @@
  * run with its status; the flush buffer exceeds the last-level cache. */
 #include "kh_test.h"
 
-#include "hostbench.h"
+#include "worker/hostbench.h"
 
 #include <math.h>
 #include <stdint.h>

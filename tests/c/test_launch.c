@@ -1,11 +1,11 @@
-/* test_launch.c: the CUDA-free half of binding a launch list (engine/launch.h):
+/* test_launch.c: the CUDA-free half of binding a launch list (engine/gpu/launch.h):
  * argument forms, buffer names, and random scalars passed by value
  * ({"scalar": name}: the value set after each fill reaches every launch that
  * names it, in the parameter's own width).  The launches themselves run in
  * the gpu tests. */
 #include "kh_test.h"
 
-#include "launch.h"
+#include "gpu/launch.h"
 
 #include <jansson.h>
 #include <stdio.h>

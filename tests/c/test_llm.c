@@ -4,7 +4,7 @@
  * extraction, and a replay call driven through submit/poll. */
 #include "kh_test.h"
 
-#include "llm.h"
+#include "llm/llm.h"
 
 #include <stdio.h>
 #include <stdlib.h>

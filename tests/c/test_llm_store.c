@@ -5,7 +5,7 @@
  * appearing in a message. */
 #include "kh_test.h"
 
-#include "llm_store.h"
+#include "llm/llm_store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

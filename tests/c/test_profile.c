@@ -1,4 +1,4 @@
-/* test_profile.c: engine/profile.h without a GPU: a profile worker's reply
+/* test_profile.c: engine/profile/profile.h without a GPU: a profile worker's reply
  * (in the format role_profile.c sends, with the H200 copy and FMA metrics of
  * gpu-facts.md §3) becomes per-kernel states and a candidate state; a reply
  * without counters keeps its timing and says why; the metric list follows
@@ -10,11 +10,11 @@
  * kh_profile_run records end to end through a recorded worker session. */
 #include "kh_test.h"
 
-#include "candidate.h"
-#include "ncu.h"
-#include "profile.h"
-#include "store.h"
-#include "task.h"
+#include "store/candidate.h"
+#include "profile/ncu.h"
+#include "profile/profile.h"
+#include "store/store.h"
+#include "task/task.h"
 
 #include <math.h>
 #include <stdio.h>

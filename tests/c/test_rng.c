@@ -6,7 +6,7 @@
  * with the GPU is test_gpu_rng.c. */
 #include "kh_test.h"
 
-#include "rng.h"
+#include "task/rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,9 +6,9 @@
  * gen.tile, and malformed requests refused with an error naming the field. */
 #include "kh_test.h"
 
-#include "hostcc.h"
-#include "rng.h"
-#include "supervisor.h"
+#include "compile/hostcc.h"
+#include "task/rng.h"
+#include "worker/supervisor.h"
 
 #include <stdio.h>
 #include <stdlib.h>

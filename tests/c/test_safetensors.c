@@ -4,8 +4,8 @@
  * naming the problem. */
 #include "kh_test.h"
 
-#include "rng.h"
-#include "safetensors.h"
+#include "task/rng.h"
+#include "task/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,12 +1,12 @@
 /* test_sanitizer.c: compute-sanitizer's report parser and launch template
- * (engine/sanitizer.h) on recorded report text (tests/fixtures/sanitizer/):
+ * (engine/eval/sanitizer.h) on recorded report text (tests/fixtures/sanitizer/):
  * errors counted only when they name one of the candidate's kernels, the
  * worker's own kernels and host API records ignored, racecheck warnings
  * apart from errors, a report without a summary seen as incomplete; and
  * randomly assembled reports whose counts the parser must recover. */
 #include "kh_test.h"
 
-#include "sanitizer.h"
+#include "eval/sanitizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  * the start, and says how much was cut. */
 #include "kh_test.h"
 
-#include "scrub.h"
+#include "core/scrub.h"
 
 #include <stdio.h>
 #include <stdlib.h>

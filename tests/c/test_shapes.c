@@ -1,4 +1,4 @@
-/* test_shapes.c: engine/shapes.h on the real packages under kernels/ and on
+/* test_shapes.c: engine/eval/shapes.h on the real packages under kernels/ and on
  * small definitions written here: the drawn shapes are not listed, keep the
  * const axes, satisfy every constraint and the 1.25x size bound, change no
  * axis that an unprovable constraint or an index tensor ties down, are the
@@ -6,8 +6,8 @@
  * all read safetensors yields none and says why. */
 #include "kh_test.h"
 
-#include "shapes.h"
-#include "task.h"
+#include "eval/shapes.h"
+#include "task/task.h"
 
 #include <stdio.h>
 #include <stdlib.h>

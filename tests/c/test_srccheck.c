@@ -3,7 +3,7 @@
  * the same text in comments, strings and raw strings is left alone. */
 #include "kh_test.h"
 
-#include "srccheck.h"
+#include "compile/srccheck.h"
 
 #include <stdio.h>
 #include <stdlib.h>

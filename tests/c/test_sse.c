@@ -3,7 +3,7 @@
  * CRLF and CR line-ending variants. */
 #include "kh_test.h"
 
-#include "sse.h"
+#include "llm/sse.h"
 
 #include <stdio.h>
 #include <stdlib.h>

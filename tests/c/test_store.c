@@ -3,8 +3,8 @@
  * and foreign files, API-key refusal, verify, gc, backup, export/import. */
 #include "kh_test.h"
 
-#include "store.h"
-#include "store_int.h" /* the record JSON writer and reader, tested against jansson */
+#include "store/store.h"
+#include "store/store_int.h" /* the record JSON writer and reader, tested against jansson */
 
 #include <lmdb.h>
 #include <math.h>

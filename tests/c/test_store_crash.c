@@ -9,7 +9,7 @@
  * beside a writer that grows the map many times over. */
 #include "kh_test.h"
 
-#include "store.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -7,7 +7,7 @@
  * error message scrubbed. */
 #include "kh_test.h"
 
-#include "supervisor.h"
+#include "worker/supervisor.h"
 
 #include <signal.h>
 #include <stdio.h>

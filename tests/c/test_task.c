@@ -1,12 +1,12 @@
-/* test_task.c: engine/task.h: the rmsnorm fixture package loads cleanly with
+/* test_task.c: engine/task/task.h: the rmsnorm fixture package loads cleanly with
  * khlua's additions resolved; the real FlashInfer-Bench copy in
  * ../shared/data loads without errors and every one of its constraints is
  * either evaluated or reported as needing tensor data; broken definitions
  * get problems at the right file, line and field. */
 #include "kh_test.h"
 
-#include "pyref.h"
-#include "task.h"
+#include "eval/pyref.h"
+#include "task/task.h"
 
 #include <stdio.h>
 #include <stdlib.h>

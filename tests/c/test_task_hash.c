@@ -4,7 +4,7 @@
  * the file. */
 #include "kh_test.h"
 
-#include "task.h"
+#include "task/task.h"
 
 #include <stdio.h>
 #include <stdlib.h>

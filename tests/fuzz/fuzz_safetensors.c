@@ -3,7 +3,7 @@
  * byte lies inside the input; each accepted tensor is read end to end so the
  * sanitizers see any out-of-bounds view.
  *   clang -fsanitize=fuzzer,address,undefined -Iengine ... (CMake: -DKHLUA_FUZZ=ON) */
-#include "safetensors.h"
+#include "task/safetensors.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -137,7 +137,7 @@ for _, name in ipairs(names) do
   end)
 end
 
--- The evaluation's buffers are islands (engine/gpu.h) where the GPU has
+-- The evaluation's buffers are islands (engine/gpu/gpu.h) where the GPU has
 -- virtual memory management, as every GPU khlua runs on does: the third wave's
 -- stray reads fault there.
 if not only then

@@ -1,4 +1,4 @@
--- test_eval.lua: kh.eval and `khlua eval` (engine/eval.h, docs/evaluation.md):
+-- test_eval.lua: kh.eval and `khlua eval` (engine/eval/eval.h, docs/evaluation.md):
 -- the trusted reference evaluated as a candidate passes every workload under
 -- each protocol; verdict tables carry FlashInfer-Bench's fields and khlua's;
 -- seeds decide the inputs; workload selection; misuse raises, could-not-run

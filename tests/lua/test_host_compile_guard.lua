@@ -1,5 +1,5 @@
 -- test_host_compile_guard.lua: what a host candidate's compile may read and
--- what its verdict may carry (engine/ccguard.h, engine/scrub.h; issue 19,
+-- what its verdict may carry (engine/compile/ccguard.h, engine/core/scrub.h; issue 19,
 -- "no leaks" and "host compiles take headers from an allowlist").  Written as
 -- an adversary who has read khlua: a file outside the system headers reached
 -- by an absolute path, a macro, a path relative to the source, a line

@@ -1,5 +1,5 @@
 -- test_pyref.lua: reference outputs from a definition's Python run
--- (engine/pyref.h) without torch: a stub interpreter (KHLUA_PYTHON, a shell
+-- (engine/eval/pyref.h) without torch: a stub interpreter (KHLUA_PYTHON, a shell
 -- script running a Lua stand-in for the runner through khlua) reads the
 -- inputs safetensors khlua wrote and writes outputs computed from them.
 -- A host candidate then PASSES only if the stub saw the very bits its worker

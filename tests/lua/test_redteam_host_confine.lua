@@ -1,7 +1,7 @@
 -- test_redteam_host_confine.lua: the host red team by class (issue 19, "What
 -- got through, by class"; tests/redteam/host/README.md has the table).  The
--- candidates were written against the jail (engine/jail.h, jail.c) and the
--- warden (engine/role_host.c) by reading them: each cheating one gets its
+-- candidates were written against the jail (engine/worker/jail.h, jail.c) and the
+-- warden (engine/worker/role_host.c) by reading them: each cheating one gets its
 -- exact verdict, the check that caught it and, where there is one, the fault;
 -- an attack the defences make degenerate into honest work PASSES and is
 -- shown to gain nothing; a candidate that cheats only when a probe of the

@@ -1,4 +1,4 @@
--- test_shapes.lua: kh.eval{shapes = N} (engine/shapes.h, docs/evaluation.md
+-- test_shapes.lua: kh.eval{shapes = N} (engine/eval/shapes.h, docs/evaluation.md
 -- "Shapes at promotion"): a kernel correct only on the workload list's shapes
 -- passes every listed workload and fails on the admissible shapes khlua
 -- draws beyond them; honest kernels pass those too; the shapes come from the

@@ -130,7 +130,7 @@ K["skip_after_refill"] = RT + ('__device__ unsigned long long seen_ptr[8]; __dev
     '    if (j < nseen) { if (seen_a0[j] != a0) skip_from = l + 1; }\n'
     '    else if (nseen < 8) { seen_ptr[j] = (unsigned long long)a; seen_a0[j] = a0; if (++nseen > 3) skip_from = l + 1; } } }')
 
-# (2) inputs predictable: khlua's generator (engine/rng_core.h: Philox4x32-10, then
+# (2) inputs predictable: khlua's generator (engine/task/rng_core.h: Philox4x32-10, then
 # Box-Muller in double with its own log and cos series), written again here, and
 # its public seed derivation (eval.c: trial t = derive(base, fnv(uuid), t);
 # gpu_eval.c, old: timing set k of trial t = derive(derive(trial 0, 0x7171, 0), t, k)).
@@ -359,7 +359,7 @@ K["honest_atomic_multilaunch"] = ('extern "C" __global__ void zero_c(float *c, l
 # 4 KiB guard bands apart: past the guards lay other buffers (the other input
 # sets, the workspace, whatever an earlier request left in freed memory), and
 # reading them went unnoticed.  Now every buffer is an island at a secret
-# random place (engine/gpu.h): each of these faults on its first stray read.
+# random place (engine/gpu/gpu.h): each of these faults on its first stray read.
 # Their outputs are right, so nothing but the stray read can fail them.
 SINK = '__device__ float sink;\n'
 K["read_past_guard"] = SINK + (SIG +
@@ -455,7 +455,7 @@ def solution(name):
 
 def check_generator():
     """The class-2 candidates rebuild khlua's inputs from their seeds: check, on
-    the host, that GEN gives the bits of engine/rng_core.h's kh_rng_code and of
+    the host, that GEN gives the bits of engine/task/rng_core.h's kh_rng_code and of
     rng.c's seed derivation (python3 make.py --check; needs a C compiler)."""
     import subprocess, tempfile
     root = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
@@ -491,7 +491,7 @@ int main(void) {
 """)
     with tempfile.TemporaryDirectory() as d:
         open(os.path.join(d, "c.c"), "w").write(host)
-        subprocess.run([os.environ.get("CC", "cc"), "-O1", "-ffp-contract=off", "-I" + os.path.join(root, "engine"),
+        subprocess.run([os.environ.get("CC", "cc"), "-O1", "-ffp-contract=off", "-I" + os.path.join(root, "engine", "task"),
                         os.path.join(d, "c.c"), "-lm", "-o", os.path.join(d, "c")], check=True)
         subprocess.run([os.path.join(d, "c")], check=True)
 

@@ -255,7 +255,7 @@ CANDIDATES = {
 }
 
 # ---- the red team by class (issue 19, "What got through, by class") --------
-# Written as an adversary who has read khlua's source: engine/jail.h (the
+# Written as an adversary who has read khlua's source: engine/worker/jail.h (the
 # control page), role_host.c (the pool of slots, the order of a timed call),
 # eval.c (how seeds are derived), rng_core.h (the generator).  The test that
 # runs them is tests/lua/test_redteam_host_confine.lua; README.md has the
@@ -265,7 +265,7 @@ HONEST = "    for (int64_t r = 0; r < rows; r++)\n        row(x + r * h, w, eps,
 # the work an adversary would rather not do: no reduction (unit RMS assumed)
 CHEAP = "    for (int64_t i = 0; i < rows * h; i++)\n        out[i] = fb(bf(x[i]) * bf(w[i % h]));\n"
 
-# engine/jail.h's control page as an adversary copies it, and where the
+# engine/worker/jail.h's control page as an adversary copies it, and where the
 # arena is: the mapping named "khlua-arena" in /proc/self/maps (readable while
 # the object loads: the jail allows read-only opens until then)
 JAIL = r'''#include <linux/futex.h>
@@ -338,7 +338,7 @@ __attribute__((unused)) static float eps_at(uint32_t s)
 '''
 
 def _rng():
-    with open(os.path.join(HERE, "..", "..", "..", "engine", "rng_core.h")) as f:
+    with open(os.path.join(HERE, "..", "..", "..", "engine", "task", "rng_core.h")) as f:
         core = f.read()
     # no asm in a host candidate (ccguard): the volatile barrier rounds too
     asm = ('#if defined(__GNUC__) && defined(__x86_64__)\n#define KH_FP_BARRIER(r) __asm__("" : "+x"(r))\n'
@@ -346,7 +346,7 @@ def _rng():
            '#else\n')
     assert asm in core
     core = core.replace(asm, "#if 1\n")
-    return ("/* engine/rng_core.h, but for its asm barrier: the generator is public */\n" + core +
+    return ("/* engine/task/rng_core.h, but for its asm barrier: the generator is public */\n" + core +
             r'''
 /* rng.c's kh_rng_derive_seed and eval.c's fnv, copied */
 static uint64_t derive(uint64_t base, uint64_t a, uint64_t b)

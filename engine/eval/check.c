@@ -1,0 +1,1004 @@
+/* check.c: comparison of outputs with references (check.h): FlashInfer-
+ * Bench's default rule with its float32 arithmetic, khlua's extra figures,
+ * aggregation over outputs and trials, the DSA top-k indexer evaluator and
+ * the sampling evaluator's range and total-variation checks.
+ * Where the tensors come from (device copies, the store) is not its concern;
+ * it reads host tensors in place. */
+#include "eval/check.h"
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+
+/* FIB's float32 arithmetic is reproduced with C float operations, which
+ * must round to float each time. */
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "check.c needs FLT_EVAL_METHOD == 0"
+#endif
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *kh_check_status_name(kh_check_status s)
+{
+    switch (s) {
+    case KH_CHECK_PASSED: return "PASSED";
+    case KH_CHECK_INCORRECT_SHAPE: return "INCORRECT_SHAPE";
+    case KH_CHECK_INCORRECT_DTYPE: return "INCORRECT_DTYPE";
+    case KH_CHECK_INCORRECT_NUMERICAL: return "INCORRECT_NUMERICAL";
+    }
+    return "?";
+}
+
+const char *kh_check_evaluator_name(kh_check_evaluator ev)
+{
+    switch (ev) {
+    case KH_EVAL_DEFAULT: return "default";
+    case KH_EVAL_LOWBIT: return "lowbit";
+    case KH_EVAL_DSA_ATTENTION: return "dsa_sparse_attention";
+    case KH_EVAL_DSA_TOPK: return "dsa_topk_indexer";
+    case KH_EVAL_SAMPLING: return "sampling";
+    }
+    return "?";
+}
+
+void kh_check_opts_default(kh_check_opts *o)
+{
+    o->atol = 1e-2;
+    o->rtol = 1e-2;
+    o->required_ratio = 1.0;
+    o->precision = KH_CHECK_FIB_F32;
+}
+
+kh_check_evaluator kh_check_evaluator_for(const char *name, const char *op_type,
+                                          kh_check_opts *o)
+{
+    if (o)
+        kh_check_opts_default(o);
+    /* registry.py: at most one special evaluator matches */
+    if (name && strstr(name, "moe_fp8_block_scale")) {
+        if (o)
+            o->required_ratio = 0.95;
+        return KH_EVAL_LOWBIT;
+    }
+    if (name && (strcmp(name, "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps1") == 0 ||
+                 strcmp(name, "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64") == 0))
+        return KH_EVAL_DSA_ATTENTION;
+    if (name && strncmp(name, "dsa_topk_indexer", 16) == 0)
+        return KH_EVAL_DSA_TOPK;
+    if (op_type && strcmp(op_type, "sampling") == 0)
+        return KH_EVAL_SAMPLING;
+    return KH_EVAL_DEFAULT;
+}
+
+void kh_check_result_init(kh_check_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->status = KH_CHECK_PASSED;
+    r->matched_ratio = 1.0;
+    r->worst_index = -1;
+    r->first_fail = -1;
+}
+
+static void fail_status(kh_check_result *r, kh_check_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail_status(kh_check_result *r, kh_check_status s, const char *fmt, ...)
+{
+    r->status = s;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->reason, sizeof r->reason, fmt, ap);
+    va_end(ap);
+}
+
+static int same_shape(const kh_tensor *a, const kh_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return 0;
+    return 1;
+}
+
+/* Steps 1 and 2 of the rule; 1 if the verdict is already decided. */
+static int shape_dtype(const kh_tensor *out, const kh_tensor *ref, kh_check_result *r)
+{
+    r->final = 1; /* until shown otherwise below */
+    if (!same_shape(out, ref)) {
+        char a[256], b[256];
+        fail_status(r, KH_CHECK_INCORRECT_SHAPE, "output shape %s differs from the reference's %s",
+                    kh_tensor_shape_str(out->ndim, out->shape, a, sizeof a),
+                    kh_tensor_shape_str(ref->ndim, ref->shape, b, sizeof b));
+        return 1;
+    }
+    if (out->dtype != ref->dtype) {
+        fail_status(r, KH_CHECK_INCORRECT_DTYPE, "output dtype %s differs from the reference's %s",
+                    kh_dtype_name(out->dtype), kh_dtype_name(ref->dtype));
+        return 1;
+    }
+    r->final = 0;
+    return 0;
+}
+
+/* One element's errors and verdict under FIB's rule.  Float32 mode repeats
+ * compute_error_stats: x.to(float32), y.to(float32), |x-y| and the division
+ * in float32, compared with the thresholds as torch promotes a Python float
+ * against a float32 tensor (to float32). */
+typedef struct elem_err {
+    double abs, rel;
+    int fail;
+} elem_err;
+
+static elem_err element_error(double x, double y, const kh_check_opts *o)
+{
+    elem_err e;
+    if (o->precision == KH_CHECK_FIB_F32) {
+        float xf = (float)x, yf = (float)y;
+        float a = fabsf(xf - yf);
+        float rl = a / (fabsf(yf) + 1e-8f);
+        e.abs = a;
+        e.rel = rl;
+        e.fail = a > (float)o->atol && rl > (float)o->rtol;
+    } else {
+        double a = fabs(x - y);
+        double rl = a / (fabs(y) + 1e-8);
+        e.abs = a;
+        e.rel = rl;
+        e.fail = a > o->atol && rl > o->rtol;
+    }
+    return e;
+}
+
+/* The one pass over both tensors.  Accumulators live in locals (stores
+ * through r could alias the tensors' bytes and defeat registers), and the
+ * function is inlined once per dtype with t constant, so the decoding switch
+ * disappears from the loop. */
+typedef struct scan_acc {
+    uint64_t fails, out_inf, out_nan, ref_nonfinite, max_ulp;
+    int64_t first_fail, first_inf, first_nan, worst;
+    double max_abs, max_rel, sdiff, sref;
+    int abs_nan, rel_nan;
+} scan_acc;
+
+static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tensor *out,
+                                                       const kh_tensor *ref,
+                                                       const kh_check_opts *o, uint64_t lo,
+                                                       uint64_t n, scan_acc *res)
+{
+    scan_acc a = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
+    const void *xp = out->data, *yp = ref->data;
+    for (uint64_t i = lo; i < n; i++) {
+        uint64_t cx = kh_dtype_get_code(t, xp, i), cy = kh_dtype_get_code(t, yp, i);
+        double x = kh_dtype_decode(t, cx), y = kh_dtype_decode(t, cy);
+        int xfin = isfinite(x), yfin = isfinite(y);
+        if (!xfin) {
+            if (isinf(x) && a.out_inf++ == 0)
+                a.first_inf = (int64_t)i;
+            if (isnan(x) && a.out_nan++ == 0)
+                a.first_nan = (int64_t)i;
+        }
+        if (!yfin)
+            a.ref_nonfinite++;
+        elem_err e = element_error(x, y, o);
+        if (isnan(e.abs))
+            a.abs_nan = 1;
+        else if (e.abs > a.max_abs || a.worst < 0) {
+            a.max_abs = e.abs;
+            a.worst = (int64_t)i;
+        }
+        if (isnan(e.rel))
+            a.rel_nan = 1;
+        else if (e.rel > a.max_rel)
+            a.max_rel = e.rel;
+        if (e.fail && a.fails++ == 0)
+            a.first_fail = (int64_t)i;
+        if (xfin && yfin) {
+            a.sdiff += (x - y) * (x - y);
+            a.sref += y * y;
+        }
+        /* for integer dtypes the "ulp" distance is the integer difference */
+        uint64_t d = kh_dtype_ulp_distance(t, cx, cy);
+        if (d > a.max_ulp)
+            a.max_ulp = d;
+    }
+    *res = a;
+}
+
+/* One chunk [lo, hi), the dtype's loop chosen once. */
+static int scan_range(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                      uint64_t lo, uint64_t hi, scan_acc *acc)
+{
+    switch (out->dtype) {
+#define KH_SCAN_CASE(T)                                                                   \
+    case T:                                                                               \
+        scan(T, out, ref, o, lo, hi, acc);                                                \
+        return 0;
+        KH_SCAN_CASE(KH_DTYPE_F32)
+        KH_SCAN_CASE(KH_DTYPE_F16)
+        KH_SCAN_CASE(KH_DTYPE_BF16)
+        KH_SCAN_CASE(KH_DTYPE_F8E4M3)
+        KH_SCAN_CASE(KH_DTYPE_F8E5M2)
+        KH_SCAN_CASE(KH_DTYPE_F4E2M1)
+        KH_SCAN_CASE(KH_DTYPE_I64)
+        KH_SCAN_CASE(KH_DTYPE_I32)
+        KH_SCAN_CASE(KH_DTYPE_I16)
+        KH_SCAN_CASE(KH_DTYPE_I8)
+        KH_SCAN_CASE(KH_DTYPE_BOOL)
+#undef KH_SCAN_CASE
+    default:
+        return -1;
+    }
+}
+
+/* a then b (b's elements come after a's): the sequential loop's result */
+static void acc_merge(scan_acc *a, const scan_acc *b)
+{
+    if (a->first_fail < 0)
+        a->first_fail = b->first_fail;
+    if (a->first_inf < 0)
+        a->first_inf = b->first_inf;
+    if (a->first_nan < 0)
+        a->first_nan = b->first_nan;
+    if (b->worst >= 0 && (a->worst < 0 || b->max_abs > a->max_abs)) {
+        a->max_abs = b->max_abs;
+        a->worst = b->worst;
+    }
+    if (b->max_rel > a->max_rel)
+        a->max_rel = b->max_rel;
+    if (b->max_ulp > a->max_ulp)
+        a->max_ulp = b->max_ulp;
+    a->fails += b->fails;
+    a->out_inf += b->out_inf;
+    a->out_nan += b->out_nan;
+    a->ref_nonfinite += b->ref_nonfinite;
+    a->sdiff += b->sdiff;
+    a->sref += b->sref;
+    a->abs_nan |= b->abs_nan;
+    a->rel_nan |= b->rel_nan;
+}
+
+/* Chunks of a fixed size, whatever the thread count: the sums add in one
+ * order, so the figures are the same bits on a laptop and a 16-core host. */
+#define KH_CHECK_CHUNK (1u << 18)
+#define KH_CHECK_MAX_THREADS 32
+
+typedef struct scan_job {
+    const kh_tensor *out, *ref;
+    const kh_check_opts *o;
+    scan_acc *parts;
+    uint64_t nchunks;
+    unsigned first, stride;
+} scan_job;
+
+static void *scan_chunks(void *arg)
+{
+    scan_job *j = arg;
+    uint64_t n = j->out->numel;
+    for (uint64_t c = j->first; c < j->nchunks; c += j->stride) {
+        uint64_t lo = c * KH_CHECK_CHUNK, hi = lo + KH_CHECK_CHUNK < n ? lo + KH_CHECK_CHUNK : n;
+        scan_range(j->out, j->ref, j->o, lo, hi, &j->parts[c]);
+    }
+    return NULL;
+}
+
+static void scan_all(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                     scan_acc *acc)
+{
+    uint64_t n = out->numel, nchunks = (n + KH_CHECK_CHUNK - 1) / KH_CHECK_CHUNK;
+    long cpus = o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned nt = cpus < 1 ? 1 : cpus > KH_CHECK_MAX_THREADS ? KH_CHECK_MAX_THREADS : (unsigned)cpus;
+    if (nt > nchunks)
+        nt = nchunks ? (unsigned)nchunks : 1;
+    scan_acc *parts = nchunks > 1 ? calloc(nchunks, sizeof *parts) : NULL;
+    if (!parts || nt < 2) { /* one chunk, one CPU, or no memory for the parts */
+        free(parts);
+        scan_range(out, ref, o, 0, n < KH_CHECK_CHUNK ? n : KH_CHECK_CHUNK, acc);
+        for (uint64_t c = 1; c < nchunks; c++) { /* the same chunks, the same bits */
+            scan_acc p;
+            uint64_t lo = c * KH_CHECK_CHUNK;
+            scan_range(out, ref, o, lo, lo + KH_CHECK_CHUNK < n ? lo + KH_CHECK_CHUNK : n, &p);
+            acc_merge(acc, &p);
+        }
+        return;
+    }
+    scan_job jobs[KH_CHECK_MAX_THREADS];
+    pthread_t tid[KH_CHECK_MAX_THREADS];
+    int started[KH_CHECK_MAX_THREADS] = {0};
+    for (unsigned k = 0; k < nt; k++) {
+        jobs[k] = (scan_job){out, ref, o, parts, nchunks, k, nt};
+        /* a thread that cannot start: this one does its share below */
+        if (k > 0 && pthread_create(&tid[k], NULL, scan_chunks, &jobs[k]) == 0)
+            started[k] = 1;
+    }
+    scan_chunks(&jobs[0]);
+    for (unsigned k = 1; k < nt; k++) {
+        if (started[k])
+            pthread_join(tid[k], NULL);
+        else
+            scan_chunks(&jobs[k]);
+    }
+    *acc = parts[0];
+    for (uint64_t c = 1; c < nchunks; c++)
+        acc_merge(acc, &parts[c]);
+    free(parts);
+}
+
+kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                           kh_check_result *r, kh_err *err)
+{
+    kh_check_result_init(r);
+    if (!out || !ref)
+        return kh_err_set(err, KH_EINVAL, "compare: output and reference are required");
+    kh_check_opts def;
+    if (!o) {
+        kh_check_opts_default(&def);
+        o = &def;
+    }
+    if (shape_dtype(out, ref, r))
+        return KH_OK;
+
+    scan_acc acc;
+    if (out->dtype < 0 || out->dtype > KH_DTYPE_BOOL)
+        return kh_err_set(err, KH_EINVAL, "compare: invalid dtype %d", (int)out->dtype);
+    scan_all(out, ref, o, &acc);
+    r->numel = out->numel;
+    r->fails = acc.fails;
+    r->first_fail = acc.first_fail;
+    r->out_inf = acc.out_inf;
+    r->out_nan = acc.out_nan;
+    r->ref_nonfinite = acc.ref_nonfinite;
+    r->max_abs_error = acc.max_abs;
+    r->max_rel_error = acc.max_rel;
+    r->max_ulp_error = acc.max_ulp;
+    r->worst_index = acc.worst;
+    if (acc.worst >= 0) {
+        r->worst_out = kh_tensor_get(out, (uint64_t)acc.worst);
+        r->worst_ref = kh_tensor_get(ref, (uint64_t)acc.worst);
+    }
+    int abs_nan = acc.abs_nan, rel_nan = acc.rel_nan;
+    int64_t first_inf = acc.first_inf, first_nan = acc.first_nan;
+    double sdiff = acc.sdiff, sref = acc.sref;
+    /* torch's max() propagates NaN */
+    if (abs_nan)
+        r->max_abs_error = NAN;
+    if (rel_nan)
+        r->max_rel_error = NAN;
+    r->norm_error = sref > 0 ? sqrt(sdiff) / sqrt(sref) : (sdiff > 0 ? INFINITY : 0.0);
+
+    if (r->out_inf) {
+        r->final = 1;
+        r->max_abs_error = r->max_rel_error = INFINITY;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "output has %llu inf value(s) (first at element %lld)",
+                    (unsigned long long)r->out_inf, (long long)first_inf);
+        return KH_OK;
+    }
+    if (r->out_nan) {
+        r->final = 1;
+        r->max_abs_error = r->max_rel_error = NAN;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "output has %llu NaN value(s) (first at element %lld)",
+                    (unsigned long long)r->out_nan, (long long)first_nan);
+        return KH_OK;
+    }
+    if (r->numel) {
+        double m = 1.0 - (double)r->fails / (double)r->numel;
+        r->matched_ratio = m < 0 ? 0 : m > 1 ? 1 : m;
+    }
+    if (r->matched_ratio < o->required_ratio) {
+        uint64_t i = (uint64_t)r->first_fail;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "%llu of %llu elements exceed atol=%g and rtol=%g: matched ratio %.6f < "
+                    "required %g (first at element %llu: output %.9g, reference %.9g)",
+                    (unsigned long long)r->fails, (unsigned long long)r->numel, o->atol, o->rtol,
+                    r->matched_ratio, o->required_ratio, (unsigned long long)i,
+                    kh_tensor_get(out, i), kh_tensor_get(ref, i));
+    }
+    return KH_OK;
+}
+
+/* Python's max(a, b) as FIB aggregates: b only if b > a, so NaN never wins. */
+static double pymax(double a, double b) { return b > a ? b : a; }
+
+void kh_check_merge(kh_check_result *acc, const kh_check_result *r)
+{
+    if (acc->final)
+        return;
+    if (r->final) {
+        *acc = *r;
+        return;
+    }
+    if (acc->status == KH_CHECK_PASSED && r->status != KH_CHECK_PASSED) {
+        acc->status = r->status;
+        memcpy(acc->reason, r->reason, sizeof acc->reason);
+        acc->first_fail = r->first_fail;
+    }
+    if (r->worst_index >= 0 && (acc->worst_index < 0 || r->max_abs_error > acc->max_abs_error)) {
+        acc->worst_index = r->worst_index;
+        acc->worst_out = r->worst_out;
+        acc->worst_ref = r->worst_ref;
+    }
+    acc->max_abs_error = pymax(acc->max_abs_error, r->max_abs_error);
+    acc->max_rel_error = pymax(acc->max_rel_error, r->max_rel_error);
+    acc->norm_error = pymax(acc->norm_error, r->norm_error);
+    if (r->max_ulp_error > acc->max_ulp_error)
+        acc->max_ulp_error = r->max_ulp_error;
+    if (r->matched_ratio < acc->matched_ratio)
+        acc->matched_ratio = r->matched_ratio;
+    acc->numel += r->numel;
+    acc->fails += r->fails;
+    acc->out_nan += r->out_nan;
+    acc->out_inf += r->out_inf;
+    acc->ref_nonfinite += r->ref_nonfinite;
+}
+
+/* ---- DSA top-k indexer ---------------------------------------------------- */
+
+static kh_status sorted_scores(const float *x, const float *y, uint64_t n,
+                               const kh_check_opts *o, kh_check_result *r)
+{
+    int invalid_any = 0, finite_any = 0;
+    r->numel = n;
+    double sdiff = 0, sref = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        float a = x[i], b = y[i];
+        int shared = (isnan(a) && isnan(b)) ||
+                     (isinf(a) && isinf(b) && signbit(a) == signbit(b));
+        int finite = isfinite(a) && isfinite(b);
+        int fail;
+        if (finite) {
+            finite_any = 1;
+            elem_err e = element_error(a, b, o);
+            fail = e.fail;
+            if (e.abs > r->max_abs_error || r->worst_index < 0) {
+                r->max_abs_error = e.abs;
+                r->worst_index = (int64_t)i;
+                r->worst_out = a;
+                r->worst_ref = b;
+            }
+            if (e.rel > r->max_rel_error)
+                r->max_rel_error = e.rel;
+            sdiff += ((double)a - b) * ((double)a - b);
+            sref += (double)b * b;
+        } else {
+            fail = !shared;
+            if (fail)
+                invalid_any = 1;
+        }
+        if (fail && r->fails++ == 0)
+            r->first_fail = (int64_t)i;
+    }
+    if (!finite_any)
+        r->max_abs_error = r->max_rel_error = 0;
+    if (invalid_any)
+        r->max_abs_error = r->max_rel_error = INFINITY;
+    r->norm_error = sref > 0 ? sqrt(sdiff) / sqrt(sref) : (sdiff > 0 ? INFINITY : 0.0);
+    if (n) {
+        double m = 1.0 - (double)r->fails / (double)n;
+        r->matched_ratio = m < 0 ? 0 : m > 1 ? 1 : m;
+    }
+    if (r->matched_ratio < o->required_ratio) {
+        uint64_t i = (uint64_t)r->first_fail;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "score mismatch: %llu of %llu sorted scores exceed atol=%g and rtol=%g "
+                    "(matched ratio %.6f < required %g; first at position %llu: solution %.9g, "
+                    "reference %.9g)",
+                    (unsigned long long)r->fails, (unsigned long long)n, o->atol, o->rtol,
+                    r->matched_ratio, o->required_ratio, (unsigned long long)i, (double)x[i],
+                    (double)y[i]);
+    }
+    return KH_OK;
+}
+
+kh_status kh_check_sorted_scores(const kh_tensor *sol, const kh_tensor *ref,
+                                 const kh_check_opts *o, kh_check_result *r, kh_err *err)
+{
+    kh_check_result_init(r);
+    kh_check_opts def;
+    if (!o) {
+        kh_check_opts_default(&def);
+        o = &def;
+    }
+    if (!sol || !ref)
+        return kh_err_set(err, KH_EINVAL, "sorted_scores: two score tensors are required");
+    if (shape_dtype(sol, ref, r))
+        return KH_OK;
+    if (sol->dtype != KH_DTYPE_F32)
+        return kh_err_set(err, KH_EINVAL, "sorted scores must be float32, not %s",
+                          kh_dtype_name(sol->dtype));
+    return sorted_scores(sol->data, ref->data, sol->numel, o, r);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Descending, NaN first (torch.sort(descending=True) puts NaN on top). */
+static int cmp_desc(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    if (isnan(x) || isnan(y))
+        return isnan(y) - isnan(x);
+    return (x < y) - (x > y);
+}
+
+static int64_t iget(const kh_tensor *t, uint64_t i) { return (int64_t)kh_tensor_get(t, i); }
+
+static kh_status need(const kh_tensor *t, const char *name, kh_dtype dt, int ndim, kh_err *err)
+{
+    if (!t)
+        return kh_err_set(err, KH_EINVAL, "dsa_topk: input %s is missing", name);
+    if (t->dtype != dt || t->ndim != ndim)
+        return kh_err_set(err, KH_EINVAL, "dsa_topk: %s must be a %d-D %s tensor, got %d-D %s",
+                          name, ndim, kh_dtype_name(dt), t->ndim, kh_dtype_name(t->dtype));
+    return KH_OK;
+}
+
+/* What token_score needs decoded once per check: q and weights as doubles,
+ * the fp8 code book. */
+typedef struct topk_scorer {
+    const kh_check_topk_inputs *in;
+    int64_t ps, D, H;
+    double *q, *w; /* q [B, H, D], weights [B, H] */
+    double f8[256];
+} topk_scorer;
+
+/* Score of token slot t for row b (see check.h), rounded to float32. */
+static float token_score(const topk_scorer *s, int64_t b, int64_t t)
+{
+    int64_t ps = s->ps, D = s->D, H = s->H;
+    int64_t page = t / ps, off = t % ps;
+    const uint8_t *pg = (const uint8_t *)s->in->k_cache->data + (size_t)page * (size_t)ps *
+                                                                    (size_t)(D + 4);
+    float scale;
+    memcpy(&scale, pg + (size_t)ps * (size_t)D + (size_t)off * 4, 4);
+    const uint8_t *kb = pg + (size_t)off * (size_t)D;
+    float kv[1024];
+    for (int64_t d = 0; d < D; d++) /* fp8 * scale is a float32 product in FIB */
+        kv[d] = (float)(s->f8[kb[d]] * (double)scale);
+    double total = 0;
+    for (int64_t h = 0; h < H; h++) {
+        const double *qr = s->q + (size_t)((b * H + h) * D);
+        double dot = 0;
+        for (int64_t d = 0; d < D; d++)
+            dot += qr[d] * (double)kv[d];
+        if (dot > 0)
+            total += dot * s->w[b * H + h];
+    }
+    return (float)total;
+}
+
+typedef struct tok_score {
+    int64_t t;
+    float v;
+} tok_score;
+
+static int cmp_tok(const void *a, const void *b)
+{
+    int64_t x = ((const tok_score *)a)->t, y = ((const tok_score *)b)->t;
+    return (x > y) - (x < y);
+}
+
+/* Rows [lo, hi) of the scores at both index sets, each row sorted
+ * descending: out's scores into xs, ref's into ys (a token out names too
+ * is looked up, not scored again).  Nonzero when out of memory. */
+typedef struct topk_rows {
+    const topk_scorer *sc;
+    const kh_tensor *out, *ref;
+    int64_t K;
+    float *xs, *ys;
+} topk_rows;
+
+static int score_rows(void *arg, uint64_t lo, uint64_t hi)
+{
+    const topk_rows *a = arg;
+    int64_t K = a->K;
+    tok_score *known = malloc((size_t)(K ? K : 1) * sizeof *known);
+    if (!known)
+        return 1;
+    for (int64_t b = (int64_t)lo; b < (int64_t)hi; b++) {
+        size_t nk = 0;
+        float *xs = a->xs + b * K, *ys = a->ys + b * K;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t ts = iget(a->out, (uint64_t)(b * K + k));
+            xs[k] = ts < 0 ? -INFINITY : token_score(a->sc, b, ts);
+            if (ts >= 0)
+                known[nk++] = (tok_score){ts, xs[k]};
+        }
+        qsort(known, nk, sizeof *known, cmp_tok);
+        for (int64_t k = 0; k < K; k++) {
+            tok_score key = {iget(a->ref, (uint64_t)(b * K + k)), 0}, *hit = NULL;
+            if (key.t >= 0)
+                hit = bsearch(&key, known, nk, sizeof *known, cmp_tok);
+            ys[k] = key.t < 0 ? -INFINITY : hit ? hit->v : token_score(a->sc, b, key.t);
+        }
+        qsort(xs, (size_t)K, sizeof *xs, cmp_desc);
+        qsort(ys, (size_t)K, sizeof *ys, cmp_desc);
+    }
+    free(known);
+    return 0;
+}
+
+kh_status kh_check_dsa_topk(const kh_tensor *out, const kh_tensor *ref,
+                            const kh_check_topk_inputs *in, const kh_check_opts *o,
+                            kh_check_result *r, kh_err *err)
+{
+    kh_check_result_init(r);
+    kh_check_opts def;
+    if (!o) {
+        kh_check_opts_default(&def);
+        o = &def;
+    }
+    if (!out || !ref || !in)
+        return kh_err_set(err, KH_EINVAL, "dsa_topk: output, reference and inputs are required");
+    if (shape_dtype(out, ref, r))
+        return KH_OK;
+    kh_status st;
+    if ((st = need(ref, "topk_indices", KH_DTYPE_I32, 2, err)) ||
+        (st = need(in->q, "q_index_fp8", KH_DTYPE_F8E4M3, 3, err)) ||
+        (st = need(in->k_cache, "k_index_cache_fp8", KH_DTYPE_I8, 4, err)) ||
+        (st = need(in->weights, "weights", KH_DTYPE_F32, 2, err)) ||
+        (st = need(in->seq_lens, "seq_lens", KH_DTYPE_I32, 1, err)) ||
+        (st = need(in->block_table, "block_table", KH_DTYPE_I32, 2, err)))
+        return st;
+    int64_t B = out->shape[0], K = out->shape[1];
+    int64_t H = in->q->shape[1], D = in->q->shape[2];
+    int64_t P = in->k_cache->shape[0], ps = in->k_cache->shape[1];
+    int64_t M = in->block_table->shape[1];
+    if (in->q->shape[0] != B || in->weights->shape[0] != B || in->weights->shape[1] != H ||
+        in->seq_lens->shape[0] != B || in->block_table->shape[0] != B ||
+        in->k_cache->shape[2] != 1 || in->k_cache->shape[3] != D + 4 || ps <= 0)
+        return kh_err_set(err, KH_EINVAL,
+                          "dsa_topk: inconsistent inputs (need q [B,H,D], weights [B,H], "
+                          "seq_lens [B], block_table [B,M], k cache [P,page_size,1,D+4] with "
+                          "B=%lld from the output)", (long long)B);
+    r->numel = out->numel;
+
+    /* reachability over every row first, then duplicates (FIB's order) */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < K; k++) {
+            int64_t t = iget(out, (uint64_t)(b * K + k));
+            if (t < 0)
+                continue;
+            int64_t page = t / ps, off = t % ps, slot = -1;
+            for (int64_t m = 0; m < M && slot < 0; m++)
+                if (iget(in->block_table, (uint64_t)(b * M + m)) == page)
+                    slot = m;
+            if (slot < 0 || slot * ps + off >= iget(in->seq_lens, (uint64_t)b)) {
+                r->max_abs_error = r->max_rel_error = INFINITY;
+                r->final = 1;
+                r->first_fail = b * K + k;
+                fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                            "out-of-range index %lld in batch row %lld (position %lld): %s",
+                            (long long)t, (long long)b, (long long)k,
+                            slot < 0 ? "its page is not in the row's block_table"
+                                     : "past the row's seq_len");
+                return KH_OK;
+            }
+        }
+    int64_t *row = malloc((size_t)(K ? K : 1) * sizeof *row);
+    if (!row)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    for (int64_t b = 0; b < B; b++) {
+        int64_t n = 0;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t t = iget(out, (uint64_t)(b * K + k));
+            if (t >= 0)
+                row[n++] = t;
+        }
+        qsort(row, (size_t)n, sizeof *row, cmp_i64);
+        for (int64_t i = 1; i < n; i++)
+            if (row[i] == row[i - 1]) {
+                r->max_abs_error = r->max_rel_error = INFINITY;
+                r->final = 1;
+                fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                            "duplicate index %lld in batch row %lld", (long long)row[i],
+                            (long long)b);
+                free(row);
+                return KH_OK;
+            }
+    }
+    free(row);
+
+    /* every index names a page the k cache holds (the reference's too) */
+    size_t n = (size_t)out->numel;
+    for (size_t i = 0; i < n; i++) {
+        int64_t ts = iget(out, i), tr = iget(ref, i);
+        if ((ts >= 0 && ts / ps >= P) || (tr >= 0 && tr / ps >= P))
+            return kh_err_set(err, KH_EINVAL,
+                              "dsa_topk: row %lld names token %lld beyond the k cache's %lld "
+                              "pages (block_table or reference is inconsistent)",
+                              (long long)(i / (size_t)K), (long long)(ts / ps >= P ? ts : tr),
+                              (long long)P);
+    }
+    if (D > 1024)
+        return kh_err_set(err, KH_EUNSUPPORTED, "dsa_topk: head dim %lld > 1024", (long long)D);
+
+    /* recompute and sort the scores at both index sets, rows split across
+     * the cores; a token both name (every one, for a right answer) is
+     * scored once */
+    topk_scorer sc = {in, ps, D, H, NULL, NULL, {0}};
+    float *xs = malloc((n ? n : 1) * sizeof *xs), *ys = malloc((n ? n : 1) * sizeof *ys);
+    sc.q = malloc((size_t)(B * H * D + 1) * sizeof *sc.q);
+    sc.w = malloc((size_t)(B * H + 1) * sizeof *sc.w);
+    if (!xs || !ys || !sc.q || !sc.w) {
+        free(xs);
+        free(ys);
+        free(sc.q);
+        free(sc.w);
+        return kh_err_set(err, KH_ENOMEM, "out of memory for %zu scores", n);
+    }
+    for (uint64_t i = 0; i < (uint64_t)(B * H * D); i++)
+        sc.q[i] = kh_tensor_get(in->q, i);
+    for (uint64_t i = 0; i < (uint64_t)(B * H); i++)
+        sc.w[i] = kh_tensor_get(in->weights, i);
+    for (int c = 0; c < 256; c++)
+        sc.f8[c] = kh_dtype_decode(KH_DTYPE_F8E4M3, (uint64_t)c);
+    topk_rows rows = {&sc, out, ref, K, xs, ys};
+    int nomem = kh_parallel_for((uint64_t)B, 2, 1, score_rows, &rows);
+    free(sc.q);
+    free(sc.w);
+    if (nomem) {
+        free(xs);
+        free(ys);
+        return kh_err_set(err, KH_ENOMEM, "out of memory for the scores of %lld rows",
+                          (long long)B);
+    }
+    kh_check_result_init(r);
+    sorted_scores(xs, ys, n, o, r);
+    free(xs);
+    free(ys);
+    return KH_OK;
+}
+
+/* ---- sampling ------------------------------------------------------------ */
+kh_sampling_method kh_check_sampling_method(const char *name)
+{
+    char lower[256];
+    size_t k = 0;
+    for (; name && name[k] && k < sizeof lower - 1; k++)
+        lower[k] = (char)(name[k] >= 'A' && name[k] <= 'Z' ? name[k] - 'A' + 'a' : name[k]);
+    lower[k] = 0;
+    if (strstr(lower, "top_k_top_p"))
+        return KH_SAMPLING_TOP_K_TOP_P;
+    if (strstr(lower, "top_k"))
+        return KH_SAMPLING_TOP_K;
+    if (strstr(lower, "top_p"))
+        return KH_SAMPLING_TOP_P;
+    return KH_SAMPLING_NONE;
+}
+
+const char *kh_check_sampling_method_name(kh_sampling_method m)
+{
+    switch (m) {
+    case KH_SAMPLING_TOP_K: return "top_k";
+    case KH_SAMPLING_TOP_P: return "top_p";
+    case KH_SAMPLING_TOP_K_TOP_P: return "top_k_top_p";
+    default: return "none";
+    }
+}
+
+/* descending probability, ties by id (torch.sort leaves their order open) */
+typedef struct prob_id {
+    float p;
+    int64_t id;
+} prob_id;
+
+static int by_prob_desc(const void *a, const void *b)
+{
+    const prob_id *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p > y->p ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+kh_status kh_check_sampling_mask(const kh_tensor *probs, kh_sampling_method m,
+                                 const int64_t *top_k, const double *top_p, unsigned char *mask,
+                                 kh_err *err)
+{
+    if (!probs || !mask || probs->dtype != KH_DTYPE_F32 || probs->ndim != 2 ||
+        probs->shape[1] < 1)
+        return kh_err_set(err, KH_EINVAL, "sampling mask: probs must be float32 [batch, vocab]");
+    int use_k = m == KH_SAMPLING_TOP_K || m == KH_SAMPLING_TOP_K_TOP_P;
+    int use_p = m == KH_SAMPLING_TOP_P || m == KH_SAMPLING_TOP_K_TOP_P;
+    if ((use_k && !top_k) || (use_p && !top_p))
+        return kh_err_set(err, KH_EINVAL, "sampling mask: %s needs its %s values",
+                          kh_check_sampling_method_name(m), use_k && !top_k ? "top_k" : "top_p");
+    int64_t B = probs->shape[0], V = probs->shape[1];
+    memset(mask, 1, (size_t)(B * V));
+    if (m == KH_SAMPLING_NONE)
+        return KH_OK;
+    prob_id *order = malloc((size_t)V * sizeof *order);
+    unsigned char *in = malloc((size_t)V);
+    if (!order || !in) {
+        free(order);
+        free(in);
+        return kh_err_set(err, KH_ENOMEM, "out of memory for a %lld-id sort", (long long)V);
+    }
+    for (int64_t b = 0; b < B; b++) {
+        const float *p = (const float *)probs->data + b * V;
+        unsigned char *mk = mask + b * V;
+        for (int64_t v = 0; v < V; v++)
+            order[v] = (prob_id){p[v], v};
+        qsort(order, (size_t)V, sizeof *order, by_prob_desc);
+        if (use_k && top_k[b] > 0 && top_k[b] < V) {
+            float pivot = order[top_k[b] - 1].p;
+            for (int64_t v = 0; v < V; v++)
+                mk[v] = p[v] >= pivot;
+        }
+        if (use_p && top_p[b] > 0 && top_p[b] < 1) {
+            /* torch compares the float32 cumsum with the Python float p + eps
+             * in float32 */
+            float limit = (float)(top_p[b] + KH_SAMPLING_TOP_P_EPS), cum = 0;
+            int64_t n = 0;
+            for (; n < V; n++) {
+                cum += order[n].p;
+                if (!(cum <= limit))
+                    break;
+            }
+            /* the ids after the first one past the limit have larger sums
+             * (probabilities are >= 0), so the nucleus is a prefix */
+            if (n == 0)
+                n = 1;
+            memset(in, 0, (size_t)V);
+            for (int64_t i = 0; i < n; i++)
+                in[order[i].id] = 1;
+            for (int64_t v = 0; v < V; v++)
+                mk[v] = mk[v] && in[v];
+        }
+    }
+    free(order);
+    free(in);
+    return KH_OK;
+}
+
+int64_t kh_check_sampling_nucleus(const kh_tensor *probs, const unsigned char *mask)
+{
+    if (!probs || probs->dtype != KH_DTYPE_F32 || probs->ndim != 2)
+        return 0;
+    int64_t B = probs->shape[0], V = probs->shape[1], best = 0;
+    const float *p = probs->data;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t n = 0;
+        for (int64_t v = 0; v < V; v++)
+            n += (!mask || mask[b * V + v]) && p[b * V + v] > 0;
+        best = n > best ? n : best;
+    }
+    return best;
+}
+
+kh_status kh_check_sampling_count(const kh_tensor *samples, int64_t rows, int64_t vocab,
+                                  const unsigned char *mask, const char *method,
+                                  const kh_tensor *probs, uint64_t *counts, kh_check_result *r,
+                                  kh_err *err)
+{
+    kh_check_result_init(r);
+    if (!samples || vocab < 1 || rows < 1)
+        return kh_err_set(err, KH_EINVAL, "sampling: samples, rows >= 1 and a vocabulary size "
+                          ">= 1 are required");
+    if (samples->dtype != KH_DTYPE_I32 && samples->dtype != KH_DTYPE_I64)
+        return kh_err_set(err, KH_EINVAL, "sampling: samples must be int32 or int64, not %s",
+                          kh_dtype_name(samples->dtype));
+    if (samples->numel % (uint64_t)rows)
+        return kh_err_set(err, KH_EINVAL, "sampling: %llu samples are not a multiple of %lld "
+                          "rows", (unsigned long long)samples->numel, (long long)rows);
+    if (probs && (probs->dtype != KH_DTYPE_F32 || probs->ndim != 2 || probs->shape[1] != vocab ||
+                  probs->shape[0] != rows))
+        return kh_err_set(err, KH_EINVAL, "sampling: probs must be float32 [%lld, %lld]",
+                          (long long)rows, (long long)vocab);
+    r->numel = samples->numel;
+    char list[256] = "";
+    size_t len = 0, nbad = 0;
+    for (uint64_t i = 0; i < samples->numel; i++) {
+        int64_t id = iget(samples, i);
+        if (id >= 0 && id < vocab)
+            continue;
+        if (!nbad++)
+            r->first_fail = (int64_t)i;
+        if (nbad <= 8 && len < sizeof list - 32)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%lld", nbad > 1 ? ", " : "",
+                                    (long long)id);
+    }
+    if (nbad) {
+        r->fails = nbad;
+        r->matched_ratio = 1.0 - (double)nbad / (double)samples->numel;
+        r->max_abs_error = r->max_rel_error = INFINITY;
+        r->final = 1;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "samples [%s%s] out of vocabulary range [0, %lld) (%zu of %llu ids)", list,
+                    nbad > 8 ? ", ..." : "", (long long)vocab, nbad,
+                    (unsigned long long)samples->numel);
+        return KH_OK;
+    }
+    for (uint64_t i = 0; i < samples->numel; i++) {
+        uint64_t row = i % (uint64_t)rows, id = (uint64_t)iget(samples, i);
+        const char *why = NULL;
+        if (mask && !mask[row * (uint64_t)vocab + id])
+            why = "outside the valid mask";
+        else if (probs && ((const float *)probs->data)[row * (uint64_t)vocab + id] == 0.0f)
+            why = "has probability 0";
+        if (!why)
+            continue;
+        r->fails = 1;
+        r->first_fail = (int64_t)i;
+        r->max_abs_error = r->max_rel_error = INFINITY;
+        r->final = 1;
+        if (mask && !mask[row * (uint64_t)vocab + id])
+            fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                        "sample %llu is outside the valid %s mask for batch row %llu",
+                        (unsigned long long)id, method ? method : "sampling",
+                        (unsigned long long)row);
+        else
+            fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                        "sample %llu in batch row %llu has probability 0",
+                        (unsigned long long)id, (unsigned long long)row);
+        return KH_OK;
+    }
+    for (uint64_t i = 0; counts && i < samples->numel; i++)
+        counts[(i % (uint64_t)rows) * (uint64_t)vocab + (uint64_t)iget(samples, i)]++;
+    return KH_OK;
+}
+
+kh_status kh_check_sampling_tvd(const kh_tensor *probs, const unsigned char *mask,
+                                const uint64_t *counts, uint64_t per_row, double threshold,
+                                double *tvds, kh_check_result *r, kh_err *err)
+{
+    kh_check_result_init(r);
+    if (!probs || !counts || per_row < 1)
+        return kh_err_set(err, KH_EINVAL, "sampling: probs, counts and at least one sample per "
+                          "row are required");
+    if (probs->dtype != KH_DTYPE_F32 || probs->ndim != 2 || probs->shape[1] < 1)
+        return kh_err_set(err, KH_EINVAL, "sampling: probs must be a float32 [batch, vocab] "
+                          "tensor, not %d-D %s", probs->ndim, kh_dtype_name(probs->dtype));
+    int64_t B = probs->shape[0], V = probs->shape[1];
+    const float *p = probs->data;
+    r->numel = probs->numel;
+    double worst = -1;
+    int64_t worst_row = -1;
+    for (int64_t b = 0; b < B; b++) {
+        const float *pr = p + b * V;
+        const unsigned char *mr = mask ? mask + b * V : NULL;
+        const uint64_t *cr = counts + b * V;
+        double sum = 0, tvd = 0;
+        for (int64_t v = 0; v < V; v++)
+            sum += !mr || mr[v] ? pr[v] : 0.0f;
+        if (!(sum > 0) || !isfinite(sum))
+            return kh_err_set(err, KH_EINVAL, "sampling: probs row %lld sums to %g%s, not a "
+                              "distribution", (long long)b, sum, mask ? " in its mask" : "");
+        for (int64_t v = 0; v < V; v++) {
+            double q = (!mr || mr[v] ? pr[v] : 0.0) / sum, f = (double)cr[v] / (double)per_row;
+            tvd += fabs(f - q);
+            /* compute_error_stats in float32 */
+            float fa = fabsf((float)f - (float)q);
+            float fr = fa / (fabsf((float)q) + 1e-8f);
+            if (fa > r->max_abs_error) {
+                r->max_abs_error = fa;
+                r->worst_index = b * V + v;
+                r->worst_out = f;
+                r->worst_ref = q;
+            }
+            if (fr > r->max_rel_error)
+                r->max_rel_error = fr;
+        }
+        tvd *= 0.5;
+        if (tvds)
+            tvds[b] = tvd;
+        if (tvd > worst) {
+            worst = tvd;
+            worst_row = b;
+        }
+    }
+    if (worst > threshold) {
+        r->fails = 1;
+        r->first_fail = worst_row * V;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "total variation distance %.4f in batch row %lld exceeds %.4g (frequencies "
+                    "of %llu samples per row against probs%s)", worst, (long long)worst_row,
+                    threshold, (unsigned long long)per_row, mask ? " in the valid mask" : "");
+    }
+    return KH_OK;
+}
