@@ -281,7 +281,8 @@ def cupti_latencies(a, root, definition, workloads, runnable):
     cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device="cuda")
     dps = runnable.metadata.destination_passing_style
     print(f"{'workload':36} {'cupti_ms':>11} {'mean_ms':>11} kernels per call")
-    for w in workloads:
+    for t in workloads:
+        w = t.workload
         safe = (load_safetensors(definition, w, root)
                 if any(d.type == "safetensors" for d in w.inputs.values()) else {})
         inp = gen_inputs(definition, w, device="cuda", safe_tensors=safe)

@@ -114,5 +114,13 @@ PY
   awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" \
     'BEGIN { printf "   seconds: export %.1f, FIB %.1f, khlua official %.1f\n", b - a, c - b, d - c }'
 done
-echo "summary: $out/summary.md"
+# the device sends back a bounded number of files: each package's folder
+# goes back in one archive, beside the summary
+dirs=()
+for spec in "$@"; do d=${spec%%:*}; [ -d "$out/$d" ] && dirs+=("$d"); done
+if [ ${#dirs[@]} -gt 0 ]; then
+  tar -czf "$out/fib-out.tgz" -C "$out" "${dirs[@]}" && (cd "$out" && rm -rf "${dirs[@]}")
+fi
+rm -rf "$out/store"
+echo "summary: $out/summary.md (logs and exports: $out/fib-out.tgz)"
 exit $rc
