@@ -3,11 +3,13 @@
  * FlashInfer-Bench Solution that FlashInfer-Bench's own builder and
  * benchmark run unchanged.  Finds the solution (a run's incumbent as
  * `khlua best` does, engine/store/best.h; a candidate record; a Solution file; a
- * solution of the task), loads it against the task's definitions (task.h)
+ * solution of the task), loads it against the task's definitions (task.h),
+ * compiles it as eval does (NVRTC, compile.h: the cubin the export embeds)
  * and leaves the export itself to engine/task/fib_export.h.  Reads the store
  * read-only.  Exit 0 ok, 1 failure, 2 usage. */
 #include "kh_lua.h"
 
+#include "compile/compile.h"
 #include "store/best.h"
 #include "task/fib_export.h"
 #include "store/store.h"
@@ -26,7 +28,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: khlua [--store PATH] export solution WHAT --task DIR --out DIR [--name NAME]\n"
-            "                                    [--json]\n"
+            "                                    [--arch A | --source-only] [--json]\n"
             "  A khlua CUDA solution as a FlashInfer-Bench Solution that FlashInfer-Bench's\n"
             "  own builder (TVM-FFI) compiles and its benchmark runs: the kernel source (the\n"
             "  entry file renamed .cuh) and a generated host entry, binding.cu::run, which\n"
@@ -41,6 +43,13 @@ static void usage(FILE *f)
             "  --task DIR    the task package or FlashInfer-Bench dataset holding its definition\n"
             "  --out DIR     where to write NAME.json and the sources beside it (created)\n"
             "  --name NAME   the exported Solution's name (default: the solution's own)\n"
+            "  --arch A      the architecture of the embedded cubin (default $KHLUA_ARCH, else\n"
+            "                sm_90a): khlua compiles the kernels as eval does (NVRTC) and\n"
+            "                kernels.cu carries that cubin; binding.cu launches its kernels on a\n"
+            "                GPU of that architecture, so FlashInfer-Bench times the code khlua\n"
+            "                timed (NVRTC and nvcc can emit different code for one source), and\n"
+            "                on any other GPU the kernels nvcc builds from the source\n"
+            "  --source-only no cubin: the kernels nvcc builds from the source everywhere\n"
             "  --json        print a JSON summary on stdout\n"
             "  Host-backend (C) and cuda_so solutions are refused: FlashInfer-Bench runs every\n"
             "  solution on CUDA tensors.\n"
@@ -74,6 +83,46 @@ static kh_status stage(const json_t *sol, char *dir, size_t dn, char *file, size
     return KH_OK;
 }
 
+/* The cubin eval would run for sol: its sources through NVRTC, untrusted (the
+ * static checks) and in a child killed at the deadline, for arch (NULL:
+ * $KHLUA_ARCH, else the default). */
+static kh_status compile_image(kh_engine *e, const kh_task_solution *sol, const char *arch,
+                               kh_artifact **out, kh_err *err)
+{
+    const char *src = NULL;
+    size_t len = 0, nh = 0, nk = 0;
+    kh_source *hdrs = NULL;
+    const char *kernels[64];
+    *out = NULL;
+    kh_status st = kh_task_cuda_sources(sol, &src, &len, &hdrs, &nh, err);
+    if (st)
+        return st;
+    for (size_t l = 0; l < sol->manifest->nlaunches && nk < 64; l++)
+        kernels[nk++] = sol->manifest->launches[l].kernel;
+    kh_compiler *c = kh_compile_new(e, err);
+    if (!c) {
+        free(hdrs);
+        return err->code;
+    }
+    kh_compile_req rq = {.source = src, .source_len = len, .name = sol->entry_file,
+                         .headers = hdrs, .n_headers = nh, .arch = arch, .kernels = kernels,
+                         .n_kernels = nk, .isolate = 1};
+    st = kh_compile_build(c, &rq, out, err);
+    if (st == KH_ECOMPILE && *out && (*out)->log && (*out)->log[0])
+        kh_err_set(err, KH_ECOMPILE, "it does not compile (khlua compiles the kernels to embed "
+                   "their cubin; --source-only embeds none):\n%.900s", (*out)->log);
+    else if (st)
+        kh_err_prefix(err, "compiling its kernels (the cubin to embed; --source-only embeds "
+                      "none)");
+    if (st) {
+        kh_artifact_free(*out);
+        *out = NULL;
+    }
+    kh_compile_free(c);
+    free(hdrs);
+    return st;
+}
+
 int kh_cmd_export(kh_engine *e, int argc, char **argv)
 {
     if (argc < 2 || kh_cli_wants_help(argc, argv)) {
@@ -85,11 +134,15 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    const char *what = NULL, *task = NULL, *out = NULL, *name = NULL;
-    int as_json = 0;
+    const char *what = NULL, *task = NULL, *out = NULL, *name = NULL, *arch = NULL;
+    int as_json = 0, source_only = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
             as_json = 1;
+        } else if (!strcmp(argv[i], "--source-only")) {
+            source_only = 1;
+        } else if (!strcmp(argv[i], "--arch") && i + 1 < argc) {
+            arch = argv[++i];
         } else if ((!strcmp(argv[i], "--task") || !strcmp(argv[i], "--out") ||
                     !strcmp(argv[i], "--name")) && i + 1 < argc) {
             const char **slot = argv[i][2] == 't' ? &task : argv[i][2] == 'o' ? &out : &name;
@@ -102,6 +155,12 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
         } else {
             what = argv[i];
         }
+    }
+    if (arch && source_only) {
+        fprintf(stderr, P ": --arch names the embedded cubin's architecture; --source-only "
+                "embeds none\n");
+        usage(stderr);
+        return 2;
     }
     if (!what || !task || !out) {
         fprintf(stderr, P ": %s\n", !what ? "which solution? (a run, a candidate, a Solution "
@@ -119,6 +178,7 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
     kh_store *store = NULL;
     kh_best b = {0};
     kh_fib_export x = {0};
+    kh_artifact *art = NULL;
     char tmpdir[4200] = "", tmpfile[4300] = "";
     const char *kind = NULL;
     char msg[1400];
@@ -192,6 +252,21 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
         goto done;
     }
     kh_fib_export_opts xo = {.name = name};
+    char about[200] = "";
+    /* what the export refuses (no manifest, host, cuda_so) it refuses below */
+    const kh_task_manifest *man = sol->manifest;
+    if (!source_only && man && !man->host && !man->so && man->nlaunches) {
+        if (compile_image(e, sol, arch, &art, &err)) {
+            snprintf(msg, sizeof msg, "%s: %s", what, err.msg);
+            fail(msg);
+            goto done;
+        }
+        snprintf(about, sizeof about, "NVRTC %s, compile key %s", art->nvrtc_version, art->hash);
+        xo.image = art->cubin;
+        xo.image_len = art->cubin_len;
+        xo.image_arch = art->arch;
+        xo.image_about = about;
+    }
     char path[4200];
     if (kh_fib_export_solution(sol, &xo, &x, &err) ||
         kh_fib_export_write(&x, out, path, sizeof path, &err)) {
@@ -222,6 +297,11 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
                                 "entry_point", entry, "kernel_file", x.kernel_file,
                                 "wrapper_file", x.wrapper_file, "entry_file", x.entry_file,
                                 "sources", srcs, "from", from);
+        json_object_set_new(sum, "image", art ? json_pack("{s:s, s:s, s:s, s:I}", "arch",
+                                                          art->arch, "nvrtc", art->nvrtc_version,
+                                                          "compile_key", art->hash, "bytes",
+                                                          (json_int_t)art->cubin_len)
+                                              : json_null());
         char *t = sum ? json_dumps(sum, JSON_SORT_KEYS) : NULL;
         printf("%s\n", t ? t : "{}");
         free(t);
@@ -232,6 +312,13 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
                 "FlashInfer-Bench builds it with its TVM-FFI builder\n", what, xname,
                 b.candidate[0] ? " of " : "", b.candidate[0] ? b.candidate : "", out, entry,
                 x.kernel_file, x.wrapper_file);
+        if (art)
+            fprintf(stderr, "%s: embeds the %s cubin khlua compiled (%s): a GPU of that "
+                    "architecture runs the code khlua timed, others nvcc's build of the source\n",
+                    xname, art->arch, about);
+        else
+            fprintf(stderr, "%s: no cubin embedded (--source-only): nvcc's build of the source "
+                    "runs, whose code may differ from what khlua timed\n", xname);
     }
     rc = 0;
 done:
@@ -240,6 +327,7 @@ done:
     if (tmpdir[0])
         rmdir(tmpdir);
     kh_fib_export_free(&x);
+    kh_artifact_free(art);
     kh_best_free(&b);
     kh_store_close(store);
     kh_task_set_free(S);

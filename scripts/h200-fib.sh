@@ -35,6 +35,9 @@ fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 python3 kernels/make_blobs.py --missing > "$out/make_blobs.log" 2>&1 || true
 export KHLUA_STORE="$out/store"
+# the exported binding says once per device which kernels it launches: the
+# embedded cubin khlua compiled and timed, or nvcc's build of the source
+export KHLUA_EXPORT_REPORT=1
 rc=0
 for spec in "$@"; do
   IFS=: read -r p n flags <<< "$spec"
@@ -56,7 +59,7 @@ for spec in "$@"; do
     --json "$o/fib.json" ${flags//,/ } > "$o/fib.log" 2>&1
   frc=$?
   t2=$(date +%s.%N)
-  grep -E 'built in|build FAILED|PASSED \(|flashinfer-bench |kernels? seen' "$o/fib.log" | sed 's/^/   fib: /'
+  grep -E 'built in|build FAILED|PASSED \(|flashinfer-bench |kernels? seen|device [0-9]+ runs|did not load|compute capability' "$o/fib.log" | sort -u | sed 's/^/   fib: /'
   [ $frc -eq 0 ] || { echo "   fib exit $frc:"; tail -8 "$o/fib.log" | sed 's/^/   | /'; rc=1; }
   timeout -k 5 300 "$K" eval --task "$pkg" --solution "$base" --protocol official \
     --no-reference-timing --json "${wl[@]}" > "$o/khlua.jsonl" 2> "$o/khlua.log"

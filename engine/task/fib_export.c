@@ -4,6 +4,7 @@
  * Expression arithmetic is expr.c's (kh_expr_to_cpp), loading and checking
  * the solution is task.c's, the command line cmd_export.c's. */
 #include "task/fib_export.h"
+#include "task/fib_export_int.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -171,6 +172,7 @@ typedef struct gen {
     const char *kernel_file;  /* the solution's entry source, renamed */
     const char *wrapper_file; /* the generated translation unit that compiles it */
     const char *entry_file;   /* the generated entry */
+    const kh_fib_export_opts *opts;
     sb out;
     char (*axis)[96];         /* d->naxes C++ names; "" when no tensor carries a var axis */
     char (*in)[96], (*outp)[96], (*ws)[96]; /* inputs, outputs, workspace buffers */
@@ -725,8 +727,8 @@ static kh_status emit_entry(gen *g)
             sb_printf(o, "    void **params%zu = nullptr;\n", k + 1);
         }
         sb_printf(o, "    static std::atomic<int64_t> shared_set%zu[kMaxDevices];\n"
-                     "    launch(khlua_export_kernel_%s(), %zu, \"", k + 1, l->kernel,
-                  k + 1);
+                     "    launch(kernel_func(device, %zu), %zu, \"", k + 1,
+                  kh_fib_kernel_index(m, k), k + 1);
         sb_text(o, l->kernel, 1);
         sb_printf(o, "\", grid%zu, block%zu, shared%zu, params%zu,\n"
                      "           stream, &shared_set%zu[device]);\n", k + 1, k + 1, k + 1, k + 1,
@@ -779,7 +781,7 @@ static kh_status generate(gen *g, char **out)
     }
     sb *o = &g->out;
     emit_header(g);
-    sb_lit(o, "\n#include <atomic>\n#include <cstdint>\n#include <cstdio>\n#include <cstring>\n"
+    sb_lit(o, "\n#include <atomic>\n#include <cstdint>\n#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n"
               "#include <mutex>\n\n#include <cuda_runtime.h>\n");
     if (g->half)
         sb_lit(o, "#include <cuda_fp16.h>\n");
@@ -800,6 +802,9 @@ static kh_status generate(gen *g, char **out)
             sb_printf(o, "extern \"C\" __attribute__((visibility(\"hidden\"))) const void *"
                          "khlua_export_kernel_%s(void);\n", m->launches[k].kernel);
     }
+    if (g->opts && g->opts->image)
+        sb_lit(o, "extern \"C\" __attribute__((visibility(\"hidden\"))) const unsigned char *"
+                  "khlua_export_image(unsigned long long *n);\n");
     sb_lit(o, "\n");
     sb_add(o, kh_expr_cpp_helpers(), strlen(kh_expr_cpp_helpers()));
     /* internal linkage: several exported solutions load into one process */
@@ -809,6 +814,14 @@ static kh_status generate(gen *g, char **out)
     sb_add(o, support, strlen(support));
     if (m->nworkspace)
         sb_add(o, support_workspace, strlen(support_workspace));
+    char *table = kh_fib_kernel_table(m, g->opts);
+    if (!table) {
+        free(entry.p);
+        st = kh_err_set(g->err, KH_ENOMEM, "out of memory");
+        goto out;
+    }
+    sb_add(o, table, strlen(table));
+    free(table);
     sb_add(o, entry.p ? entry.p : "", entry.n);
     free(entry.p);
     if (o->oom) {
@@ -899,6 +912,14 @@ static kh_status generate_wrapper(gen *g, char **out)
                           "khlua_export_kernel_%s(void)\n{\n"
                           "    return reinterpret_cast<const void *>(&::%s);\n}\n", kn, kn);
     }
+    if (g->opts && g->opts->image) {
+        char *arr = kh_fib_image_array(g->opts);
+        if (!arr)
+            o.oom = 1;
+        else
+            sb_add(&o, arr, strlen(arr));
+        free(arr);
+    }
     if (o.oom) {
         free(o.p);
         return kh_err_set(g->err, KH_ENOMEM, "out of memory");
@@ -985,8 +1006,30 @@ kh_status kh_fib_export_solution(const kh_task_solution *sol, const kh_fib_expor
                               sname, p, sol->entry_file);
     }
 
+    {
+        const char *seen[KH_FIB_MAX_KERNELS];
+        size_t nk = 0;
+        for (size_t k = 0; k < m->nlaunches; k++) {
+            size_t j = 0;
+            while (j < nk && strcmp(seen[j], m->launches[k].kernel))
+                j++;
+            if (j < nk)
+                continue;
+            if (nk == KH_FIB_MAX_KERNELS)
+                return kh_err_set(err, KH_EUNSUPPORTED, "solution %s: its manifest launches "
+                                  "more than %d distinct kernels", sname, KH_FIB_MAX_KERNELS);
+            seen[nk++] = m->launches[k].kernel;
+        }
+    }
+    if (o && o->image) {
+        int major, minor, exact;
+        if (!o->image_len)
+            return kh_err_set(err, KH_EINVAL, "solution %s: an empty cubin to embed", sname);
+        if (kh_fib_image_arch(o->image_arch, &major, &minor, &exact, err))
+            return kh_err_prefix(err, "solution %s: the cubin to embed", sname);
+    }
     gen g = {.sol = sol, .d = sol->def, .m = m, .name = name, .kernel_file = kernel_file,
-             .wrapper_file = wrapper_file, .entry_file = entry_file, .err = err};
+             .wrapper_file = wrapper_file, .entry_file = entry_file, .opts = o, .err = err};
     char *binding = NULL, *wrapper = NULL;
     kh_status st = generate(&g, &binding);
     if (!st)
@@ -1017,9 +1060,13 @@ kh_status kh_fib_export_solution(const kh_task_solution *sol, const kh_fib_expor
     char entry_point[300], desc[1600];
     snprintf(entry_point, sizeof entry_point, "%s::%s", entry_file, ENTRY_SYMBOL);
     const char *d0 = json_string_value(json_object_get(sol->json, "description"));
+    char how[300] = "";
+    if (o && o->image)
+        snprintf(how, sizeof how, "; on %s GPUs, those of the cubin khlua compiled from it and "
+                 "timed, embedded in %s", o->image_arch, wrapper_file);
     snprintf(desc, sizeof desc, "%s%s[khlua export: %s::%s launches the kernels of %s (compiled "
-             "by %s) as the launch manifest spec.khlua_manifest says]", d0 ? d0 : "",
-             d0 && d0[0] ? " " : "", entry_file, ENTRY_SYMBOL, kernel_file, wrapper_file);
+             "by %s%s) as the launch manifest spec.khlua_manifest says]", d0 ? d0 : "",
+             d0 && d0[0] ? " " : "", entry_file, ENTRY_SYMBOL, kernel_file, wrapper_file, how);
     out->solution = json_pack(
         "{s:s, s:s, s:s, s:s, s:{s:s, s:o, s:s, s:[], s:b, s:s, s:O}, s:o}", "name", name,
         "definition", sol->definition, "author", sol->author ? sol->author : "khlua",
@@ -1028,6 +1075,11 @@ kh_status kh_fib_export_solution(const kh_task_solution *sol, const kh_fib_expor
         "entry_point",
         entry_point, "dependencies", "destination_passing_style", 1, "binding", "tvm-ffi",
         "khlua_manifest", json_object_get(spec, "khlua"), "sources", srcs);
+    if (out->solution && o && o->image)
+        json_object_set_new(json_object_get(out->solution, "spec"), "khlua_image",
+                            json_pack("{s:s, s:s, s:I}", "arch", o->image_arch, "compiled_by",
+                                      o->image_about ? o->image_about : "NVRTC", "bytes",
+                                      (json_int_t)o->image_len));
     free(binding);
     free(wrapper);
     out->entry_file = kh_strdup(entry_file);

@@ -19,7 +19,9 @@
  *     as they are);
  *   - kernels.cu, generated: that source compiled on its own, as khlua
  *     compiles it (its macros and names meet nothing else), plus one
- *     extern "C" accessor per kernel giving its address;
+ *     extern "C" accessor per kernel giving its address, and the cubin
+ *     khlua compiled from it, which binding.cu launches instead on a GPU of
+ *     its architecture (opts.image; fib_export_image.c);
  *   - binding.cu, generated from the manifest: its exported function `run`
  *     checks every tensor (CUDA device, rank,
  *     dtype, contiguity, each dimension against the axes), takes the var
@@ -45,6 +47,14 @@
 
 typedef struct kh_fib_export_opts {
     const char *name; /* the exported Solution's name; NULL: the solution's own */
+    /* The cubin khlua compiled from the solution's sources (what it timed),
+     * embedded in kernels.cu and launched by binding.cu on a GPU of
+     * image_arch (fib_export_image.c says why); NULL: only the kernels
+     * nvcc builds from the source (--source-only). */
+    const unsigned char *image;
+    size_t image_len;
+    const char *image_arch;  /* "sm_90a": required with image */
+    const char *image_about; /* "NVRTC 13.0, compile key ...": for the reader */
 } kh_fib_export_opts;
 
 typedef struct kh_fib_export {

@@ -94,7 +94,8 @@ T.test("--help says what it exports, from what, and where", function()
   local out, code = T.khlua("export", "--help")
   T.eq(code, 0, out)
   for _, w in ipairs { "export solution WHAT", "RUN", "CANDIDATE", "FILE", "NAME", "--task DIR",
-                       "--out DIR", "--name NAME", "--json", "TVM-FFI", "binding.cu::run" } do
+                       "--out DIR", "--name NAME", "--json", "TVM-FFI", "binding.cu::run",
+                       "--arch A", "--source-only", "embedded cubin" } do
     T.match(out, plain(w), "--help mentions " .. w)
   end
   T.match(T.khlua("--help"), "export%s+a solution as FlashInfer%-Bench runs it")
@@ -136,7 +137,8 @@ T.test("a Solution file becomes a FlashInfer-Bench Solution with a TVM-FFI entry
   T.eq(sol.spec.khlua, nil)
   T.eq(kh.json.encode(sol.spec.khlua_manifest), kh.json.encode(orig.spec.khlua))
   T.match(sol.description, "^Two launches.*%[khlua export: binding%.cu::run launches the kernels "
-    .. "of scale_rows%.cuh %(compiled by kernels%.cu%)")
+    .. "of scale_rows%.cuh %(compiled by kernels%.cu; on sm_%d+a? GPUs, those of the cubin khlua "
+    .. "compiled from it and timed, embedded in kernels%.cu%)")
   -- three sources: the kernel source unchanged (renamed so the builder does
   -- not compile it on its own), the wrapper that compiles it, the entry
   local paths = {}
@@ -204,8 +206,11 @@ T.test("a Solution file becomes a FlashInfer-Bench Solution with a TVM-FFI entry
     "put(slot2[8], static_cast<int32_t>(", -- the default type of a value
     -- launches: dimensions checked, each launch's error checked
     "check_launch(1, \"sr_partial\", grid1, block1, shared1);",
-    "launch(khlua_export_kernel_sr_partial(), 1, \"sr_partial\", grid1, block1, shared1, params1,",
-    "launch(khlua_export_kernel_sr_apply(), 2, \"sr_apply\", grid2, block2, shared2, params2,",
+    -- each kernel through the table: the embedded cubin's, or nvcc's build
+    "const char *const kKernelNames[kKernels] = {\"sr_partial\", \"sr_apply\"};",
+    "kKernelStubs[kKernels])(void) = {khlua_export_kernel_sr_partial, khlua_export_kernel_sr_apply};",
+    "launch(kernel_func(device, 0), 1, \"sr_partial\", grid1, block1, shared1, params1,",
+    "launch(kernel_func(device, 1), 2, \"sr_apply\", grid2, block2, shared2, params2,",
     "cudaStream_t stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, device));",
     -- the workspace: one zeroed, one not
     "check_cuda(cudaMemsetAsync(ws_partial, 0, static_cast<size_t>(ws_partial_bytes), stream),",
@@ -216,7 +221,7 @@ T.test("a Solution file becomes a FlashInfer-Bench Solution with a TVM-FFI entry
   -- nothing launches before every check and expression has passed
   T.ok(b:find("check_launch(2", 1, true) < b:find("    check_device(in_x", 1, true))
   T.ok(b:find("    check_device(in_x", 1, true) < b:find("DeviceGuard guard", 1, true))
-  T.ok(b:find("DeviceGuard guard", 1, true) < b:find("launch(khlua_export_kernel_sr_partial", 1, true))
+  T.ok(b:find("DeviceGuard guard", 1, true) < b:find("launch(kernel_func(device, 0)", 1, true))
 end)
 
 T.test("a solution of the task by name, renamed with --name; the rmsnorm fixture", function()
@@ -244,7 +249,7 @@ local function two_source_solution()
   local at = src:find(AFFINE, 1, true)
   assert(at, "the fixture's sr_apply changed: update this test")
   src = src:sub(1, at - 1) .. "    y[i] = sr_affine(alpha, x[i], bias[c], offset);\n" .. src:sub(at + #AFFINE)
-  src = src:gsub("#include <cstdint>\n", '#include <cstdint>\n#include "sr_util.cuh"\n', 1)
+  src = src:gsub("#include <cuda/std/cstdint>\n", '#include <cuda/std/cstdint>\n#include "sr_util.cuh"\n', 1)
   s.sources = { { path = "scale_rows.cu", content = src },
                 { path = "sr_util.cuh", content = "#pragma once\n__device__ __forceinline__ float "
                   .. "sr_affine(float a, float x, float b, int o)\n{\n    return a * x + b + "
@@ -253,6 +258,110 @@ local function two_source_solution()
   T.write(p, kh.json.encode(s))
   return p, s
 end
+
+-- an ELF64 file's sections by name
+local function elf_sections(elf)
+  T.eq(elf:sub(1, 4), "\127ELF", "an ELF image")
+  local shoff = string.unpack("<I8", elf, 0x28 + 1)
+  local shentsize, shnum, shstrndx = string.unpack("<I2I2I2", elf, 0x3A + 1)
+  local function sh(i)
+    local name, _, _, _, off, size = string.unpack("<I4I4I8I8I8I8", elf, shoff + i * shentsize + 1)
+    return name, off, size
+  end
+  local _, stroff = sh(shstrndx)
+  local out = {}
+  for i = 0, shnum - 1 do
+    local n, off, size = sh(i)
+    out[elf:match("^[^%z]*", stroff + n + 1)] = elf:sub(off + 1, off + size)
+  end
+  return out
+end
+
+-- the byte array kernels.cu embeds
+local function embedded_image(kernels_cu)
+  local body = kernels_cu:match("khlua_export_image_bytes%[%d+%][^=]*= {(.-)\n};")
+  T.ok(body, "kernels.cu holds the image's bytes")
+  local bytes = {}
+  for h in body:gmatch("0x(%x%x)") do bytes[#bytes + 1] = string.char(tonumber(h, 16)) end
+  return table.concat(bytes)
+end
+
+T.test("the export embeds the cubin khlua compiled and times, and launches it on its architecture", function()
+  local orig = kh.json.decode(T.read(FIX_SOL))
+  local sum, sol = export(FIX_SOL, FIX)
+  local img = embedded_image(source(sol, "kernels.cu"))
+  -- what eval compiles: the entry source through NVRTC for the default arch
+  local a = assert(kh.compile.build { source = orig.sources[1].content, name = "scale_rows.cu",
+                                      kernels = { "sr_partial", "sr_apply" } })
+  T.eq(sum.image.arch, a.arch)
+  T.eq(sum.image.compile_key, a.hash)
+  T.eq(sum.image.bytes, #img)
+  T.eq(sol.spec.khlua_image.arch, a.arch)
+  T.eq(sol.spec.khlua_image.bytes, #img)
+  T.match(sol.spec.khlua_image.compiled_by, "^NVRTC %d+%.%d+, compile key " .. a.hash .. "$")
+  -- the same machine code (the line tables name the files differently)
+  local mine, eval = elf_sections(img), elf_sections(a.cubin)
+  for _, k in ipairs { "sr_partial", "sr_apply" } do
+    T.ok(eval[".text." .. k] and #eval[".text." .. k] > 0, "NVRTC's cubin has " .. k)
+    T.eq(mine[".text." .. k], eval[".text." .. k], "the embedded " .. k .. " is NVRTC's")
+  end
+  -- binding.cu launches the image's kernels on a GPU of that compute capability only
+  local b = source(sol, "binding.cu")
+  local major, minor, suffix = a.arch:match("^sm_(%d+)(%d)(%a?)$")
+  for _, w in ipairs { "#define KHLUA_EXPORT_HAS_IMAGE 1",
+                       "constexpr int kImageMajor = " .. major .. ", kImageMinor = " .. minor .. ";",
+                       "constexpr bool kImageExact = " .. (suffix == "a" and "true" or "false") .. ";",
+                       "cudaLibraryLoadData(&library, bytes,", "cudaLibraryGetKernel(&kernel, library,",
+                       "t->func[k] = kKernelStubs[k]();", "KHLUA_EXPORT_KERNELS" } do
+    T.match(b, plain(w), "binding.cu has " .. w)
+  end
+
+  -- another architecture: its own cubin, and the rule for plain sm_XY (later minors too)
+  local s80, x80 = export(FIX_SOL, FIX, { "--arch", "sm_80" })
+  T.eq(s80.image.arch, "sm_80")
+  T.ne(s80.image.compile_key, a.hash)
+  T.eq(x80.spec.khlua_image.arch, "sm_80")
+  local b80 = source(x80, "binding.cu")
+  T.match(b80, plain("constexpr int kImageMajor = 8, kImageMinor = 0;"))
+  T.match(b80, plain("constexpr bool kImageExact = false;"))
+  T.eq(elf_sections(embedded_image(source(x80, "kernels.cu")))[".text.sr_apply"] ~= nil, true)
+
+  -- --source-only: nvcc's build everywhere, nothing embedded, and it says so
+  local dir = T.tmpdir() .. "/src_only"
+  local out, code = T.khlua("export", "solution", FIX_SOL, "--task", FIX, "--out", dir, "--source-only")
+  T.eq(code, 0, out)
+  T.match(out, "no cubin embedded %(%-%-source%-only%): nvcc's build of the source runs")
+  local so = kh.json.decode(T.read(dir .. "/scale_rows_f32_cuda.json"))
+  T.eq(so.spec.khlua_image, nil)
+  T.ok(not source(so, "kernels.cu"):find("khlua_export_image", 1, true), "no image in kernels.cu")
+  T.ok(not source(so, "binding.cu"):find("khlua_export_image", 1, true), "no image in binding.cu")
+  T.match(source(so, "binding.cu"), plain("#define KHLUA_EXPORT_HAS_IMAGE 0"))
+  T.match(T.khlua("export", "solution", FIX_SOL, "--task", FIX, "--out", dir .. "2"),
+    "embeds the sm_%d+a? cubin khlua compiled %(NVRTC")
+
+  -- a source that does not compile is refused (unless --source-only), naming the line
+  local bad = kh.json.decode(T.read(FIX_SOL))
+  bad.sources[1].content = bad.sources[1].content .. "\nstatic int broken = ;\n"
+  local bp = T.tmpdir() .. "/bad.json"
+  T.write(bp, kh.json.encode(bad))
+  out, code = T.khlua("export", "solution", bp, "--task", FIX, "--out", T.tmpdir() .. "/bad")
+  T.eq(code, 1, out)
+  T.match(out, "it does not compile %(khlua compiles the kernels to embed their cubin; "
+    .. "%-%-source%-only embeds none%)")
+  T.match(out, "scale_rows%.cu%(%d+%): error")
+  out, code = T.khlua("export", "solution", bp, "--task", FIX, "--out", T.tmpdir() .. "/bad2",
+    "--source-only")
+  T.eq(code, 0, out)
+  -- a bad architecture, and --arch with --source-only
+  out, code = T.khlua("export", "solution", FIX_SOL, "--task", FIX, "--out", T.tmpdir() .. "/a",
+    "--arch", "gfx90a")
+  T.eq(code, 1, out)
+  T.match(out, "gfx90a")
+  out, code = T.khlua("export", "solution", FIX_SOL, "--task", FIX, "--out", T.tmpdir() .. "/a",
+    "--arch", "sm_90a", "--source-only")
+  T.eq(code, 2, out)
+  T.match(out, "%-%-source%-only embeds none")
+end)
 
 T.test("a solution of two sources: the header is written beside the renamed entry that includes it", function()
   local p, orig = two_source_solution()
@@ -325,7 +434,7 @@ T.test("a run's incumbent (as khlua best finds it) and a candidate record", func
     T.eq(sol.spec.entry_point, "binding.cu::run")
     -- khlua best names the source kernel.cu: here kernel.cuh, byte for byte
     T.eq(source(sol, "kernel.cuh"), orig.sources[1].content)
-    T.match(source(sol, "binding.cu"), plain("launch(khlua_export_kernel_sr_apply(), 2,"))
+    T.match(source(sol, "binding.cu"), plain("launch(kernel_func(device, 1), 2,"))
   end
 end)
 

@@ -1,0 +1,28 @@
+/* fib_export_int.h: what fib_export.c takes from fib_export_image.c, the
+ * kernels an exported solution launches (khlua's cubin, or nvcc's build). */
+#ifndef KH_FIB_EXPORT_INT_H
+#define KH_FIB_EXPORT_INT_H
+
+#include "task/fib_export.h"
+
+/* distinct kernels per manifest (manifests are checked to hold fewer) */
+#define KH_FIB_MAX_KERNELS 64
+
+/* The GPUs a cubin of arch runs on: compute capability major.minor, exact
+ * (sm_XYa) or that minor and later ones (sm_XY, sm_XYf).  KH_EINVAL naming
+ * arch otherwise. */
+kh_status kh_fib_image_arch(const char *arch, int *major, int *minor, int *exact, kh_err *err);
+
+/* C++ for kernels.cu: o->image as a byte array and its accessor
+ * khlua_export_image.  NULL when out of memory. */
+char *kh_fib_image_array(const kh_fib_export_opts *o);
+
+/* C++ for binding.cu (inside its namespace, after check_cuda and kSolution):
+ * the kernel table and kernel_func(device, k), k as kh_fib_kernel_index
+ * gives it.  NULL when out of memory. */
+char *kh_fib_kernel_table(const kh_task_manifest *m, const kh_fib_export_opts *o);
+
+/* The table index of launch's kernel. */
+size_t kh_fib_kernel_index(const kh_task_manifest *m, size_t launch);
+
+#endif
