@@ -199,7 +199,7 @@ def make_written(base):
     D.save_jsonl_file(D.load_jsonl_file(D.Trace, pkg / "workloads.jsonl"),
                       base / "workloads/rmsnorm/host_rmsnorm_h1024.jsonl")
     exported = D.load_jsonl_file(D.Trace, FIX / "khlua/host_rmsnorm_export.jsonl")
-    # an INCORRECT_NUMERICAL verdict as khlua writes it (engine/eval/eval.c: "nan" / "inf")
+    # an INCORRECT_NUMERICAL verdict as khlua writes it (engine/eval/eval_verdict.c: "nan" / "inf")
     line = json.loads((FIX / "khlua/host_rmsnorm_export.jsonl").read_text().splitlines()[0])
     ev = line["evaluation"]
     ev["status"] = "INCORRECT_NUMERICAL"

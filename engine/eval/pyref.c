@@ -2,7 +2,7 @@
  * Owns the host-side inputs (the same bits as the workers' generators), the
  * job file and safetensors exchange with scripts/khlua_pyref.py, finding the
  * interpreter, and reading the outputs back.  Caching them (memory, store)
- * is eval.c's. */
+ * is eval_ref.c's. */
 #include "eval/pyref.h"
 
 #include "core/proc.h"
@@ -120,7 +120,7 @@ kh_status kh_pyref_inputs(kh_engine *e, const kh_task_def *d, const kh_task_work
             continue;
         if (!type || !strcmp(type, "random")) {
             /* stream = the input's position, seed = the trial's: what the
-             * coordinator asks the workers for (eval.c input_gen) */
+             * coordinator asks the workers for (eval_request.c input_gen) */
             if ((st = kh_tensor_new(&ins[i], dt, nd, shape, err)))
                 break;
             if (dsa_kcache && !strcmp(t->name, "k_index_cache_fp8"))

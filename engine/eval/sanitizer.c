@@ -1,6 +1,6 @@
 /* sanitizer.c: finding compute-sanitizer, the launch template that puts it in
  * front of a gpu worker, and the parser of its text report (sanitizer.h).
- * Owns nothing at run time; eval.c starts the worker and reads the log.
+ * Owns nothing at run time; eval_sanitize.c starts the worker and reads the log.
  *
  * The report format (compute-sanitizer 2021 to 2025): every line starts with
  * "=========".  A record begins with a line indented by one space ("=========

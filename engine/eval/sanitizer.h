@@ -5,7 +5,7 @@
  *                     --report-api-errors no [--racecheck-report analysis]
  * and reads the report from F after the worker has exited.  This module
  * finds the tool, builds that template and parses the report; running the
- * worker is eval.c's.
+ * worker is eval_sanitize.c's.
  *
  * The sanitizer wraps the whole worker process, so its report can name the
  * worker's own kernels (input generator, checksums) or host API calls; only

@@ -187,7 +187,7 @@ static int is_file(const char *p)
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* The ids the evaluation gives the task and the candidate (eval.c): the task
+/* The ids the evaluation gives the task and the candidate (eval_record.c): the task
  * by its definition's name, the candidate by its one identity
  * (candidate.h); none when the solution carries no candidate. */
 static void ids_of(const kh_task_def *d, const kh_task_solution *sol, kh_profile_task *t)

@@ -1,5 +1,5 @@
 -- test_eval_dsa.lua: FlashInfer-Bench's dsa_topk_indexer evaluator in kh.eval
--- (engine/eval/eval.c + engine/eval/check.c kh_check_dsa_topk) on a toy DSA top-k task
+-- (engine/eval/eval_compare.c + engine/eval/check.c kh_check_dsa_topk) on a toy DSA top-k task
 -- run on the host (tests/fixtures/task/dsa_topk_small, make.py there), with
 -- random valid block tables written for each run.  The coordinator
 -- regenerates each trial's inputs (fp8 q, the deep_gemm k cache, weights,

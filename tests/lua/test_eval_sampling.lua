@@ -1,5 +1,5 @@
 -- test_eval_sampling.lua: FlashInfer-Bench's sampling evaluator in kh.eval
--- (engine/eval/eval.c, engine/eval/check.c kh_check_sampling_*) on toy sampling tasks
+-- (engine/eval/eval_sampling.c, engine/eval/check.c kh_check_sampling_*) on toy sampling tasks
 -- run on the host (tests/fixtures/task/sampling_small and
 -- sampling_topk_small, make.py in the first): probs (softmax of randn, made
 -- by the coordinator), a fresh random seed per call, and for the second a
