@@ -625,8 +625,9 @@ static kh_status emit_entry(gen *g)
             sb_printf(o, "    uint64_t slot%zu[%zu] = {};\n", k + 1, l->nargs);
         for (size_t i = 0; i < l->nargs; i++) {
             const kh_task_arg *a = &l->args[i];
-            int is_out;
-            size_t ti;
+            /* set by find_tensor only when it finds the name; read only then */
+            int is_out = 0;
+            size_t ti = 0;
             const kh_task_tensor *t = a->name ? find_tensor(d, a->name, &is_out, &ti) : NULL;
             if (a->kind == KH_TASK_ARG_WORKSPACE)
                 continue; /* its pointer comes with the allocation, below */
