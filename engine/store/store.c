@@ -549,8 +549,19 @@ kh_status kh_store_txn_status(const kh_store_txn *tx, kh_err *err)
     return tx->st;
 }
 
+kh_status kh_store_txn_fail(kh_store_txn *tx, kh_status st, kh_err *err)
+{
+    kh_store_tx_fail(tx, st, err);
+    return kh_store_tx_sticky(tx, err);
+}
+
 static void ops_free(kh_store_txn *tx)
 {
+    for (size_t i = 0; i < tx->nown; i++)
+        free(tx->own[i]);
+    free(tx->own);
+    tx->own = NULL;
+    tx->nown = tx->capown = 0;
     kh_sbuf_free(&tx->pend);
     free(tx->pofs);
     tx->pofs = NULL;

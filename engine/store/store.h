@@ -95,6 +95,11 @@ kh_status kh_store_view(kh_store *s, kh_store_fn fn, void *arg, kh_err *err);
 
 /* The txn's sticky status (KH_OK while healthy) and its error. */
 kh_status kh_store_txn_status(const kh_store_txn *tx, kh_err *err);
+/* Make (st, *err) the txn's sticky error unless it has one (then err gets
+ * that one); returns the sticky status.  For writers built on the store
+ * (run.h, evaluation.h, llm_store.h): a write they refuse aborts the update
+ * as a refused put does. */
+kh_status kh_store_txn_fail(kh_store_txn *tx, kh_status st, kh_err *err);
 
 /* ---- blobs ---------------------------------------------------------------------- */
 /* Store bytes (a no-op if the hash is already there); *out = the hash. */
@@ -113,6 +118,11 @@ kh_status kh_store_txn_read_blob(kh_store_txn *tx, const kh_hash *h, void *dst, 
 typedef kh_status (*kh_store_sink)(void *arg, const void *data, size_t len, kh_err *err);
 kh_status kh_store_txn_stream_blob(kh_store_txn *tx, const kh_hash *h, kh_store_sink fn,
                                    void *arg, kh_err *err);
+/* kh_store_txn_put_blob of a copy the txn keeps until update returns: for
+ * bytes the caller frees before then (a text it built, a field of a record
+ * it is about to free). */
+kh_status kh_store_txn_put_blob_copy(kh_store_txn *tx, const void *data, size_t len,
+                                     kh_hash *out, kh_err *err);
 
 /* ---- records -------------------------------------------------------------------- */
 enum { KH_STORE_REPLACE = 1 }; /* put: an existing id is replaced, not refused */
@@ -126,6 +136,10 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
  * (sticky, so the update aborts).  ids: NULL or n slots. */
 kh_status kh_store_txn_put_many(kh_store_txn *tx, json_t *const *recs, size_t n, int flags,
                                 char (*ids)[KH_STORE_ID_MAX], kh_err *err);
+/* A new id of a known type in the store's form (docs/store.md, "Ids"), for a
+ * record the caller writes later: a run whose id its guard needs before the
+ * record exists.  Ids made here and by puts never repeat within a process. */
+kh_status kh_store_new_id(kh_store *s, const char *type, char id[KH_STORE_ID_MAX], kh_err *err);
 /* *out = a new reference (caller decrefs); KH_ENOTFOUND if absent (not sticky). */
 kh_status kh_store_txn_get(kh_store_txn *tx, const char *id, json_t **out, kh_err *err);
 

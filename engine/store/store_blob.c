@@ -158,6 +158,33 @@ kh_status kh_store_txn_put_blob(kh_store_txn *tx, const void *data, size_t len, 
     return kh_store_exec_op(tx, &op, err);
 }
 
+kh_status kh_store_txn_put_blob_copy(kh_store_txn *tx, const void *data, size_t len,
+                                     kh_hash *out, kh_err *err)
+{
+    kh_status st = kh_store_need_write(tx, err);
+    if (st)
+        return st;
+    if (!data && len)
+        return kh_err_set(err, KH_EINVAL, "put_blob: NULL data");
+    if (tx->nown == tx->capown) {
+        size_t nc = tx->capown ? tx->capown * 2 : 16;
+        void **n = realloc(tx->own, nc * sizeof *n);
+        if (!n)
+            return kh_store_tx_fail(tx, kh_err_set(err, KH_ENOMEM, "out of memory"), err);
+        tx->own = n;
+        tx->capown = nc;
+    }
+    void *copy = malloc(len ? len : 1);
+    if (!copy)
+        return kh_store_tx_fail(
+            tx, kh_err_set(err, KH_ENOMEM, "out of memory copying a blob of %zu bytes", len),
+            err);
+    if (len)
+        memcpy(copy, data, len);
+    tx->own[tx->nown++] = copy; /* freed when the scope ends, whatever happens */
+    return kh_store_txn_put_blob(tx, copy, len, out, err);
+}
+
 kh_status kh_store_txn_del_blob(kh_store_txn *tx, const kh_hash *h, kh_err *err)
 {
     kh_status st = kh_store_need_write(tx, err);

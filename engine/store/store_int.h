@@ -112,6 +112,9 @@ struct kh_store_txn {
     kh_sbuf pend;
     size_t *pofs, npend, cappend;
     int growths;
+    /* allocations freed when the scope ends (kh_store_txn_put_blob_copy) */
+    void **own;
+    size_t nown, capown;
 };
 
 /* The fields of a record the indices use (pointers into its JSON). */

@@ -343,6 +343,15 @@ static void make_id(kh_store *s, const char *type, int64_t *t_us, char out[KH_ST
     *p = '\0';
 }
 
+kh_status kh_store_new_id(kh_store *s, const char *type, char id[KH_STORE_ID_MAX], kh_err *err)
+{
+    if (!type || !kh_store_known_type(type))
+        return kh_err_set(err, KH_EINVAL, "no record type '%s'", type ? type : "(null)");
+    int64_t t_us;
+    make_id(s, type, &t_us, id);
+    return KH_OK;
+}
+
 struct ref_ctx {
     kh_store_txn *tx;
     int check_exists;
