@@ -58,7 +58,7 @@ static const struct {
      {{"provenance.solution_hash|provenance.hashes.source", "the solution hash"},
       {"provenance.gpu_uuid|provenance.host", "the GPU UUID or host"},
       {"provenance.seeds|provenance.seed", "the seeds"}}},
-    {"llm_call", {{"prompt_hash|fingerprint|prompt_blob|request_blob", "the prompt hash"}}},
+    {"llm_call", {{"fingerprint", "the prompt's fingerprint"}}},
 };
 
 /* The value at a dotted path of n bytes, or NULL. */
