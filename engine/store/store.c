@@ -3,7 +3,7 @@
  * mode, and scoped transactions with a sticky error and a write log replayed
  * after the map grows.  Blobs are store_blob.c's, records store_record.c's,
  * index entries and queries store_index.c's, whole-store walks (stats,
- * verify, gc, backup, export, import) store_tools.c's. */
+ * verify, gc, backup) store_tools.c's, export and import store_export.c's. */
 #include "store/store_int.h"
 
 #include <errno.h>

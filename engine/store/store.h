@@ -169,7 +169,7 @@ kh_status kh_store_get(kh_store *s, const char *id, json_t **out, kh_err *err);
 kh_status kh_store_query(kh_store *s, const kh_store_filter *q, int ids_only, json_t **out,
                          kh_err *err);
 
-/* ---- maintenance (store_tools.c) -------------------------------------------------- */
+/* ---- maintenance (store_tools.c; export and import: store_export.c) ------------ */
 /* {"records": {type: n}, "records_total", "blobs", "blob_bytes_raw",
  *  "blob_bytes_stored", "map_size", "map_used", "page_size", "schema"} */
 kh_status kh_store_stats(kh_store *s, json_t **out, kh_err *err);
@@ -201,7 +201,7 @@ kh_status kh_store_export(kh_store *s, const kh_store_export_opts *o, FILE *f, s
  * same content are skipped; a different record under an existing id fails. */
 kh_status kh_store_import(kh_store *s, FILE *f, json_t **report, kh_err *err);
 
-/* ---- helpers shared by store.c and store_tools.c ------------------------------- */
+/* ---- helpers (store.c) used across the store's files --------------------------- */
 /* "2026-12-02T15:04:05.123456Z" for µs since the epoch. */
 void kh_store_format_time(int64_t us, char out[40]);
 /* Parse ISO 8601 (Z, +HH:MM or no zone = UTC); KH_EINVAL on bad text. */

@@ -1,8 +1,8 @@
 /* store_int.h: what the store's own files (store.c, store_blob.c,
- * store_record.c, store_index.c, store_tools.c) share and nothing else: the
- * store and transaction structs, the on-disk encodings (blob header, index
- * keys), the record rules and the steps of a write.  Not for other modules:
- * use store.h. */
+ * store_record.c, store_index.c, store_tools.c, store_export.c) share and
+ * nothing else: the store and transaction structs, the on-disk encodings
+ * (blob header, index keys), the record rules and the steps of a write.  Not
+ * for other modules (run.c, evaluation.c, candidate.c included): use store.h. */
 #ifndef KH_STORE_INT_H
 #define KH_STORE_INT_H
 
@@ -179,6 +179,15 @@ kh_status kh_store_record_write(kh_store_txn *tx, const kh_store_op *op, int *fu
                                 kh_err *err);
 /* Write the queued index entries in key order (store_index.c). */
 kh_status kh_store_index_flush(kh_store_txn *tx, kh_err *err);
+/* A growable list of blob hashes (gc, export: store_tools.c). */
+struct kh_store_hashset {
+    kh_hash *v;
+    size_t n, cap;
+};
+/* A kh_store_ref_fn adding each parsable hash to the kh_store_hashset arg. */
+kh_status kh_store_collect_hash(void *arg, const char *field, const char *value, kh_err *err);
+/* qsort order of kh_hash values (bytes). */
+int kh_store_hash_cmp(const void *a, const void *b);
 /* The i-th record type's name (store_record.c), NULL past the last. */
 #define KH_STORE_NTYPES 11
 const char *kh_store_type_at(size_t i);
