@@ -61,6 +61,13 @@ struct kh_store *kh_lua_to_store(lua_State *L, int idx);
 /* The open kh.Store at idx for one call made outside its transactions;
  * raises on a wrong type, a closed store, or inside db:update/db:view. */
 struct kh_store *kh_lua_check_store_idle(lua_State *L, int idx);
+/* The transaction of the kh.StoreTxn at idx; raises outside its
+ * db:update / db:view scope. */
+struct kh_store_txn;
+struct kh_store_txn *kh_lua_check_txn(lua_State *L, int idx);
+/* The engine's record writers (tx:put_run, ...), methods of every
+ * kh.StoreTxn (l_records.c). */
+extern const luaL_Reg kh_lua_record_methods[];
 /* The task at idx when it is a kh.TaskSet (kh.task.load), else NULL; an
  * error when it is one that was closed. */
 struct kh_task;

@@ -2,7 +2,10 @@
  * kh.Store (closed by :close(), __close or __gc, counted in the engine's live
  * objects); db:update(fn) / db:view(fn) run fn with a kh.StoreTxn that is
  * valid only inside the call: the LMDB transaction never reaches the garbage
- * collector.  Records travel as tables (kh.json's conversions). */
+ * collector.  Records travel as tables (kh.json's conversions).  The generic
+ * put refuses the record types the engine writes (task, candidate,
+ * evaluation, run, round, llm_call, promotion): their writers are
+ * l_records.c's tx:put_run, ... and tx:put_candidate here. */
 #include "kh_lua.h"
 
 #include "store/candidate.h"
@@ -50,6 +53,11 @@ static l_txn *check_txn(lua_State *L, int idx)
     if (!t->tx)
         luaL_error(L, "kh.StoreTxn: transaction used outside its db:update/db:view scope");
     return t;
+}
+
+struct kh_store_txn *kh_lua_check_txn(lua_State *L, int idx)
+{
+    return check_txn(L, idx)->tx;
 }
 
 static void check_hash(lua_State *L, int idx, kh_hash *h)
@@ -157,6 +165,32 @@ static int put_flags(lua_State *L, int idx)
     int f = lua_toboolean(L, -1) ? KH_STORE_REPLACE : 0;
     lua_pop(L, 1);
     return f;
+}
+
+/* The record types the engine alone writes, and the writer to use: the
+ * generic put refuses them (one writer per record type, docs/store.md). */
+static const char *const OWNED[][2] = {
+    {"task", "tx:put_task"},
+    {"candidate", "tx:put_candidate"},
+    {"evaluation", "kh.eval with opts.store (or tx:put_evaluation)"},
+    {"run", "tx:put_run and tx:update_run"},
+    {"round", "tx:put_round"},
+    {"llm_call", "kh.llm.record_to or tx:put_llm_call"},
+    {"promotion", "tx:put_promotion"},
+};
+
+/* Raise when the record table at idx is of an owned type (misuse: the
+ * generic put is not how these are written). */
+static void refuse_owned(lua_State *L, int idx, const char *what)
+{
+    lua_getfield(L, idx, "type");
+    const char *type = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    for (size_t i = 0; type && i < KH_ARRAY_LEN(OWNED); i++)
+        if (!strcmp(type, OWNED[i][0]))
+            luaL_error(L, "%s: %s records are written by the engine alone (one writer per "
+                          "record type): use %s (docs/store.md, Records)",
+                       what, type, OWNED[i][1]);
+    lua_pop(L, 1);
 }
 
 static json_t *check_record(lua_State *L, int idx)
@@ -300,6 +334,8 @@ static int l_put(lua_State *L)
 {
     l_store *u = check_store_idle(L, 1);
     int flags = put_flags(L, 3);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    refuse_owned(L, 2, "db:put");
     json_t *rec = check_record(L, 2);
     char id[KH_STORE_ID_MAX];
     kh_err err;
@@ -356,6 +392,11 @@ static int put_many(lua_State *L, kh_store *s, kh_store_txn *tx)
     /* scratch as userdata: the collector frees it whatever raises later */
     lua_Integer ln = (lua_Integer)lua_rawlen(L, 2);
     luaL_argcheck(L, ln >= 0 && ln <= (1 << 24), 2, "too many records");
+    for (lua_Integer i = 1; i <= ln; i++) {
+        if (lua_rawgeti(L, 2, i) == LUA_TTABLE)
+            refuse_owned(L, lua_gettop(L), tx ? "tx:put_many" : "db:put_many");
+        lua_pop(L, 1);
+    }
     size_t cap = ln ? (size_t)ln : 1;
     json_t **recs = lua_newuserdatauv(L, cap * sizeof *recs, 0);            /* [.., 3] */
     char(*ids)[KH_STORE_ID_MAX] = lua_newuserdatauv(L, cap * sizeof *ids, 0); /* [.., 4] */
@@ -428,6 +469,20 @@ static int l_query(lua_State *L)
     if (kh_store_query(u->s, &q, 0, &arr, &err))
         return kh_lua_fail(L, &err);
     push_json_owned(L, arr);
+    return 1;
+}
+
+/* db:new_id(type) -> an id of that type, for a record written later (a run
+ * whose guard needs its id first) */
+static int l_new_id(lua_State *L)
+{
+    l_store *u = check_store(L, 1);
+    const char *type = luaL_checkstring(L, 2);
+    char id[KH_STORE_ID_MAX];
+    kh_err err;
+    if (kh_store_new_id(u->s, type, id, &err))
+        return luaL_argerror(L, 2, err.msg);
+    lua_pushstring(L, id);
     return 1;
 }
 
@@ -542,6 +597,8 @@ static int t_put(lua_State *L)
 {
     l_txn *t = check_txn(L, 1);
     int flags = put_flags(L, 3);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    refuse_owned(L, 2, "tx:put");
     json_t *rec = check_record(L, 2);
     char id[KH_STORE_ID_MAX];
     kh_err err;
@@ -718,7 +775,7 @@ void kh_open_store(lua_State *L, kh_engine *e)
         {"get", l_get},         {"query", l_query},     {"update", l_update},
         {"view", l_view},       {"stats", l_stats},     {"verify", l_verify},
         {"gc", l_gc},           {"backup", l_backup},   {"put_many", l_put_many},
-        {"bulk", l_bulk},       {NULL, NULL},
+        {"bulk", l_bulk},       {"new_id", l_new_id},   {NULL, NULL},
     };
     if (luaL_newmetatable(L, STORE_MT)) {
         luaL_newlib(L, store_methods);
@@ -738,6 +795,7 @@ void kh_open_store(lua_State *L, kh_engine *e)
     };
     if (luaL_newmetatable(L, TXN_MT)) {
         luaL_newlib(L, txn_methods);
+        luaL_setfuncs(L, kh_lua_record_methods, 0);
         lua_setfield(L, -2, "__index");
         lua_pushcfunction(L, t_tostring);
         lua_setfield(L, -2, "__tostring");

@@ -1,11 +1,13 @@
 /* eval_record.c: the store's side of a verdict (eval_int.h).  Owns the one
  * update per verdict (the task, the candidate, the raw samples as a blob,
  * the evaluation record) and the store reference outputs are cached in.
- * What a verdict says is eval_verdict.c's; the records' shapes are the
- * store's (docs/store.md). */
+ * What a verdict says is eval_verdict.c's; the records' shapes and their
+ * writers are the store's (store/evaluation.h, store/candidate.h,
+ * docs/store.md). */
 #include "eval/eval_int.h"
 
 #include "store/candidate.h"
+#include "store/evaluation.h"
 #include "store/store.h"
 
 #include <stdlib.h>
@@ -27,34 +29,11 @@ typedef struct rec_ctx {
     char cand_id[KH_STORE_ID_MAX], eval_id[KH_STORE_ID_MAX];
 } rec_ctx;
 
-static kh_status put_if_absent(kh_store_txn *tx, const char *id, json_t *rec, kh_err *err)
-{
-    json_t *have = NULL;
-    kh_status st = kh_store_txn_get(tx, id, &have, err);
-    json_decref(have);
-    if (st == KH_OK) {
-        json_decref(rec);
-        return KH_OK;
-    }
-    if (st != KH_ENOTFOUND) {
-        json_decref(rec);
-        return st;
-    }
-    char out[KH_STORE_ID_MAX];
-    st = kh_store_txn_put(tx, rec, 0, out, err);
-    json_decref(rec);
-    return st;
-}
-
 static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
 {
     rec_ctx *r = arg;
     char task_id[KH_STORE_ID_MAX];
-    snprintf(task_id, sizeof task_id, "task-%s", r->d->name);
-    kh_status st = put_if_absent(tx, task_id,
-                                 json_pack("{s:s, s:s, s:s, s:O}", "type", "task", "id", task_id,
-                                           "name", r->d->name, "definition", r->d->json),
-                                 err);
+    kh_status st = kh_task_record_put(tx, r->d->name, r->d->json, NULL, task_id, err);
     if (st)
         return st;
     snprintf(r->cand_id, sizeof r->cand_id, "%s", r->cand->id);
@@ -67,38 +46,20 @@ static kh_status rec_fn(kh_store_txn *tx, void *arg, kh_err *err)
             return st;
         kh_hash_hex(&bh, r->blob);
     }
-    json_t *evj = json_object_get(r->trace, "evaluation");
-    json_t *kl = json_object_get(evj, "khlua");
+    json_t *kl = json_object_get(json_object_get(r->trace, "evaluation"), "khlua");
     if (r->blob[0])
         json_object_set_new(kl, "samples_blob", json_string(r->blob));
-    json_t *rec = json_pack(
-        "{s:s, s:s, s:s, s:s, s:s?, s:s, s:s, s:O, s:O, s:{s:O, s:O, s:O}}", "type", "evaluation",
-        "task", task_id, "candidate", r->cand_id, "status",
-        json_string_value(json_object_get(evj, "status")), "samples_blob",
-        r->blob[0] ? r->blob : NULL, "definition", r->d->name, "solution", r->sol_name,
-        "workload", json_object_get(r->trace, "workload"), "evaluation", evj, "provenance",
-        "hashes", json_object_get(kl, "hashes"), "seeds", json_object_get(kl, "seeds"),
-        "worker", json_object_get(kl, "worker") ? json_object_get(kl, "worker") : json_null());
-    /* the provenance the store requires: the host always, the GPU when one ran */
-    json_t *prov = json_object_get(rec, "provenance");
-    const char *fields[2] = {"host", "gpu_uuid"};
-    for (int i = 0; i < 2; i++)
-        if (json_object_get(kl, fields[i]))
-            json_object_set(prov, fields[i], json_object_get(kl, fields[i]));
-    json_t *proto = json_object_get(kl, "protocol");
-    if (!r->o->timing)
-        json_object_set_new(rec, "protocol", json_string("none")); /* correctness only */
-    else if (proto)
-        json_object_set(rec, "protocol", proto);
-    if (r->o->run)
-        json_object_set_new(rec, "run", json_string(r->o->run));
-    if (r->o->run && r->o->round_index >= 0)
-        json_object_set_new(rec, "round_index", json_integer((json_int_t)r->o->round_index));
-    if (r->o->purpose)
-        json_object_set_new(rec, "purpose", json_string(r->o->purpose));
-    st = kh_store_txn_put(tx, rec, 0, r->eval_id, err);
-    json_decref(rec);
-    return st;
+    kh_evaluation_facts f = {.task = task_id,
+                             .candidate = r->cand_id,
+                             .definition = r->d->name,
+                             .solution = r->sol_name,
+                             .trace = r->trace,
+                             .samples_blob = r->blob[0] ? r->blob : NULL,
+                             .timing = r->o->timing,
+                             .run = r->o->run,
+                             .round_index = r->o->run ? r->o->round_index : -1,
+                             .purpose = r->o->purpose};
+    return kh_evaluation_put(tx, &f, r->eval_id, err);
 }
 
 /* Record a verdict; on success the trace carries khlua.record and

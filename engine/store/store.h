@@ -95,6 +95,11 @@ kh_status kh_store_view(kh_store *s, kh_store_fn fn, void *arg, kh_err *err);
 
 /* The txn's sticky status (KH_OK while healthy) and its error. */
 kh_status kh_store_txn_status(const kh_store_txn *tx, kh_err *err);
+/* Make (st, *err) the txn's sticky error unless it has one (then err gets
+ * that one); returns the sticky status.  For writers built on the store
+ * (run.h, evaluation.h, llm_store.h): a write they refuse aborts the update
+ * as a refused put does. */
+kh_status kh_store_txn_fail(kh_store_txn *tx, kh_status st, kh_err *err);
 
 /* ---- blobs ---------------------------------------------------------------------- */
 /* Store bytes (a no-op if the hash is already there); *out = the hash. */
@@ -113,6 +118,11 @@ kh_status kh_store_txn_read_blob(kh_store_txn *tx, const kh_hash *h, void *dst, 
 typedef kh_status (*kh_store_sink)(void *arg, const void *data, size_t len, kh_err *err);
 kh_status kh_store_txn_stream_blob(kh_store_txn *tx, const kh_hash *h, kh_store_sink fn,
                                    void *arg, kh_err *err);
+/* kh_store_txn_put_blob of a copy the txn keeps until update returns: for
+ * bytes the caller frees before then (a text it built, a field of a record
+ * it is about to free). */
+kh_status kh_store_txn_put_blob_copy(kh_store_txn *tx, const void *data, size_t len,
+                                     kh_hash *out, kh_err *err);
 
 /* ---- records -------------------------------------------------------------------- */
 enum { KH_STORE_REPLACE = 1 }; /* put: an existing id is replaced, not refused */
@@ -126,6 +136,10 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
  * (sticky, so the update aborts).  ids: NULL or n slots. */
 kh_status kh_store_txn_put_many(kh_store_txn *tx, json_t *const *recs, size_t n, int flags,
                                 char (*ids)[KH_STORE_ID_MAX], kh_err *err);
+/* A new id of a known type in the store's form (docs/store.md, "Ids"), for a
+ * record the caller writes later: a run whose id its guard needs before the
+ * record exists.  Ids made here and by puts never repeat within a process. */
+kh_status kh_store_new_id(kh_store *s, const char *type, char id[KH_STORE_ID_MAX], kh_err *err);
 /* *out = a new reference (caller decrefs); KH_ENOTFOUND if absent (not sticky). */
 kh_status kh_store_txn_get(kh_store_txn *tx, const char *id, json_t **out, kh_err *err);
 
@@ -155,7 +169,7 @@ kh_status kh_store_get(kh_store *s, const char *id, json_t **out, kh_err *err);
 kh_status kh_store_query(kh_store *s, const kh_store_filter *q, int ids_only, json_t **out,
                          kh_err *err);
 
-/* ---- maintenance (store_tools.c) -------------------------------------------------- */
+/* ---- maintenance (store_tools.c; export and import: store_export.c) ------------ */
 /* {"records": {type: n}, "records_total", "blobs", "blob_bytes_raw",
  *  "blob_bytes_stored", "map_size", "map_used", "page_size", "schema"} */
 kh_status kh_store_stats(kh_store *s, json_t **out, kh_err *err);
@@ -187,7 +201,7 @@ kh_status kh_store_export(kh_store *s, const kh_store_export_opts *o, FILE *f, s
  * same content are skipped; a different record under an existing id fails. */
 kh_status kh_store_import(kh_store *s, FILE *f, json_t **report, kh_err *err);
 
-/* ---- helpers shared by store.c and store_tools.c ------------------------------- */
+/* ---- helpers (store.c) used across the store's files --------------------------- */
 /* "2026-12-02T15:04:05.123456Z" for µs since the epoch. */
 void kh_store_format_time(int64_t us, char out[40]);
 /* Parse ISO 8601 (Z, +HH:MM or no zone = UTC); KH_EINVAL on bad text. */

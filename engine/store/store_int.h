@@ -1,6 +1,8 @@
-/* store_int.h: what store.c shares with store_tools.c and nothing else: the
- * store and transaction structs, the on-disk encodings (blob header, index
- * keys) and the record rules.  Not for other modules: use store.h. */
+/* store_int.h: what the store's own files (store.c, store_blob.c,
+ * store_record.c, store_index.c, store_tools.c, store_export.c) share and
+ * nothing else: the store and transaction structs, the on-disk encodings
+ * (blob header, index keys), the record rules and the steps of a write.  Not
+ * for other modules (run.c, evaluation.c, candidate.c included): use store.h. */
 #ifndef KH_STORE_INT_H
 #define KH_STORE_INT_H
 
@@ -110,6 +112,9 @@ struct kh_store_txn {
     kh_sbuf pend;
     size_t *pofs, npend, cappend;
     int growths;
+    /* allocations freed when the scope ends (kh_store_txn_put_blob_copy) */
+    void **own;
+    size_t nown, capown;
 };
 
 /* The fields of a record the indices use (pointers into its JSON). */
@@ -151,5 +156,40 @@ kh_status kh_store_txn_del_blob(kh_store_txn *tx, const kh_hash *h, kh_err *err)
 /* Parse a blob head value. */
 int kh_store_blob_head(const MDB_val *v, int *fmt, uint64_t *raw_len, uint64_t *stored_at,
                        uint32_t *nchunks, uint32_t *chunk_size);
+
+/* ---- the steps of a write, shared by the store's files -------------------------- */
+/* Make st the txn's sticky error (the first one wins); returns st. */
+kh_status kh_store_tx_fail(kh_store_txn *tx, kh_status st, const kh_err *e);
+/* The sticky error, copied to err. */
+kh_status kh_store_tx_sticky(kh_store_txn *tx, kh_err *err);
+/* KH_OK when tx may write (healthy, an update). */
+kh_status kh_store_need_write(kh_store_txn *tx, kh_err *err);
+/* The name of the API-key variable whose value is in bytes, or NULL. */
+const char *kh_store_find_secret(const kh_store *s, const void *data, size_t len);
+/* Apply op now (growing the map and replaying on MDB_MAP_FULL) and log it
+ * for a later replay; a failure becomes the txn's sticky error. */
+kh_status kh_store_exec_op(kh_store_txn *tx, kh_store_op *op, kh_err *err);
+/* After MDB_MAP_FULL: abort, double the map, replay every logged write. */
+kh_status kh_store_tx_recover(kh_store_txn *tx, kh_err *err);
+/* The ops themselves (store_blob.c, store_index.c): MDB_MAP_FULL sets *full. */
+kh_status kh_store_blob_write(kh_store_txn *tx, const kh_hash *h, const void *data, size_t len,
+                              int *full, kh_err *err);
+kh_status kh_store_blob_delete(kh_store_txn *tx, const kh_hash *h, int *full, kh_err *err);
+kh_status kh_store_record_write(kh_store_txn *tx, const kh_store_op *op, int *full,
+                                kh_err *err);
+/* Write the queued index entries in key order (store_index.c). */
+kh_status kh_store_index_flush(kh_store_txn *tx, kh_err *err);
+/* A growable list of blob hashes (gc, export: store_tools.c). */
+struct kh_store_hashset {
+    kh_hash *v;
+    size_t n, cap;
+};
+/* A kh_store_ref_fn adding each parsable hash to the kh_store_hashset arg. */
+kh_status kh_store_collect_hash(void *arg, const char *field, const char *value, kh_err *err);
+/* qsort order of kh_hash values (bytes). */
+int kh_store_hash_cmp(const void *a, const void *b);
+/* The i-th record type's name (store_record.c), NULL past the last. */
+#define KH_STORE_NTYPES 11
+const char *kh_store_type_at(size_t i);
 
 #endif

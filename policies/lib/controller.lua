@@ -9,9 +9,12 @@
 -- (plateau, regression) -> policy.react(view, outcome, ps) -> actions.  One
 -- store transaction per round writes the round record (state in, prompt,
 -- model calls, candidates, verdicts, decision, actions, and the controller
--- state out) together with the run record, so a killed run resumes from its
+-- state out) together with the run's state, so a killed run resumes from its
 -- last whole round (`resume = RUN`): a round cut short is run again, and a
--- round is never stored twice (its id is derived from the run and index).
+-- round is never stored twice (the engine derives its id from the run and
+-- index).  Every record is the engine's to write (tx:put_run, tx:put_round,
+-- tx:put_llm_call, tx:put_promotion, ...: docs/store.md, "Records"): the
+-- controller gives it the facts and passes on the ids it gets back.
 -- Ctrl-C raises "interrupted" through the loop; a to-be-closed guard marks
 -- the run interrupted (or failed, on another error) before it propagates.
 --
@@ -176,11 +179,7 @@ end
 -- ---- the store ----------------------------------------------------------------
 
 local function ensure_task(db, task)
-  local id = "task-" .. task.name
-  if not db:get(id) then
-    must(db:put { type = "task", id = id, name = task.name, path = task.path })
-  end
-  return id
+  return must(db:update(function(tx) return tx:put_task { name = task.name, path = task.path } end))
 end
 
 -- The candidate record of a solution: put by the engine (tx:put_candidate,
@@ -327,14 +326,11 @@ local function call_models(db, ctx, st, plan, round_index)
     local cost = rec and llm.cost(rec) or nil
     st.tokens = st.tokens + (usage.total or 0)
     if cost then st.usd = st.usd + cost else st.usd_unknown = st.usd_unknown + 1 end
-    local id = must(db:update(function(tx)
-      local pb = assert(tx:put_blob(plan.text))
-      local rb = assert(tx:put_blob(rec and rec.text or ""))
-      return assert(tx:put { type = "llm_call", model = fam.model, family = fam.spec,
-        provider = fam.provider, run = ctx.run_id, round_index = round_index,
-        prompt_blob = pb, response_blob = rb, ok = rec and rec.ok or false,
-        error = (not r[1]) and tostring(msg) or nil, usage = usage, cost_usd = cost,
-        latency_s = rec and rec.latency_s, replay_file = rec and rec.replay_file })
+    -- the engine records the call as the client made it (its request and raw
+    -- reply as blobs); a request refused before it was sent has no record
+    local id = rec and must(db:update(function(tx)
+      return tx:put_llm_call(rec, { run = ctx.run_id, round_index = round_index,
+        family = fam.spec, cost_usd = cost })
     end))
     out[i] = { record = rec, ok = r[1] ~= nil, msg = msg, call_id = id, family = fam }
     -- fail fast: failed calls in a row stop the run (stop_reason)
@@ -516,7 +512,10 @@ local function round(db, ctx, policy, st)
         ref[e.workload.uuid] = perf.reference_latency_ms
       end
     end
-    local pid = must(db:put { type = "promotion", candidate = best.probe.candidate, run = ctx.run_id,
+    -- the promotion names its evidence by id: the engine checks that each is
+    -- this run's measurement of the candidate or of the incumbent
+    local pid = must(db:update(function(tx) return tx:put_promotion {
+      candidate = best.probe.candidate, run = ctx.run_id,
       incumbent = old, round_index = idx, score = v.score, evidence = v.evidence,
       gate = { representative = { ratio = rep.ratio, lo = rep.lo, hi = rep.hi, margin = rep.margin,
         reps = rep.reps, workloads = rep.workloads },
@@ -526,7 +525,7 @@ local function round(db, ctx, policy, st)
           seeds_total = v.steps[3].seeds_total, reason = v.steps[3].reason },
         official = v.official and { mean_speedup = v.official.mean_speedup,
           evaluations = v.official.evidence } or nil },
-      reason = v.reason })
+      reason = v.reason } end))
     best.probe.accepted = true
     best.probe.promotion = pid
     decision.promoted, decision.promotion, decision.reason = best.probe.candidate, pid, v.reason
@@ -565,48 +564,20 @@ local function round(db, ctx, policy, st)
   ctx.round_t0 = nil
   -- one transaction: the round and the run
   must(db:update(function(tx)
-    local pb = assert(tx:put_blob(plan.text))
     local calls_ids = {}
-    for i, c in ipairs(calls) do calls_ids[i] = c.call_id end
-    local saved = copy(st)
-    assert(tx:put { type = "round", id = string.format("round-%s-%04d", ctx.run_id:sub(5), idx),
-      run = ctx.run_id, index = idx, state_in = state_in, direction = plan.direction,
-      model = ctx.models[plan.family or view.family].spec, prompt_blob = pb, llm_calls = calls_ids,
-      candidates = cands, verdicts = probes, decision = decision, events = events,
-      actions = actions, state_out = saved })
-    local run = assert(tx:get(ctx.run_id))
-    run.status, run.rounds_done, run.live = "running", idx, M.live_mark()
-    run.incumbent_candidate = st.incumbent.candidate
-    run.metrics = M.metrics(st)
-    assert(tx:put(run, { replace = true }))
+    for _, c in ipairs(calls) do calls_ids[#calls_ids + 1] = c.call_id end
+    local ok, msg, code = tx:put_round { run = ctx.run_id, index = idx, state_in = state_in,
+      direction = plan.direction, model = ctx.models[plan.family or view.family].spec,
+      prompt = plan.text, llm_calls = calls_ids, candidates = cands, verdicts = probes,
+      decision = decision, events = events, actions = actions, state_out = copy(st) }
+    if ok then
+      -- still running: the engine renews the liveness mark (the heartbeat)
+      ok, msg, code = tx:update_run(ctx.run_id, { rounds_done = idx,
+        incumbent_candidate = st.incumbent.candidate, metrics = M.metrics(st) })
+    end
+    return must(ok, msg, code)
   end))
   return outcome, actions
-end
-
--- A new run's id, in the store's form (run-, 11 Crockford base32 digits of
--- the time in microseconds, 4 of salt): known before its record is written.
-function M.new_run_id()
-  local b32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-  local us = math.floor(kh.time.wall() * 1e6)
-  local salt = must(kh.secure_seed(20))
-  local out = { "run-" }
-  for i = 10, 0, -1 do
-    local d = (us >> (5 * i)) & 31
-    out[#out + 1] = b32:sub(d + 1, d + 1)
-  end
-  for i = 0, 3 do
-    local d = (salt >> (5 * i)) & 31
-    out[#out + 1] = b32:sub(d + 1, d + 1)
-  end
-  return table.concat(out)
-end
-
--- The liveness mark a running run carries: this process (pid, host, start)
--- and the time of the last round (heartbeat, Unix seconds).
-function M.live_mark()
-  local m = kh.process()
-  m.heartbeat = kh.time.wall()
-  return m
 end
 
 function M.metrics(st)
@@ -768,7 +739,8 @@ function M.run(policy, cfg)
       "model_specs", "regression_tol", "skills", "backend", "replay", "seed_solution", "report" }) do
       saved[k] = cfg[k]
     end
-    ctx.run_id = ctx.run_id or M.new_run_id()
+    -- the run's id comes before its record: the guard below needs it
+    ctx.run_id = ctx.run_id or db:new_id("run")
     ctx.report = report_path(db, cfg, ctx.run_id)
     -- from here on a stop of any kind (an error, Ctrl-C, SIGTERM, SIGHUP)
     -- marks the run, which keeps its state (its id is chosen before its
@@ -779,12 +751,12 @@ function M.run(policy, cfg)
       if err == nil then return end
       local m = type(err) == "table" and err.msg or tostring(err)
       local status = m:find("interrupted", 1, true) and "interrupted" or "failed"
+      -- the engine drops the liveness mark; a run not written yet, or
+      -- already stopped, is left as it is
       db:update(function(tx)
-        local run = tx:get(ctx.run_id)
-        if run then
-          run.status, run.error = status, status == "failed" and m or nil
-          run.live = nil
-          tx:put(run, { replace = true })
+        if tx:get(ctx.run_id) then
+          tx:update_run(ctx.run_id, { status = status,
+            error = status == "failed" and m or nil })
         end
       end)
       -- the report says how the run ended (it must not raise here)
@@ -796,17 +768,16 @@ function M.run(policy, cfg)
         say(cfg, "resuming %s after round %d", ctx.run_id, st.round)
       end
       must(db:update(function(tx)
-        local run = assert(tx:get(ctx.run_id))
-        run.status, run.config = "running", saved
-        run.resumed = (run.resumed or 0) + 1
-        run.live = M.live_mark()
-        assert(tx:put(run, { replace = true }))
+        return tx:update_run(ctx.run_id, { resume = true, config = saved })
       end))
     else
       -- the versions make a comparison of two runs say what code produced each
-      must(db:put { id = ctx.run_id, type = "run", policy = policy.name, status = "running",
-        task = ctx.task_id, config = saved, seed = cfg.gate.seed, versions = copy(kh.version),
-        live = M.live_mark() })
+      local specs = {}
+      for i, m in ipairs(ctx.models) do specs[i] = m.spec end
+      must(db:update(function(tx)
+        return tx:put_run { id = ctx.run_id, policy = policy.name, task = ctx.task_id,
+          config = saved, seed = cfg.gate.seed, models = specs, versions = copy(kh.version) }
+      end))
       say(cfg, "run %s: policy %s, task %s, %d workloads", ctx.run_id, policy.name, ctx.task.name,
         #ctx.task.workloads)
     end
@@ -849,12 +820,8 @@ function M.run(policy, cfg)
     if why:find("^model calls failing") then final = "failed" end
     local metrics = M.metrics(st)
     must(db:update(function(tx)
-      local run = assert(tx:get(ctx.run_id))
-      run.status, run.stop_reason, run.metrics = final, why, metrics
-      run.live = nil
-      if final == "failed" then run.error = why end
-      run.incumbent_candidate = st.incumbent.candidate
-      assert(tx:put(run, { replace = true }))
+      return tx:update_run(ctx.run_id, { status = final, stop_reason = why, metrics = metrics,
+        error = final == "failed" and why or nil, incumbent_candidate = st.incumbent.candidate })
     end))
     write_report(db, ctx)
     return { run = ctx.run_id, status = final, stop_reason = why, metrics = metrics,

@@ -139,6 +139,8 @@ function M.request(m, messages, k, opts)
     -- a flat folder: the k-th reply in name order (the count is the run's,
     -- so a resumed run continues where it stopped)
     req.replay = { dir = dir, index = not steps and k or nil }
+    -- the call's record names what answered: the replay folder (replay:NAME)
+    req.model = m.model
   else
     req.provider, req.model, req.base_url = m.provider, m.model, m.base_url
     req.max_tokens = opts.max_tokens or 8192

@@ -81,11 +81,11 @@ static void test_http_record(void **state)
     random_text(text, sizeof text);
     random_text(raw, sizeof raw);
     json_int_t ticket = (json_int_t)(rnd() % 100000);
-    json_t *rec = json_pack("{s:I, s:b, s:s, s:s, s:s, s:{s:b, s:[{s:s, s:s}]}, s:{s:s},"
+    json_t *rec = json_pack("{s:I, s:b, s:s, s:s, s:s, s:s, s:{s:b, s:[{s:s, s:s}]}, s:{s:s},"
                             " s:s, s:f, s:f}",
                             "id", ticket, "ok", 1, "model", "m1", "provider", "anthropic",
-                            "text", text, "request", "stream", 1, "messages", "role", "user",
-                            "content", text, "response_headers", "request-id", "req_1",
+                            "fingerprint", "5eed0000c0ffee00", "text", text, "request", "stream",
+                            1, "messages", "role", "user", "content", text, "response_headers", "request-id", "req_1",
                             "request_id", "req_1", "latency_s", 1.5, "first_token_s", 0.25);
     char id[KH_STORE_ID_MAX];
     kh_err err;
@@ -164,8 +164,8 @@ static void test_sink(void **state)
     kh_llm_recorder r;
     memset(&r, 0, sizeof r);
     snprintf(r.run, sizeof r.run, "%s", f->run);
-    json_t *rec = json_pack("{s:I, s:b, s:s, s:s}", "id", (json_int_t)1, "ok", 1, "model", "m",
-                            "fingerprint", "5eed0000c0ffee01");
+    json_t *rec = json_pack("{s:I, s:b, s:s, s:s, s:s}", "id", (json_int_t)1, "ok", 1, "model",
+                            "m", "provider", "replay", "fingerprint", "5eed0000c0ffee01");
     kh_llm_store_sink(&r, rec, "abc", 3);
     assert_non_null(strstr(json_string_value(json_object_get(rec, "store_error")), "closed"));
     assert_int_equal(r.failed, 1);
@@ -203,8 +203,9 @@ static void test_key_refused(void **state)
     r.store = s;
     char raw[200];
     snprintf(raw, sizeof raw, "data: {\"echo\": \"Bearer %s\"}\n\n", key);
-    json_t *rec = json_pack("{s:I, s:b, s:s, s:s, s:s}", "id", (json_int_t)1, "ok", 1, "model",
-                            "m", "text", "fine", "fingerprint", "5eed0000c0ffee02");
+    json_t *rec = json_pack("{s:I, s:b, s:s, s:s, s:s, s:s}", "id", (json_int_t)1, "ok", 1,
+                            "model", "m", "provider", "replay", "text", "fine", "fingerprint",
+                            "5eed0000c0ffee02");
     /* in the raw stream only */
     kh_llm_store_sink(&r, rec, raw, strlen(raw));
     const char *msg = json_string_value(json_object_get(rec, "store_error"));

@@ -1042,11 +1042,10 @@ static void test_provenance(void **state)
                              "provenance", "solution_hash", hx, "gpu_uuid", "GPU-1234", "seed",
                              (json_int_t)(rnd() % 1000)),
                    NULL);
-    /* a model call: its prompt hash in any of its forms */
+    /* a model call: its prompt's fingerprint (the one writer, llm_store.h, always gives it) */
     expect_refused(f->s, json_pack("{s:s, s:s, s:s}", "type", "llm_call", "model", "m", "status",
                                    "ok"),
-                   "the prompt hash ('prompt_hash', 'fingerprint', 'prompt_blob' or "
-                   "'request_blob')");
+                   "the prompt's fingerprint ('fingerprint')");
     expect_refused(f->s, json_pack("{s:s, s:s, s:s}", "type", "llm_call", "model", "m",
                                    "fingerprint", hx + 16),
                    NULL);

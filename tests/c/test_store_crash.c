@@ -58,7 +58,7 @@ static kh_status write_step(kh_store_txn *tx, void *arg, kh_err *err)
     }
     if (!st) {
         json_t *c = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "llm_call", "model", "m",
-                              "run", s->ids[0], "response_blob", hx, "prompt_blob", hx);
+                              "run", s->ids[0], "response_blob", hx, "fingerprint", hx);
         st = kh_store_txn_put(tx, c, 0, s->ids[3], err);
         json_decref(c);
     }

@@ -78,6 +78,14 @@ T.test("plateau_switch over HTTP: promotion, rejections, plateau and model switc
   local promos = db:query { run = summary.run, type = "promotion" }
   T.eq(#promos, 2)
   for _, pr in ipairs(promos) do T.ok(#pr.evidence >= 20, "evidence stored") end
+  -- the calls are recorded as the model client makes them (the raw stream, the
+  -- fingerprint), so the run replays from the store: its oldest call answers first
+  local first = calls[#calls]
+  T.ok(first.fingerprint and db:has_blob(first.response_blob), "a client's record")
+  local rout, rcode = T.khlua("--store", store, "llm", "ask", "--no-store", "--replay-run",
+    summary.run, "any prompt")
+  T.eq(rcode, 0, rout)
+  T.ok(#first.text > 0 and rout:find(first.text, 1, true), rout)
 end)
 
 T.test("a run killed mid-way against the server resumes at the next round", function()

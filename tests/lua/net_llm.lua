@@ -458,7 +458,7 @@ end
 
 T.test("each call is a complete llm_call record in the store", function()
   local db, _, dir = scratch_store()
-  local run = assert(db:put { type = "run", policy = "net_llm" })
+  local run = assert(db:update(function(tx) return tx:put_run { policy = "net_llm" } end))
   assert(kh.llm.record_to(db, { run = run }))
   local ids = {}
   for _, d in ipairs(dialects) do
@@ -511,7 +511,7 @@ end)
 
 T.test("a recorded run replays from the store with the same texts, streams parsed again", function()
   local db, path, dir = scratch_store()
-  local run = assert(db:put { type = "run", policy = "net_llm" })
+  local run = assert(db:update(function(tx) return tx:put_run { policy = "net_llm" } end))
   assert(kh.llm.record_to(db, { run = run }))
   local prompts, live = {}, {}
   for i = 1, 6 do

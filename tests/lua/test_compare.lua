@@ -16,6 +16,7 @@ local ev = require "lib.evaluate"
 local policy = require "lib.policy"
 local cli = require "lib.cli"
 local report = require "lib.report"
+local llm = require "lib.llm"
 local fake = require "fake_eval"
 
 local TASK = SRC .. "/tests/fixtures/task/rmsnorm"
@@ -39,19 +40,23 @@ do
     local cfg = { task = TASK, model_specs = SPECS, rounds = spec[2], plateau = 2, db = db,
       quiet = true, gate = { seed = math.random(1, 1000) } }
     assert(cli.resolve_models(cfg))
+    -- the replay provider costs nothing: run A's calls get prices, as a priced
+    -- model's would (every third of unknown price)
+    local cost, calls = llm.cost, 0
+    if i == 1 then
+      llm.cost = function()
+        calls = calls + 1
+        if calls % 3 == 0 then return nil end
+        return math.random(100, 9999) / 1e5
+      end
+    end
     ev.use(fake.evaluate)
     local res, msg = ctl.run(P, cfg)
     ev.use(nil)
+    llm.cost = cost
     assert(res, msg)
     RUNS[i] = res
   end
-  -- the replay provider costs nothing: give run A a price, as a priced model's run has
-  assert(db:update(function(tx)
-    local run = assert(tx:get(RUNS[1].run))
-    run.metrics.usd = math.random(100, 9999) / 1000
-    run.metrics.usd_unknown_calls = math.random(1, 5)
-    assert(tx:put(run, { replace = true }))
-  end))
   db:close()
 end
 
@@ -458,28 +463,33 @@ T.test("--task keeps the runs on that task; CSV quotes fields with commas", func
 end)
 
 T.test("summarize: compile errors, failed model calls and empty replies are counted apart", function()
-  local db = assert(kh.store.open(T.tmpdir() .. "/s", { nosync = true }))
-  local task = assert(db:put { type = "task", id = "task-synthetic", name = "synthetic" })
-  local run = assert(db:put { type = "run", policy = "handmade", task = task,
-    metrics = { tokens = math.random(10, 999), usd = 0.5, elapsed_s = 3.5 } })
+  local path = T.tmpdir() .. "/s"
+  local db = assert(kh.store.open(path, { nosync = true }))
+  -- hand-made records, as a run would leave them
+  local task, run = "task-synthetic", "run-SYNTHETIC" .. math.random(1000, 9999)
+  local recs = { { type = "task", id = task, name = "synthetic" },
+    { type = "run", id = run, policy = "handmade", task = task,
+      metrics = { tokens = math.random(10, 999), usd = 0.5, elapsed_s = 3.5 } } }
   local ok, bad = 0, 0
   local verdicts = {}
   local n = math.random(2, 5)
   for i = 1, n do
-    local c = assert(db:put { type = "candidate", id = "candidate-syn" .. i, task = task,
-      provenance = { source_hash = kh.store.hash("syn" .. i) } })
+    local c = "candidate-syn" .. i
+    recs[#recs + 1] = { type = "candidate", id = c, task = task,
+      provenance = { source_hash = kh.store.hash("syn" .. i) } }
     -- odd candidates do not compile
     local st = i % 2 == 1 and "COMPILE_ERROR" or "INCORRECT_NUMERICAL"
     if st == "COMPILE_ERROR" then bad = bad + 1 else ok = ok + 1 end
-    assert(db:put { type = "evaluation", task = task, candidate = c, run = run, status = st,
+    recs[#recs + 1] = { type = "evaluation", task = task, candidate = c, run = run, status = st,
       purpose = "representative:candidate", provenance = { hashes = { source =
-        kh.store.hash("syn" .. i) }, host = "test-host", seeds = { math.random(1, 1000) } } })
+        kh.store.hash("syn" .. i) }, host = "test-host", seeds = { math.random(1, 1000) } } }
     verdicts[#verdicts + 1] = { candidate = c, rejected_for = "incorrect" }
   end
   verdicts[#verdicts + 1] = { reason = "model call failed: quota" }
   verdicts[#verdicts + 1] = { reason = "no candidate (empty): nothing" }
-  assert(db:put { type = "round", run = run, index = 1, verdicts = verdicts,
-    state_out = { incumbent = { score = 1.0 }, elapsed_s = 3.5 } })
+  recs[#recs + 1] = { type = "round", run = run, index = 1, verdicts = verdicts,
+    state_out = { incumbent = { score = 1.0 }, elapsed_s = 3.5 } }
+  T.import(path, recs)
   local s = assert(report.summarize(db, run))
   -- kh.report is the same library, loaded from the policies beside khlua
   local via_kh = assert(kh.report.summarize(db, run))

@@ -411,14 +411,17 @@ local function store_with_candidate(manifest_backend)
   local path = T.tmpdir() .. "/store"
   local orig = kh.json.decode(T.read(FIX_SOL))
   local db <close> = assert(kh.store.open(path))
-  local task = assert(db:put { type = "task", name = "scale_rows_f32" })
+  local task = "task-scale_rows_f32"
   local man = orig.spec.khlua
   if manifest_backend then man = { backend = manifest_backend, ["function"] = "f", args = {} } end
   local blob = assert(db:put_blob(orig.sources[1].content))
-  local cand = assert(db:put { type = "candidate", task = task, source_blob = blob,
-    manifest = man, solution_name = "scale_rows_promoted", origin = "model", model = "replay" })
-  local run = assert(db:put { type = "run", policy = "handmade", task = task,
-    incumbent_candidate = cand })
+  -- a candidate record from before candidates had one identity (it names its
+  -- first run's solution and model), in a hand-made run
+  local cand, run = "candidate-" .. blob, "run-HANDMADE0000001"
+  T.import(path, { { type = "task", id = task, name = "scale_rows_f32" },
+    { type = "candidate", id = cand, task = task, source_blob = blob, manifest = man,
+      solution_name = "scale_rows_promoted", origin = "model", model = "replay" },
+    { type = "run", id = run, policy = "handmade", task = task, incumbent_candidate = cand } })
   return path, run, cand, orig
 end
 

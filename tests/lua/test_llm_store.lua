@@ -36,7 +36,7 @@ end
 
 -- Record a run of agent calls: prompts[i] answered answers[i]; returns the run id and results.
 local function record_run(db, prompts, answers)
-  local run = assert(db:put { type = "run", policy = "test_llm_store" })
+  local run = assert(db:update(function(tx) return tx:put_run { policy = "test_llm_store" } end))
   assert(kh.llm.record_to(db, { run = run }))
   local rs = {}
   for i, p in ipairs(prompts) do rs[i] = chat(agent_req(p, answers[i])) end
@@ -182,7 +182,7 @@ T.test("a recorded run replays deterministically, marked as replay", function()
   end
   T.eq(#assert(db:query { type = "llm_call" }), 5 + 2 * #asks)
   -- a run without live calls, and no store at all
-  local empty = assert(db:put { type = "run", policy = "empty" })
+  local empty = assert(db:update(function(tx) return tx:put_run { policy = "empty" } end))
   assert(kh.llm.record_to(db))
   local r, msg, code = kh.llm.chat { provider = "replay", replay = { store = true, run = empty },
     messages = { { role = "user", content = "x" } } }
@@ -224,16 +224,18 @@ end
 
 T.test("a recorded HTTP stream is parsed again on replay", function()
   local db, _, dir = open_store()
-  local run = assert(db:put { type = "run", policy = "stream" })
+  local run = assert(db:update(function(tx) return tx:put_run { policy = "stream" } end))
   local texts, n_in = {}, {}
   for i = 1, 2 do
     texts[i], n_in[i] = "streamed " .. token() .. " reply", math.random(10, 5000)
-    local blob = assert(db:put_blob(chat_stream(texts[i], n_in[i])))
-    -- the record as the recorder writes it for a compat call, its text deliberately absent:
-    -- the answer must come from the stream
-    assert(db:put { type = "llm_call", model = "m", run = run, ok = true, replay = false,
-      status = "ok", provider = "compat", dialect = "chat", response_blob = blob,
-      prompt_hash = "synthetic-" .. i })
+    -- a compat call's result as the client gives it, its text deliberately absent: the
+    -- answer must come from the stream the engine's writer stores as its response_blob
+    local id = assert(db:update(function(tx)
+      return tx:put_llm_call({ model = "m", ok = true, replay = false, provider = "compat",
+        dialect = "chat", fingerprint = "synthetic-" .. i,
+        raw = chat_stream(texts[i], n_in[i]) }, { run = run })
+    end))
+    T.ok(db:get(id).response_blob)
   end
   assert(kh.llm.record_to(db))
   for i = 1, 2 do
@@ -247,10 +249,12 @@ T.test("a recorded HTTP stream is parsed again on replay", function()
     T.eq(r.model, "m", "the recorded model")
   end
   -- a damaged stream is an error, not a wrong answer
-  local run2 = assert(db:put { type = "run", policy = "broken" })
+  local run2 = assert(db:update(function(tx) return tx:put_run { policy = "broken" } end))
   local cut = chat_stream("cut short", 3)
-  assert(db:put { type = "llm_call", model = "m", run = run2, ok = true, status = "ok",
-    prompt_hash = "synthetic-cut", dialect = "chat", response_blob = assert(db:put_blob(cut:sub(1, #cut // 2))) })
+  assert(db:update(function(tx)
+    return tx:put_llm_call({ model = "m", ok = true, provider = "compat", dialect = "chat",
+      fingerprint = "synthetic-cut", raw = cut:sub(1, #cut // 2) }, { run = run2 })
+  end))
   local r, msg, code = kh.llm.chat { provider = "replay", replay = { store = true, run = run2 },
     messages = { { role = "user", content = "x" } } }
   T.eq(r, nil)
@@ -269,7 +273,7 @@ T.test("keys are redacted before the store sees them, and never stored", functio
   local script = string.format([[
     local kh = require "kh"
     local db = assert(kh.store.open(%q))
-    local ok, msg = db:put { type = "run", policy = os.getenv("KHLUA_API_KEY") }
+    local ok, msg = db:update(function(tx) return tx:put_run { policy = os.getenv("KHLUA_API_KEY") } end)
     assert(not ok and msg:find("KHLUA_API_KEY", 1, true), "the store refuses the key itself")
     assert(kh.llm.record_to(db))
     local r = assert(kh.llm.chat { provider = "command",
@@ -315,7 +319,7 @@ T.test("khlua llm ask records to the store and replays a run from it", function(
   local dir = T.tmpdir()
   local path = dir .. "/s"
   local db = assert(kh.store.open(path))
-  local run = assert(db:put { type = "run", policy = "cli" })
+  local run = assert(db:update(function(tx) return tx:put_run { policy = "cli" } end))
   db:close()
   local p1, a1, p2, a2 = "q " .. token(), "a " .. token(), "q " .. token(), "a " .. token()
   local out, code = T.khlua("llm", "ask", "--store", path, "--run", run, "--provider", "command",

@@ -1,5 +1,8 @@
 -- test_store.lua: kh.store from Lua (handles, scoped transactions, errors in
--- the three tiers) and `khlua store` from the shell.
+-- the three tiers) and `khlua store` from the shell.  The store's mechanics
+-- are exercised with profile and device records: the generic put refuses the
+-- types the engine writes (test_records_engine.lua), whose writers are used
+-- here where a test needs such a record.
 local kh = require "kh"
 local T = require "testlib"
 
@@ -18,17 +21,26 @@ local function fresh()
   return dir .. "/store", dir
 end
 
--- the provenance the store requires of an evaluation (solution hash, host, seeds)
-local function prov(h)
-  return { hashes = { source = h or kh.store.hash(rand_bytes(8)) }, host = "test-host",
-    seeds = { math.random(1, 1 << 30) } }
+-- a verdict as kh.eval gives it, with the provenance the store requires of
+-- an evaluation (solution hash, host, seeds)
+local function trace(h, status, extra)
+  local e = { status = status or "PASSED", khlua = { hashes = { source = h or
+    kh.store.hash(rand_bytes(8)) }, host = "test-host", seeds = { math.random(1, 1 << 30) } } }
+  for k, v in pairs(extra or {}) do e[k] = v end
+  return { workload = { uuid = kh.store.hash(rand_bytes(8)), axes = {} }, evaluation = e }
 end
 
+-- a task and a candidate, by the engine's writers; the candidate's source blob is h
 local function base(db)
   local src = "__global__ void k(float *x) { x[threadIdx.x] *= " .. math.random() .. "f; }"
   local h = assert(db:put_blob(src))
-  local task = assert(db:put { type = "task", name = "rmsnorm_h" .. math.random(1, 4096) })
-  local cand = assert(db:put { type = "candidate", task = task, source_blob = h })
+  local name = "rmsnorm_h" .. math.random(1, 4096)
+  local task, cand = db:update(function(tx)
+    local t = assert(tx:put_task { name = name })
+    return t, assert(tx:put_candidate({ name = "s", definition = name,
+      spec = { entry_point = "kernel.cu::k" }, sources = { { path = "kernel.cu", content = src } } },
+      t))
+  end)
   return task, cand, h, src
 end
 
@@ -82,37 +94,36 @@ T.test("records: put, get, query newest first, replace", function()
   for i = 1, 30 do
     local ok = math.random() < 0.5
     if ok then passed = passed + 1 end
-    ids[i] = assert(db:put { type = "evaluation", task = task, candidate = cand,
-      status = ok and "PASSED" or "INCORRECT_NUMERICAL", latency_ms = math.random(),
-      provenance = prov() })
+    ids[i] = assert(db:put { type = "profile", tool = "ncu", task = task, candidate = cand,
+      status = ok and "PASSED" or "INCORRECT_NUMERICAL", latency_ms = math.random() })
   end
   local r = db:get(ids[7])
   T.eq(r.id, ids[7])
   T.eq(r.task, task)
   T.match(r.created_at, "^%d%d%d%d%-%d%d%-%d%dT")
-  local q = db:query { task = task, type = "evaluation", limit = 5 }
+  local q = db:query { task = task, type = "profile", limit = 5 }
   T.eq(#q, 5)
   T.eq(q[1].id, ids[30])
   T.eq(q[5].id, ids[26])
-  T.eq(#db:query { type = "evaluation", status = "PASSED" }, passed)
+  T.eq(#db:query { type = "profile", status = "PASSED" }, passed)
   T.eq(#db:query { candidate = cand, status = "PASSED" }, passed)
-  T.eq(#db:query { since = r.created_at, type = "evaluation" }, 24)
-  local v, msg, code = db:put { id = ids[1], type = "evaluation", task = task, candidate = cand,
-    status = "TIMEOUT", provenance = prov() }
+  T.eq(#db:query { since = r.created_at, type = "profile" }, 24)
+  local v, msg, code = db:put { id = ids[1], type = "profile", tool = "ncu", task = task,
+    candidate = cand, status = "TIMEOUT" }
   T.eq(v, nil)
   T.eq(code, "ESTATE")
   T.match(msg, "already exists")
-  T.eq(db:put({ id = ids[1], type = "evaluation", task = task, candidate = cand,
-    status = "TIMEOUT", provenance = prov() }, { replace = true }), ids[1])
-  T.eq(#db:query { type = "evaluation", status = "TIMEOUT" }, 1)
-  T.eq(db:get(ids[1]).created_at, db:query { type = "evaluation", status = "TIMEOUT" }[1].created_at)
+  T.eq(db:put({ id = ids[1], type = "profile", tool = "ncu", task = task, candidate = cand,
+    status = "TIMEOUT" }, { replace = true }), ids[1])
+  T.eq(#db:query { type = "profile", status = "TIMEOUT" }, 1)
+  T.eq(db:get(ids[1]).created_at, db:query { type = "profile", status = "TIMEOUT" }[1].created_at)
   local none, m2, c2 = db:get("evaluation-nothing")
   T.eq({ none, c2 }, { nil, "ENOTFOUND" })
   T.match(m2, "no record")
-  local bad, bm, bc = db:put { type = "evaluation", task = task, status = "PASSED" }
+  local bad, bm, bc = db:put { type = "profile", task = task, status = "PASSED" }
   T.eq({ bad, bc }, { nil, "EINVAL" })
-  T.match(bm, "candidate")
-  T.raises(function() db:put { type = "run", policy = function() end } end, "function")
+  T.match(bm, "tool")
+  T.raises(function() db:put { type = "profile", tool = function() end } end, "function")
   T.eq(#db:verify().problems, 0)
 end)
 
@@ -122,15 +133,15 @@ T.test("update: commits, aborts on error, tx dies with its scope", function()
   local saved
   local id = db:update(function(tx)
     saved = tx
-    local run = assert(tx:put { type = "run", policy = "plateau" })
+    local run = assert(tx:put_run { policy = "plateau" })
     T.eq(tx:get(run).policy, "plateau") -- sees its own writes
-    local h = assert(tx:put_blob("prompt " .. math.random()))
-    assert(tx:put { type = "llm_call", run = run, model = "m", prompt_blob = h })
-    T.eq(#tx:query { run = run, type = "llm_call" }, 1)
+    local h = assert(tx:put_blob("report " .. math.random()))
+    assert(tx:put { type = "profile", tool = "ncu", run = run, report_blob = h })
+    T.eq(#tx:query { run = run, type = "profile" }, 1)
     return run
   end)
   T.match(id, "^run%-")
-  T.eq(#db:query { run = id, type = "llm_call" }, 1)
+  T.eq(#db:query { run = id, type = "profile" }, 1)
   T.raises(function() saved:get(id) end, "outside its db:update/db:view scope")
   T.match(tostring(saved), "ended")
 
@@ -138,7 +149,7 @@ T.test("update: commits, aborts on error, tx dies with its scope", function()
   local before = #db:query { type = "run" }
   T.raises(function()
     db:update(function(tx)
-      tx:put { type = "run", policy = "doomed" }
+      tx:put_run { policy = "doomed" }
       error("boom")
     end)
   end, "boom")
@@ -146,14 +157,14 @@ T.test("update: commits, aborts on error, tx dies with its scope", function()
 
   -- a failed write is sticky: the update returns nil, msg, code and keeps nothing
   local ok, msg, code = db:update(function(tx)
-    assert(tx:put { type = "run", policy = "half" })
-    local v = tx:put { type = "round" } -- invalid: no run
+    assert(tx:put_run { policy = "half" })
+    local v = tx:put { type = "profile" } -- invalid: no tool
     T.eq(v, nil)
-    local w, _, wc = tx:put { type = "run", policy = "after" }
+    local w, _, wc = tx:put_run { policy = "after" }
     T.eq({ w, wc }, { nil, "EINVAL" })
   end)
   T.eq({ ok, code }, { nil, "EINVAL" })
-  T.match(msg, "run")
+  T.match(msg, "tool")
   T.eq(#db:query { type = "run" }, before)
 
   -- nesting and one-call methods inside a scope are misuse
@@ -164,7 +175,7 @@ T.test("update: commits, aborts on error, tx dies with its scope", function()
   end)
   db:view(function(tx)
     T.eq(tx:get(task).type, "task")
-    local v, m = tx:put { type = "run", policy = "x" }
+    local v, m = tx:put { type = "profile", tool = "x" }
     T.eq(v, nil)
     T.match(m, "read%-only")
   end)
@@ -178,14 +189,14 @@ T.test("a transaction far larger than the map comes through whole", function()
     for i = 1, 12 do
       blobs[i] = rand_bytes(300000 + math.random(1, 1000))
       local h = assert(tx:put_blob(blobs[i]))
-      out[i] = assert(tx:put { type = "llm_call", model = "m", response_blob = h,
-        prompt_hash = kh.store.hash("prompt " .. i) })
+      out[i] = assert(tx:put { type = "profile", tool = "ncu", report_blob = h,
+        note = kh.store.hash("report " .. i) })
     end
     return out
   end)
   for i = 1, 12 do
     local r = db:get(ids[i])
-    T.ok(db:get_blob(r.response_blob) == blobs[i])
+    T.ok(db:get_blob(r.report_blob) == blobs[i])
   end
   T.ok(db:stats().map_size > 12 * 300000)
 end)
@@ -197,10 +208,10 @@ T.test("an API key is never archived", function()
   T.write(script, string.format([[
 local kh = require "kh"
 local db = assert(kh.store.open(%q))
-local v, msg, code = db:put { type = "llm_call", model = "m", request = "Bearer %s", prompt_hash = "p1" }
+local v, msg, code = db:put { type = "profile", tool = "ncu", note = "Bearer %s" }
 print(v, code, msg)
 print(db:put_blob("x-api-key: %s"))
-print(db:put { type = "llm_call", model = "m", prompt_hash = "p2" } ~= nil)
+print(db:put { type = "profile", tool = "ncu", note = "p2" } ~= nil)
 db:close()
 ]], path, key, key))
   local p = assert(io.popen("ANTHROPIC_API_KEY=" .. T.quote(key) .. " " ..
@@ -220,11 +231,14 @@ T.test("khlua store: ls, show, cat, stats, verify, export, import, gc, backup", 
     local db <close> = assert(kh.store.open(path))
     task, cand, h, src = base(db)
     for i = 1, 3 do
-      assert(db:put { type = "evaluation", task = task, candidate = cand, status = "PASSED",
-        definition = task:sub(6), solution = "sol_" .. i, provenance = prov(h), protocol = "official",
-        workload = { uuid = kh.store.hash(tostring(i)), axes = { batch_size = i } },
-        evaluation = { status = "PASSED", log = "", environment = { hardware = "H200", libs = {} },
-          performance = { latency_ms = i / 10, reference_latency_ms = i, speedup_factor = 10.0 } } })
+      local t = trace(h, "PASSED", { log = "", environment = { hardware = "H200", libs = {} },
+        performance = { latency_ms = i / 10, reference_latency_ms = i, speedup_factor = 10.0 } })
+      t.evaluation.khlua.protocol = "official"
+      t.workload = { uuid = kh.store.hash(tostring(i)), axes = { batch_size = i } }
+      assert(db:update(function(tx)
+        return tx:put_evaluation(t, { task = task, candidate = cand, definition = task:sub(6),
+          solution = "sol_" .. i })
+      end))
     end
     assert(db:put_blob(rand_bytes(1000))) -- unreferenced
   end
@@ -282,7 +296,9 @@ T.test("khlua store: ls, show, cat, stats, verify, export, import, gc, backup", 
   T.eq(code, 0)
   out, code = T.khlua("store", "import", file, "--store", dir .. "/copy")
   T.eq(code, 0)
-  T.match(out, "imported 5 records and 3 blobs")
+  -- task, candidate, 3 evaluations; the source, the candidate's canonical form, the
+  -- unreferenced blob and the chunked one
+  T.match(out, "imported 5 records and 4 blobs")
   out, code = T.khlua("store", "gc", "--grace", "0", "--store", path)
   T.eq(code, 0)
   T.match(out, "deleted 2 ")
@@ -319,8 +335,14 @@ end)
 T.test("provenance: a record without what its type must carry is refused, naming it", function()
   local db <close> = assert(kh.store.open((fresh())))
   local task, cand, h = base(db)
-  local v, msg, code = db:put { type = "evaluation", task = task, candidate = cand,
-    status = "PASSED", provenance = { hashes = { source = h }, host = "h" } }
+  local function put_eval(t)
+    return db:update(function(tx)
+      return tx:put_evaluation(t, { task = task, candidate = cand, definition = task:sub(6) })
+    end)
+  end
+  local unseeded = trace(h)
+  unseeded.evaluation.khlua.seeds = nil
+  local v, msg, code = put_eval(unseeded)
   T.eq({ v, code }, { nil, "EINVAL" })
   T.match(msg, "the seeds")
   T.match(msg, "provenance%.seeds")
@@ -328,15 +350,18 @@ T.test("provenance: a record without what its type must carry is refused, naming
     provenance = { compiler = "nvrtc" } }
   T.eq({ v, code }, { nil, "EINVAL" })
   T.match(msg, "compiler options %('provenance%.options'%)")
-  v, msg = db:put { type = "llm_call", model = "m" }
+  local function put_call(r)
+    return db:update(function(tx) return tx:put_llm_call(r) end)
+  end
+  v, msg = put_call { ok = true, provider = "replay", model = "m" }
   T.eq(v, nil)
-  T.match(msg, "prompt hash")
+  T.match(msg, "fingerprint")
   -- with it, each is taken
-  T.match(assert(db:put { type = "evaluation", task = task, candidate = cand, status = "PASSED",
-    provenance = prov(h) }), "^evaluation%-")
+  T.match(assert(put_eval(trace(h))), "^evaluation%-")
   T.match(assert(db:put { type = "compile", status = "ok", source_blob = h,
     provenance = { compiler = "nvrtc", options = { "-O" .. math.random(0, 3) } } }), "^compile%-")
-  T.match(assert(db:put { type = "llm_call", model = "m", prompt_blob = h }), "^llm_call%-")
+  T.match(assert(put_call { ok = true, provider = "replay", model = "m", fingerprint = h:sub(1, 16) }),
+    "^llm_call%-")
 end)
 
 T.test("put_many and bulk: many records per call, one sync per bulk", function()
@@ -345,15 +370,15 @@ T.test("put_many and bulk: many records per call, one sync per bulk", function()
   local n = math.random(2, 200)
   local recs = {}
   for i = 1, n do
-    recs[i] = { type = "evaluation", task = task, candidate = cand, status = "PASSED",
-      index = i, provenance = prov(h) }
+    recs[i] = { type = "profile", tool = "ncu", task = task, candidate = cand, status = "PASSED",
+      index = i, report_blob = h }
   end
   local out = db:bulk(function(d)
     T.eq(d, db)
     T.raises(function() db:bulk(function() end) end, "inside another db:bulk")
     local ids = assert(d:put_many(recs))
     local more = d:update(function(tx)
-      return assert(tx:put_many { { type = "run", policy = "p" } })
+      return assert(tx:put_many { { type = "device", gpu_uuid = "GPU-p" } })
     end)
     return ids, more
   end)
@@ -361,16 +386,16 @@ T.test("put_many and bulk: many records per call, one sync per bulk", function()
   for i = 2, n do T.ok(out[i] > out[i - 1], "ids in order") end
   T.eq(db:get(out[n]).index, n)
   -- all or none, and the message says which record
-  recs[#recs + 1] = { type = "evaluation", task = task, candidate = cand, status = "PASSED" }
+  recs[#recs + 1] = { type = "profile", task = task, candidate = cand, status = "PASSED" }
   local v, msg, code = db:put_many(recs)
   T.eq({ v, code }, { nil, "EINVAL" })
   T.match(msg, "record " .. (n + 1) .. " of " .. (n + 1))
-  T.eq(#db:query { type = "evaluation" }, n)
+  T.eq(#db:query { type = "profile" }, n)
   T.raises(function() db:put_many { 1, 2 } end, "record 1 is a number")
   T.raises(function() db:put_many "x" end, "table expected")
   -- an error in fn ends the bulk (synced) and is re-raised
-  T.raises(function() db:bulk(function() assert(db:put { type = "run", policy = "q" }); error("boom") end) end, "boom")
-  T.eq(#db:query { type = "run" }, 2)
+  T.raises(function() db:bulk(function() assert(db:put { type = "device", gpu_uuid = "GPU-q" }); error("boom") end) end, "boom")
+  T.eq(#db:query { type = "device" }, 2)
   T.eq(#db:verify().problems, 0)
 end)
 

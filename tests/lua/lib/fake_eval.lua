@@ -114,9 +114,9 @@ end
 -- round and purpose; the trace carries the id (khlua.record), the raw
 -- samples a blob.
 function F.record(db, sol, traces, opts)
-  local task = "task-" .. sol.definition
   assert(db:update(function(tx)
-    if not tx:get(task) then tx:put { type = "task", id = task, name = sol.definition } end
+    -- the engine's writers, as kh.eval's recorder calls them
+    local task = assert(tx:put_task { name = sol.definition })
     local cand = tx:put_candidate(sol, task)
     for _, t in ipairs(traces) do
       local e, kx = t.evaluation, t.evaluation.khlua
@@ -127,12 +127,10 @@ function F.record(db, sol, traces, opts)
         blob = tx:put_blob(table.concat(parts))
         kx.samples_ns, kx.samples_blob = nil, blob
       end
-      kx.record = tx:put { type = "evaluation", task = task, candidate = cand, status = e.status,
-        protocol = opts.timing == false and "none" or opts.protocol or "official",
-        purpose = opts.purpose, run = opts.run,
-        round_index = opts.run and opts.round_index or nil, workload = t.workload,
-        evaluation = e, solution = sol.name, samples_blob = blob, definition = sol.definition,
-        provenance = { hashes = kx.hashes, seeds = kx.seeds, host = kx.host } }
+      kx.record = assert(tx:put_evaluation(t, { task = task, candidate = cand,
+        timing = opts.timing ~= false, purpose = opts.purpose, run = opts.run,
+        round_index = opts.run and opts.round_index or nil, solution = sol.name,
+        samples_blob = blob, definition = sol.definition }))
       kx.stored = "yes"
     end
   end))
