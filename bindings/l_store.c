@@ -3,7 +3,9 @@
  * objects); db:update(fn) / db:view(fn) run fn with a kh.StoreTxn that is
  * valid only inside the call: the LMDB transaction never reaches the garbage
  * collector.  Records travel as tables (kh.json's conversions). */
-#include "kh_lua.h"
+#include "l_store.h"
+
+#include "l_json.h"
 
 #include "store/candidate.h"
 #include "store/store.h"

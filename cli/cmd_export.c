@@ -6,7 +6,8 @@
  * solution of the task), loads it against the task's definitions (task.h)
  * and leaves the export itself to engine/task/fib_export.h.  Reads the store
  * read-only.  Exit 0 ok, 1 failure, 2 usage. */
-#include "kh_lua.h"
+#include "cli.h"
+#include "commands.h"
 
 #include "store/best.h"
 #include "task/fib_export.h"
@@ -14,6 +15,7 @@
 #include "task/task.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -4,12 +4,13 @@
  * writes the transcript (record + raw stream) to a directory too; replays
  * from either.  Keys come from the environment only and never reach stdout,
  * stderr, the store or the transcript. */
-#include "kh_lua.h"
+#include "commands.h"
 
 #include "llm/llm.h"
 #include "llm/llm_store.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
