@@ -2,7 +2,7 @@
  * llm_call record per finished call plus its request and raw-stream blobs,
  * written in one transaction by the client's sink.  Reading them back for
  * replay is the replay provider's business (llm_offline.c); redaction is the
- * client's (llm.c), done before anything reaches this file. */
+ * client's (llm_job.c), done before anything reaches this file. */
 #include "llm/llm_store.h"
 
 #include <stdio.h>
