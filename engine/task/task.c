@@ -14,7 +14,6 @@
 
 #include "eval/check.h"
 #include "core/proc.h"
-#include "eval/pyref.h"
 #include "compile/srccheck.h"
 
 #include <dirent.h>
@@ -2851,7 +2850,7 @@ static void cross_check(kh_task_set *s)
  * module body: not async, not nested, not inside a string), and parse every
  * constraint with ast.parse(mode="eval").  C cannot parse Python, so a check
  * hands the references and constraints of every checked definition to one
- * Python process (the interpreter of Python references: kh_pyref_python)
+ * Python process (the interpreter of Python references: kh_which_python)
  * that only parses them, never runs them.  Without one, a warning says so
  * and a line starting `def run(` is all that is looked for. */
 static const char AST_CHECK[] =
@@ -2959,7 +2958,7 @@ static void check_python(kh_task_set *s, const char *path)
             defs[n++] = d;
     }
     const char *asked = NULL;
-    char *py = n ? kh_pyref_python(&asked) : NULL;
+    char *py = n ? kh_which_python(&asked) : NULL;
     char why[600] = "";
     char tmp[4096] = "";
     kh_child_result res = {0};
