@@ -2,7 +2,9 @@
  * (check.h) on two kh.Tensor values, its DSA top-k evaluator, and the
  * evaluator/option defaults for a definition.  Verdicts are plain tables;
  * element indices in them are flat and 0-based, as in their reason text. */
-#include "kh_lua.h"
+#include "l_check.h"
+
+#include "l_tensor.h"
 
 #include "eval/check.h"
 

@@ -5,7 +5,10 @@
  * by its __gc at lua_close.  Compile services (compile_service.h) are
  * kh.CompileService objects; the two a build may use by default (servers, and
  * in process with a store) are made on first use and kept in the registry. */
-#include "kh_lua.h"
+#include "l_compile.h"
+
+#include "l_json.h"
+#include "l_store.h"
 
 #include "compile/compile.h"
 #include "compile/compile_service.h"

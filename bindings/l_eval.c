@@ -12,7 +12,11 @@
  * (docs/scale-out.md).  The evaluator (its worker pools, built
  * artifacts and reference outputs) is one per Lua state, kept in the
  * registry and freed by its __gc at lua_close, like kh.compile's compiler. */
-#include "kh_lua.h"
+#include "l_eval.h"
+
+#include "l_json.h"
+#include "l_store.h"
+#include "l_task.h"
 
 #include "eval/eval.h"
 #include "task/task.h"

@@ -1,7 +1,7 @@
 /* l_json.c: kh.json, JSON <-> Lua over jansson.  Integers stay integers,
  * {} and [] survive a round trip (marker metatables), null is kh.json.null.
  * Also the C helpers the other bindings use to hand JSON records to Lua. */
-#include "kh_lua.h"
+#include "l_json.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,8 +1,21 @@
 /* l_kh.c: the `kh` module: assembles the per-module tables (kh.json,
  * kh.time, ...) and the few engine-wide functions (kh.version, kh.doctor,
- * kh.stats, kh.config, kh.isatty).  Also the small helpers declared in kh_lua.h that
- * every binding uses. */
-#include "kh_lua.h"
+ * kh.stats, kh.config, kh.isatty).  It sits on top of the other bindings
+ * and loads nothing from policies/: a script that wants the comparison of
+ * runs requires lib.report itself (kh_run.c puts policies/ on its path). */
+#include "l_kh.h"
+
+#include "l_check.h"
+#include "l_compile.h"
+#include "l_eval.h"
+#include "l_json.h"
+#include "l_llm.h"
+#include "l_profile.h"
+#include "l_records.h"
+#include "l_store.h"
+#include "l_task.h"
+#include "l_tensor.h"
+#include "l_time.h"
 
 #include "core/doctor.h"
 #include "core/proc.h"
@@ -17,70 +30,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-kh_engine *kh_lua_engine(lua_State *L)
-{
-    kh_engine *e = lua_touserdata(L, lua_upvalueindex(1));
-    if (!e)
-        luaL_error(L, "khlua: binding called without its engine (internal error)");
-    return e;
-}
-
-void kh_lua_newlib(lua_State *L, kh_engine *e, const luaL_Reg *fns)
-{
-    lua_newtable(L);
-    lua_pushlightuserdata(L, e);
-    luaL_setfuncs(L, fns, 1);
-}
-
-typedef struct lsingleton {
-    void *obj;
-    void (*destroy)(void *obj);
-} lsingleton;
-
-static int singleton_gc(lua_State *L)
-{
-    lsingleton *u = luaL_checkudata(L, 1, "kh.Singleton");
-    if (u->obj && u->destroy)
-        u->destroy(u->obj);
-    u->obj = NULL;
-    return 0;
-}
-
-void *kh_lua_singleton(lua_State *L, const void *key,
-                       void *(*create)(kh_engine *e, kh_err *err), void (*destroy)(void *obj))
-{
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TUSERDATA) {
-        lsingleton *u = lua_touserdata(L, -1);
-        lua_pop(L, 1);
-        return u->obj;
-    }
-    lua_pop(L, 1);
-    lsingleton *u = lua_newuserdatauv(L, sizeof *u, 0); /* [u] */
-    u->obj = NULL;
-    u->destroy = destroy;
-    if (luaL_newmetatable(L, "kh.Singleton")) {
-        lua_pushcfunction(L, singleton_gc);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_setmetatable(L, -2);
-    kh_err err;
-    u->obj = create(kh_lua_engine(L), &err);
-    if (!u->obj) {
-        lua_pop(L, 1);
-        luaL_error(L, "%s", err.msg);
-    }
-    lua_rawsetp(L, LUA_REGISTRYINDEX, key); /* [] */
-    return u->obj;
-}
-
-int kh_lua_fail(lua_State *L, const kh_err *err)
-{
-    lua_pushnil(L);
-    lua_pushstring(L, err->msg);
-    lua_pushstring(L, kh_status_name(err->code));
-    return 3;
-}
 
 /* kh.doctor() -> the machine report (see doctor.h) as a table. */
 static int l_doctor(lua_State *L)
@@ -327,34 +276,11 @@ int kh_luaopen_kh(lua_State *L)
         modules[i].open(L, e);
         lua_setfield(L, -2, modules[i].name);
     }
+    /* the record writers (tx:put_run, ...) on the transactions kh.store made */
+    kh_open_records(L);
 
     push_versions(L, e);
     lua_setfield(L, -2, "version");
-
-    /* kh.report: the comparison of runs (policies/lib/report.lua, what
-     * `khlua compare` runs), loaded on first use */
-    char dir[4096];
-    if (kh_policies_dir(dir, sizeof dir)) {
-        static const char lazy[] =
-            "local kh, dir = ...\n"
-            "setmetatable(kh, { __index = function(t, k)\n"
-            "  if k ~= 'report' then return nil end\n"
-            "  local saved = package.path\n"
-            "  package.path = dir .. '/?.lua;' .. saved\n"
-            "  local ok, m = pcall(require, 'lib.report')\n"
-            "  package.path = saved\n"
-            "  if not ok then error(m, 2) end\n"
-            "  rawset(t, 'report', m)\n"
-            "  return m\n"
-            "end })\n";
-        if (luaL_loadbufferx(L, lazy, sizeof lazy - 1, "=kh.report", "t") == LUA_OK) {
-            lua_pushvalue(L, -2);
-            lua_pushstring(L, dir);
-            lua_call(L, 2, 0);
-        } else {
-            lua_pop(L, 1);
-        }
-    }
 
     lua_createtable(L, 0, 2);
     lua_pushstring(L, kh_engine_store_path(e));

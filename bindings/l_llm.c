@@ -4,7 +4,10 @@
  * record_to for transcripts in the store (the writing is llm_store.c's).
  * Each submitted call counts as a live engine object until poll hands its
  * result to Lua, so a test that forgets a call fails the leak check. */
-#include "kh_lua.h"
+#include "l_llm.h"
+
+#include "l_json.h"
+#include "l_store.h"
 
 #include "llm/llm.h"
 #include "llm/llm_store.h"

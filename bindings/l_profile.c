@@ -6,7 +6,11 @@
  *                                                    recorded when opts.store
  * Unknown values (JSON null in the engine's tables) are left out, so a Lua
  * reader tests `state.reread` for nil. */
-#include "kh_lua.h"
+#include "l_profile.h"
+
+#include "l_json.h"
+#include "l_store.h"
+#include "l_task.h"
 
 #include "profile/ncu.h"
 #include "profile/profile.h"

@@ -5,7 +5,10 @@
  * which aborts the update).  What a record holds and which facts it takes is
  * the engine's (store/run.h, store/evaluation.h, llm/llm_store.h); the
  * transaction object and the generic tx:put are l_store.c's. */
-#include "kh_lua.h"
+#include "l_records.h"
+
+#include "l_json.h"
+#include "l_store.h"
 
 #include "llm/llm_store.h"
 #include "store/evaluation.h"
@@ -205,13 +208,17 @@ static int t_put_evaluation(lua_State *L)
     return push_id(L, st, id, &err);
 }
 
-const luaL_Reg kh_lua_record_methods[] = {
-    {"put_task", t_put_task},
-    {"put_run", t_put_run},
-    {"update_run", t_update_run},
-    {"put_round", t_put_round},
-    {"put_promotion", t_put_promotion},
-    {"put_llm_call", t_put_llm_call},
-    {"put_evaluation", t_put_evaluation},
-    {NULL, NULL},
-};
+void kh_open_records(lua_State *L)
+{
+    static const luaL_Reg methods[] = {
+        {"put_task", t_put_task},
+        {"put_run", t_put_run},
+        {"update_run", t_update_run},
+        {"put_round", t_put_round},
+        {"put_promotion", t_put_promotion},
+        {"put_llm_call", t_put_llm_call},
+        {"put_evaluation", t_put_evaluation},
+        {NULL, NULL},
+    };
+    kh_lua_txn_add_methods(L, methods);
+}

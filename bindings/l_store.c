@@ -6,7 +6,9 @@
  * put refuses the record types the engine writes (task, candidate,
  * evaluation, run, round, llm_call, promotion): their writers are
  * l_records.c's tx:put_run, ... and tx:put_candidate here. */
-#include "kh_lua.h"
+#include "l_store.h"
+
+#include "l_json.h"
 
 #include "store/candidate.h"
 #include "store/store.h"
@@ -767,6 +769,15 @@ static int l_hash(lua_State *L)
     return push_hash(L, &h);
 }
 
+void kh_lua_txn_add_methods(lua_State *L, const luaL_Reg *fns)
+{
+    if (luaL_getmetatable(L, TXN_MT) != LUA_TTABLE)
+        luaL_error(L, "kh.StoreTxn's methods: kh.store is not open yet");
+    lua_getfield(L, -1, "__index");
+    luaL_setfuncs(L, fns, 0);
+    lua_pop(L, 2);
+}
+
 void kh_open_store(lua_State *L, kh_engine *e)
 {
     static const luaL_Reg store_methods[] = {
@@ -795,7 +806,6 @@ void kh_open_store(lua_State *L, kh_engine *e)
     };
     if (luaL_newmetatable(L, TXN_MT)) {
         luaL_newlib(L, txn_methods);
-        luaL_setfuncs(L, kh_lua_record_methods, 0);
         lua_setfield(L, -2, "__index");
         lua_pushcfunction(L, t_tostring);
         lua_setfield(L, -2, "__tostring");

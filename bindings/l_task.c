@@ -4,7 +4,9 @@
  * kh.TaskSet: definitions, workloads with resolved axes, solutions, speed of
  * light, resolved launch manifests).  Both userdata hold memory only, no
  * engine resource, so they do not count in the live-object check. */
-#include "kh_lua.h"
+#include "l_task.h"
+
+#include "l_json.h"
 
 #include "task/task.h"
 

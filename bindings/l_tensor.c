@@ -3,7 +3,9 @@
  * A kh.Tensor owns its bytes and counts as an engine object until closed
  * (t:close(), __close or __gc).  Element indices are 1-based and flat
  * (row-major), like the list t:totable() returns. */
-#include "kh_lua.h"
+#include "l_tensor.h"
+
+#include "l_json.h"
 
 #include "task/rng.h"
 #include "task/safetensors.h"

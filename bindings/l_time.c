@@ -1,6 +1,6 @@
 /* l_time.c: kh.time, the clocks policies need (Lua's os.clock is CPU time)
  * and a sleep that Ctrl-C interrupts. */
-#include "kh_lua.h"
+#include "l_time.h"
 
 #include <errno.h>
 #include <time.h>

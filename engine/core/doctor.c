@@ -4,8 +4,6 @@
  * or this executable afresh once the driver is loaded here. */
 #include "core/doctor.h"
 
-#include "eval/pyref.h"
-
 #include "core/proc.h"
 
 #include <curl/curl.h>
@@ -338,7 +336,7 @@ static void check_tool(json_t *report, json_t *checks, const char *name, const c
 static void check_python(json_t *report, json_t *checks)
 {
     const char *asked = NULL;
-    char *py = kh_pyref_python(&asked);
+    char *py = kh_which_python(&asked);
     json_object_set_new(json_object_get(report, "tools"), "python3",
                         py ? json_string(py) : json_null());
     const char *fix = "definitions with only a Python reference (most of FlashInfer-Bench's) "

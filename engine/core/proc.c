@@ -248,6 +248,16 @@ char *kh_which(const char *name, const char *extra_dirs)
     return p;
 }
 
+char *kh_which_python(const char **asked)
+{
+    const char *py = getenv("KHLUA_PYTHON");
+    if (!py || !*py)
+        py = "python3";
+    if (asked)
+        *asked = py;
+    return strchr(py, '/') ? (access(py, X_OK) ? NULL : strdup(py)) : kh_which(py, NULL);
+}
+
 unsigned long long kh_proc_start_time(long pid)
 {
     char path[64], buf[1024];

@@ -61,4 +61,10 @@ void kh_child_describe(const kh_child_result *res, char *buf, size_t n);
  * executable; returns a malloc'ed absolute path or NULL. */
 char *kh_which(const char *name, const char *extra_dirs);
 
+/* The interpreter Python references run with (eval/pyref.h) and task checks
+ * parse them with: $KHLUA_PYTHON, else python3 on PATH.  A malloc'ed
+ * absolute path, or NULL with *asked set to the name or path that was not
+ * found. */
+char *kh_which_python(const char **asked);
+
 #endif

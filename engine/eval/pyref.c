@@ -270,16 +270,6 @@ static int find_runner(char *out, size_t n)
     return access(out, R_OK) == 0;
 }
 
-char *kh_pyref_python(const char **asked)
-{
-    const char *py = getenv("KHLUA_PYTHON");
-    if (!py || !*py)
-        py = "python3";
-    if (asked)
-        *asked = py;
-    return strchr(py, '/') ? (access(py, X_OK) ? NULL : strdup(py)) : kh_which(py, NULL);
-}
-
 kh_status kh_pyref_run(kh_engine *e, const kh_task_def *d, const kh_task_workload *w,
                        const char *base, const uint64_t *seeds, size_t n, int dsa_kcache,
                        double timeout_s, kh_pyref_result *res, kh_err *err)
@@ -290,7 +280,7 @@ kh_status kh_pyref_run(kh_engine *e, const kh_task_def *d, const kh_task_workloa
                           "\"reference\" defining run)", d->name);
     /* the interpreter and the runner */
     const char *py = NULL;
-    char *pypath = kh_pyref_python(&py);
+    char *pypath = kh_which_python(&py);
     if (!pypath)
         return kh_err_set(err, KH_ENOTFOUND,
                           "definition '%s' has only a Python reference; computing its outputs "

@@ -37,11 +37,6 @@
 /* Does d carry a Python reference (a "reference" string defining run)? */
 int kh_pyref_available(const kh_task_def *d);
 
-/* The interpreter Python references run with: $KHLUA_PYTHON, else python3 on
- * PATH.  A malloc'ed absolute path, or NULL with *asked set to the name or
- * path that was not found. */
-char *kh_pyref_python(const char **asked);
-
 /* The inputs of workload w for seed, as the workers make them: ins[i] for
  * d->inputs[i] (NULL for a workload scalar, whose value is in the job's
  * "scalars").  base: the folder safetensors paths are relative to.

@@ -67,7 +67,13 @@
  *   error.kind: "http" (not retryable), "quota" (spend limit: stop), "retries"
  *   (gave up), "timeout", "stream" (malformed or cut stream), "cancelled",
  *   "breaker", "config", "command", "replay".
- *   "input" counts every prompt token, cached or not, in every dialect. */
+ *   "input" counts every prompt token, cached or not, in every dialect.
+ *
+ * The llm subsystem's one public header (there is no llm.c): the client is
+ * llm_client.c, the wire formats llm_wire.c, the offline providers
+ * llm_offline.c, a call's record and the shared state llm_job.c (redaction
+ * too), candidate extraction llm_extract.c, transcripts in the store
+ * llm_store.h. */
 #ifndef KH_LLM_H
 #define KH_LLM_H
 

@@ -2,7 +2,7 @@
  * of a model's reply.  Owns the fenced-code-block scan and the failure
  * classes a policy acts on (no code, cut off by the token limit, malformed or
  * missing manifest).  What the manifest means is the task module's. */
-#include "llm/llm_int.h"
+#include "llm/llm.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,9 @@
  * workspace under a time limit, watched by the client's poll loop (so several
  * run at once beside HTTP calls), and records its output and the files it
  * wrote.  Both produce the same record shape as the HTTP providers. */
-#include "llm/llm_int.h"
+#include "llm/llm_offline.h"
+
+#include "llm/llm_wire.h"
 
 #include "core/proc.h"
 #include "store/store.h"

@@ -3,7 +3,7 @@
  * written by the one writer of llm_call records (kh_llm_call_put), from the
  * client's sink or from a policy (tx:put_llm_call).  Reading them back for
  * replay is the replay provider's business (llm_offline.c); redaction is the
- * client's (llm.c), done before anything reaches this file. */
+ * client's (llm_job.c), done before anything reaches this file. */
 #include "llm/llm_store.h"
 
 #include <stdio.h>

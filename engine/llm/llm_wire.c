@@ -3,48 +3,12 @@
  * Messages, and the OpenAI-compatible variant of Chat), the per-dialect
  * stream event handlers, parsing of a whole JSON reply from a server that
  * ignored stream=true, and usage normalization.  Transport, retries and
- * records are llm.c's. */
-#include "llm/llm_int.h"
+ * records are llm_client.c's and llm_job.c's. */
+#include "llm/llm_wire.h"
 
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-
-const char *const llm_dialect_names[] = {"chat", "responses", "anthropic", "none"};
-
-int llm_buf_add(llm_buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
-void llm_buf_free(llm_buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
-void llm_stream_reset(llm_stream *st)
-{
-    llm_buf_free(&st->text);
-    llm_buf_free(&st->reasoning);
-    json_decref(st->usage_raw);
-    json_decref(st->error);
-    memset(st, 0, sizeof *st);
-}
 
 /* ---- request validation ------------------------------------------------- */
 

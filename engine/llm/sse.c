@@ -1,6 +1,6 @@
 /* sse.c: the incremental SSE decoder declared in sse.h.  Owns only framing:
  * line splitting across chunk boundaries, field parsing and event dispatch.
- * What an event means (OpenAI chunk, Anthropic block delta) is llm.c's. */
+ * What an event means (OpenAI chunk, Anthropic block delta) is llm_wire.c's. */
 #include "llm/sse.h"
 
 #include <stdlib.h>

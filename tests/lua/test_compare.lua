@@ -491,10 +491,14 @@ T.test("summarize: compile errors, failed model calls and empty replies are coun
     state_out = { incumbent = { score = 1.0 }, elapsed_s = 3.5 } }
   T.import(path, recs)
   local s = assert(report.summarize(db, run))
-  -- kh.report is the same library, loaded from the policies beside khlua
-  local via_kh = assert(kh.report.summarize(db, run))
-  T.eq(kh.json.encode(via_kh), kh.json.encode(s))
-  T.eq(kh.report.markdown({ via_kh }), report.markdown({ s }))
+  -- a script anywhere gets the same library with require "lib.report" (khlua's
+  -- policies/ is on every script's path); the kh module itself does not load
+  -- policies (the direction is policies -> bindings)
+  T.eq(kh.report, nil)
+  local out, code = T.khlua("-e", "local r = require 'lib.report'; print(type(r.summarize), "
+    .. "type(r.markdown), package.searchpath('lib.report', package.path))")
+  T.eq(code, 0, out)
+  T.match(out, "^function\tfunction\t.*/policies/lib/report%.lua\n$")
   T.eq(s.candidates, n)
   T.eq(s.evaluated, n)
   T.eq(s.compiled, ok)

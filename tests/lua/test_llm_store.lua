@@ -362,8 +362,14 @@ T.test("khlua llm ask records to the store and replays a run from it", function(
   T.match(out, "%-%-replay%-run goes with %-%-provider replay")
   out, code = T.khlua("llm", "ask", "--no-store", "--run", run, "x")
   T.eq(code, 2)
+  -- replay (the default provider) has no default folder of replies: a product
+  -- default does not point into the source tree's tests
+  out, code = T.khlua_env({ KHLUA_REPLAY_DIR = "" }, "llm", "ask", "--no-store", "x")
+  T.eq(code, 2, out)
+  T.match(out, "%-%-provider replay %(the default%) answers from recorded replies: give "
+    .. "%-%-replay%-dir DIR %(or set KHLUA_REPLAY_DIR%) or %-%-replay%-run RUN")
   T.write(dir .. "/file", "not a store")
-  out, code = T.khlua("llm", "ask", "--store", dir .. "/file", "x")
+  out, code = T.khlua("llm", "ask", "--store", dir .. "/file", "--replay-dir", dir, "x")
   T.eq(code, 1)
   T.match(out, "is a file, not a store")
   T.match(out, "%-%-no%-store")

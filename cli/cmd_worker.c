@@ -1,7 +1,7 @@
 /* cmd_worker.c: `khlua worker --role R`, the entry point of every worker
  * process.  Speaks the framed protocol on stdin/stdout (engine/core/wire.h); not
  * meant to be run by hand except to list the roles. */
-#include "kh_lua.h"
+#include "commands.h"
 
 #include "worker/worker.h"
 

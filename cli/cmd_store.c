@@ -2,12 +2,14 @@
  * show, cat, stats, verify, export, import, gc, backup.  Reading verbs open
  * the store read-only, so they run beside a coordinator that is writing.
  * Exit 0 ok, 1 failure or problems found, 2 usage. */
-#include "kh_lua.h"
+#include "cli.h"
+#include "commands.h"
 #include "core/proc.h"
 
 #include "store/store.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

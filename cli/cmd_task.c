@@ -3,10 +3,12 @@
  * FlashInfer-Bench dataset (engine/task/task.h) and prints a summary, then every
  * problem as `file:line: field: message`.  Exit 0 clean (warnings allowed),
  * 1 on any error, 2 on usage errors. */
-#include "kh_lua.h"
+#include "cli.h"
+#include "commands.h"
 
 #include "task/task.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 

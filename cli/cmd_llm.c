@@ -4,12 +4,13 @@
  * writes the transcript (record + raw stream) to a directory too; replays
  * from either.  Keys come from the environment only and never reach stdout,
  * stderr, the store or the transcript. */
-#include "kh_lua.h"
+#include "commands.h"
 
 #include "llm/llm.h"
 #include "llm/llm_store.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,7 @@ static void usage(FILE *f)
         "  --max-retries N     retries after the first attempt (default 6)\n"
         "  --timeout S         limit for one attempt, in seconds (default 1800)\n"
         "  --replay-dir DIR    recorded replies for --provider replay (default\n"
-        "                      $KHLUA_REPLAY_DIR, else the source tree's tests/fixtures/replay)\n"
+        "                      $KHLUA_REPLAY_DIR; replay needs one of them or --replay-run)\n"
         "  --replay-run RUN    --provider replay answers from run RUN's recorded calls in\n"
         "                      the store (same prompt: same answer; else recorded order)\n"
         "  --store PATH        record the call there (default $KHLUA_STORE, else\n"
@@ -226,6 +227,15 @@ static int ask(kh_engine *e, int argc, char **argv)
         fprintf(stderr, "khlua llm ask: --no-store contradicts --run\n");
         return 2;
     }
+    const char *env_dir = getenv("KHLUA_REPLAY_DIR");
+    if (!replay_dir && env_dir && *env_dir)
+        replay_dir = env_dir;
+    if (!strcmp(provider, "replay") && !replay_run && !replay_dir) {
+        fprintf(stderr, "khlua llm ask: --provider replay (the default) answers from recorded "
+                        "replies: give --replay-dir DIR (or set KHLUA_REPLAY_DIR) or --replay-run "
+                        "RUN, or choose a live --provider\n");
+        return 2;
+    }
     char *stdin_prompt = NULL;
     if (!strcmp(prompt, "-")) {
         stdin_prompt = slurp_stdin();
@@ -261,13 +271,7 @@ static int ask(kh_engine *e, int argc, char **argv)
     if (replay_run) {
         json_object_set_new(req, "replay", json_pack("{s:b, s:s}", "store", 1, "run", replay_run));
     } else if (!strcmp(provider, "replay")) {
-        const char *d = replay_dir ? replay_dir : getenv("KHLUA_REPLAY_DIR");
-        char def[4096];
-        if (!d || !*d) {
-            snprintf(def, sizeof def, "%s/tests/fixtures/replay", KH_SOURCE_DIR);
-            d = def;
-        }
-        json_object_set_new(req, "replay", json_pack("{s:s}", "dir", d));
+        json_object_set_new(req, "replay", json_pack("{s:s}", "dir", replay_dir));
     }
     if (!strcmp(provider, "command")) {
         json_t *av = json_array();

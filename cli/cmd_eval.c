@@ -3,12 +3,14 @@
  * workload, or FlashInfer-Bench Trace JSONL with --json.  Exit 0 when every
  * workload PASSED, 1 when any did not (or the evaluation could not run), 2 on
  * usage errors, 130 when interrupted. */
-#include "kh_lua.h"
+#include "cli.h"
+#include "commands.h"
 
 #include "eval/eval.h"
 #include "task/task.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

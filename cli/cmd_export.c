@@ -7,7 +7,8 @@
  * compiles it as eval does (NVRTC, compile.h: the cubin the export embeds)
  * and leaves the export itself to engine/task/fib_export.h.  Reads the store
  * read-only.  Exit 0 ok, 1 failure, 2 usage. */
-#include "kh_lua.h"
+#include "cli.h"
+#include "commands.h"
 
 #include "compile/compile.h"
 #include "store/best.h"
@@ -16,6 +17,7 @@
 #include "task/task.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

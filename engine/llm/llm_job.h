@@ -1,9 +1,11 @@
-/* llm_int.h: what the llm_*.c units share and nobody else sees: one call in
- * flight (llm_job), its per-attempt stream state, the growable buffer, and
- * the entry points between the client (llm.c), the wire formats
- * (llm_wire.c) and the offline providers (llm_offline.c). */
-#ifndef KH_LLM_INT_H
-#define KH_LLM_INT_H
+/* llm_job.h: what the llm units share and nobody else sees: one call in
+ * flight (llm_job), its per-attempt stream state, the growable buffer, the
+ * client's state, and the functions on them (llm_job.c), which every other
+ * llm unit may call.  The client loop is llm_client.c, the wire formats
+ * llm_wire.h, the offline providers llm_offline.h; each includes this and
+ * this includes none of them. */
+#ifndef KH_LLM_JOB_H
+#define KH_LLM_JOB_H
 
 #include "llm/llm.h"
 #include "llm/sse.h"
@@ -44,10 +46,17 @@ typedef struct llm_stream {
     int repaired_utf8; /* events whose invalid UTF-8 was replaced */
     double t_first;    /* monotonic time of the first text/reasoning byte, 0 if none */
 } llm_stream;
+void llm_stream_reset(llm_stream *st);
 
-typedef struct llm_provider llm_provider;
-struct llm_stream_ctx;
+typedef struct llm_provider llm_provider; /* the client's (llm_client.c) */
 typedef struct llm_job llm_job;
+
+/* Dialect of the stream so the event handler knows which rules apply. */
+typedef struct llm_stream_ctx {
+    llm_stream *st;
+    int dialect;
+    llm_job *job; /* may be NULL (replay of a recorded stream) */
+} llm_stream_ctx;
 
 struct llm_job {
     int64_t id;
@@ -69,7 +78,7 @@ struct llm_job {
     json_t *resp_headers;
     kh_sse *sse;
     llm_stream st;
-    struct llm_stream_ctx *ctx;
+    llm_stream_ctx *ctx;
     int idle_expired, raw_overflow, in_multi;
 
     int attempt;        /* attempts started so far */
@@ -91,38 +100,37 @@ struct llm_job {
     llm_job *next;
 };
 
-/* llm_wire.c ------------------------------------------------------------- */
-/* Check the request and fill the job's dialect, body, url, options.  Uses
- * err for the message. */
-kh_status llm_wire_prepare(llm_job *j, kh_err *err);
-/* Parse a whole (non-streamed) JSON response into st; 0 ok, -1 not understood. */
-int llm_wire_parse_whole(int dialect, const char *body, size_t n, llm_stream *st);
-/* The normalized usage object (new reference) for a dialect's raw usage. */
-json_t *llm_wire_usage(int dialect, const json_t *raw);
-void llm_stream_reset(llm_stream *st);
-/* Dialect of the stream so the event handler knows which rules apply. */
-typedef struct llm_stream_ctx {
-    llm_stream *st;
-    int dialect;
-    llm_job *job; /* may be NULL (replay of a recorded stream) */
-} llm_stream_ctx;
-int llm_wire_dispatch(void *ud, const char *event, const char *data, size_t n, const char *id);
-/* Called by the stream handlers with new text; forwards to the delta hook. */
-void llm_job_delta(llm_job *j, const char *kind, const char *s, size_t n);
-
-/* llm_offline.c ---------------------------------------------------------- */
-/* Start a command job or run a replay job to completion (j->result).  Never
- * fails: problems become an error in the record. */
-void llm_offline_run(kh_llm *c, llm_job *j);
-/* Running agent commands: the fds to wait on (at most max; returns how many),
- * then pump reads their output, enforces deadlines and finishes those that
- * ended.  kill ends a running command now (cancel, free). */
-int llm_command_fds(kh_llm *c, struct curl_waitfd *fds, int max);
-void llm_command_pump(llm_job *j);
-void llm_command_kill(llm_job *j);
-llm_job *llm_jobs(kh_llm *c);
 /* Client-side replay counters (deterministic order per key: a directory,
  * or a store run and fingerprint). */
+typedef struct replay_counter {
+    char *dir;
+    int next;
+    struct replay_counter *nx;
+} replay_counter;
+
+struct kh_llm {
+    kh_engine *engine;
+    CURLM *multi;
+    llm_job *jobs;
+    llm_provider *provs;
+    replay_counter *replays;
+    int64_t next_id;
+    kh_llm_sink_fn sink;
+    void *sink_ud;
+    kh_llm_delta_fn delta;
+    void *delta_ud;
+    struct kh_store *store; /* replay {store = true} reads here; not owned */
+    json_t *replay_runs;    /* run id -> [{id, fingerprint}], loaded once per store */
+    uint64_t rng;
+};
+
+/* The API key of the job's provider from the environment, or NULL. */
+const char *llm_job_key(const llm_job *j);
+/* Called by the stream handlers with new text; forwards to the delta hook. */
+void llm_job_delta(llm_job *j, const char *kind, const char *s, size_t n);
+/* The client's jobs in flight (a list through ->next). */
+llm_job *llm_jobs(kh_llm *c);
+/* The next replay index for key dir (0, 1, ... per key and client). */
 int llm_replay_next(kh_llm *c, const char *dir);
 /* The store replay reads from (kh_llm_set_store), or NULL. */
 struct kh_store *llm_client_store(kh_llm *c);

@@ -4,12 +4,13 @@
  * request the cubin.  By default the build goes through the compile service:
  * a look-up in the store, else a compile server, and the result recorded in
  * the store (--no-store, --in-process turn those off). */
-#include "kh_lua.h"
+#include "commands.h"
 
 #include "compile/compile.h"
 #include "compile/compile_service.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

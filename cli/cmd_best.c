@@ -7,12 +7,13 @@
  * shapes them.  Without --out it prints
  * what it would write.  Reads the store read-only.  Exit 0 ok, 1 failure,
  * 2 usage. */
-#include "kh_lua.h"
+#include "commands.h"
 
 #include "store/best.h"
 #include "store/store.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

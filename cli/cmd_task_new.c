@@ -11,11 +11,12 @@
  * (khlua.reference is set only once it exists: until then khlua eval checks
  * against the definition's Python reference).  Refuses to write into a
  * folder that already has a definition.json.  Exit 0 ok, 1 failure, 2 usage. */
-#include "kh_lua.h"
+#include "commands.h"
 
 #include "task/task.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,10 +1,11 @@
 /* cmd_doctor.c: `khlua doctor [--json]`, the machine report as lines of
  * ok / missing / warn with a fix, or as JSON.  Exit 0 whenever it could look,
  * whatever it found. */
-#include "kh_lua.h"
+#include "commands.h"
 
 #include "core/doctor.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -1,9 +1,12 @@
-/* llm.c: the model client's engine room.  Owns the libcurl multi loop (many
- * streamed calls on one thread), the attempt state machine (classify, back
- * off, retry), the per-provider circuit breaker and quota stop, timeouts and
- * cancellation, and the transcript record with keys redacted.  Wire formats
- * live in llm_wire.c; the command and replay providers in llm_offline.c. */
-#include "llm/llm_int.h"
+/* llm_client.c: the model client's engine room (llm.h's kh_llm_*).  Owns the
+ * libcurl multi loop (many streamed calls on one thread), the attempt state
+ * machine (classify, back off, retry), the per-provider circuit breaker and
+ * quota stop, timeouts and cancellation.  Wire formats live in llm_wire.c;
+ * the command and replay providers in llm_offline.c; a job's record, with
+ * keys redacted, and the state every unit shares in llm_job.c. */
+#include "llm/llm_job.h"
+#include "llm/llm_offline.h"
+#include "llm/llm_wire.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -20,28 +23,6 @@ struct llm_provider {
     int inflight;
     char *quota_msg; /* set once a quota / spend-limit 429 was seen */
     llm_provider *next;
-};
-
-typedef struct replay_counter {
-    char *dir;
-    int next;
-    struct replay_counter *nx;
-} replay_counter;
-
-struct kh_llm {
-    kh_engine *engine;
-    CURLM *multi;
-    llm_job *jobs;
-    llm_provider *provs;
-    replay_counter *replays;
-    int64_t next_id;
-    kh_llm_sink_fn sink;
-    void *sink_ud;
-    kh_llm_delta_fn delta;
-    void *delta_ud;
-    struct kh_store *store; /* replay {store = true} reads here; not owned */
-    json_t *replay_runs;    /* run id -> [{id, fingerprint}], loaded once per store */
-    uint64_t rng;
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -131,88 +112,6 @@ int kh_llm_retryable(long status, int should_retry, const json_t *body, int *quo
     return status == 408 || status == 409 || status == 429 || status >= 500;
 }
 
-size_t kh_llm_redact(char *s, size_t n, const char *secret)
-{
-    size_t k = secret ? strlen(secret) : 0, count = 0;
-    if (k < 4 || !s)
-        return 0;
-    for (size_t i = 0; i + k <= n;) {
-        char *hit = memmem(s + i, n - i, secret, k);
-        if (!hit)
-            break;
-        memset(hit, '*', k);
-        count++;
-        i = (size_t)(hit - s) + k;
-    }
-    return count;
-}
-
-/* Redact every string in a JSON value (in place: strings are replaced). */
-static void redact_json(json_t *v, const char *secret)
-{
-    size_t i;
-    const char *k;
-    json_t *x;
-    void *tmp;
-    if (json_is_object(v)) {
-        json_object_foreach_safe(v, tmp, k, x) {
-            if (json_is_string(x)) {
-                if (strstr(json_string_value(x), secret)) {
-                    char *d = kh_strdup(json_string_value(x));
-                    if (d) {
-                        kh_llm_redact(d, strlen(d), secret);
-                        json_object_set_new(v, k, json_string(d));
-                        free(d);
-                    }
-                }
-            } else {
-                redact_json(x, secret);
-            }
-        }
-    } else if (json_is_array(v)) {
-        json_array_foreach(v, i, x) {
-            if (json_is_string(x)) {
-                if (strstr(json_string_value(x), secret)) {
-                    char *d = kh_strdup(json_string_value(x));
-                    if (d) {
-                        kh_llm_redact(d, strlen(d), secret);
-                        json_array_set_new(v, i, json_string(d));
-                        free(d);
-                    }
-                }
-            } else {
-                redact_json(x, secret);
-            }
-        }
-    }
-}
-
-static const char *job_key(const llm_job *j)
-{
-    if (!j->o.api_key_env[0])
-        return NULL;
-    const char *k = getenv(j->o.api_key_env);
-    return k && *k ? k : NULL;
-}
-
-json_t *llm_error_json(const char *kind, kh_status code, const char *msg, long http_status,
-                       const char *type)
-{
-    json_t *e = json_pack("{s:s, s:s, s:s}", "kind", kind, "code", kh_status_name(code),
-                          "message", msg ? msg : "");
-    if (http_status)
-        json_object_set_new(e, "http_status", json_integer(http_status));
-    if (type)
-        json_object_set_new(e, "type", json_string(type));
-    return e;
-}
-
-void llm_job_delta(llm_job *j, const char *kind, const char *s, size_t n)
-{
-    if (j->client->delta)
-        j->client->delta(j->client->delta_ud, j->id, kind, s, n);
-}
-
 /* ---- client --------------------------------------------------------------- */
 
 kh_llm *kh_llm_new(kh_engine *e, kh_err *err)
@@ -267,18 +166,6 @@ void kh_llm_set_store(kh_llm *c, struct kh_store *s)
     c->store = s;
 }
 
-struct kh_store *llm_client_store(kh_llm *c)
-{
-    return c->store;
-}
-
-json_t *llm_client_replay_runs(kh_llm *c)
-{
-    if (!c->replay_runs)
-        c->replay_runs = json_object();
-    return c->replay_runs;
-}
-
 void kh_llm_result_free(kh_llm_result *r)
 {
     if (!r)
@@ -305,11 +192,6 @@ static void attempt_cleanup(llm_job *j)
     j->hdrs = NULL;
     kh_sse_free(j->sse);
     j->sse = NULL;
-}
-
-llm_job *llm_jobs(kh_llm *c)
-{
-    return c->jobs;
 }
 
 static void job_free(llm_job *j)
@@ -360,25 +242,6 @@ size_t kh_llm_pending(const kh_llm *c)
     for (llm_job *j = c->jobs; j; j = j->next)
         n++;
     return n;
-}
-
-int llm_replay_next(kh_llm *c, const char *dir)
-{
-    for (replay_counter *r = c->replays; r; r = r->nx)
-        if (!strcmp(r->dir, dir))
-            return r->next++;
-    replay_counter *r = calloc(1, sizeof *r);
-    if (!r)
-        return 0;
-    r->dir = kh_strdup(dir);
-    if (!r->dir) {
-        free(r);
-        return 0;
-    }
-    r->next = 1;
-    r->nx = c->replays;
-    c->replays = r;
-    return 0;
 }
 
 static llm_provider *provider_for(kh_llm *c, const llm_job *j)
@@ -433,7 +296,7 @@ kh_status kh_llm_submit(kh_llm *c, const json_t *req, int64_t *id, kh_err *err)
             st = kh_err_set(err, KH_ENOMEM, "out of memory");
         else if (j->prov->quota_msg)
             st = kh_err_set(err, KH_ESTATE, "%s", j->prov->quota_msg);
-        else if (!job_key(j) && !j->compat)
+        else if (!llm_job_key(j) && !j->compat)
             st = kh_err_set(err, KH_EINVAL, "%s is not set: export it to use provider %s",
                             j->o.api_key_env, j->provider);
     }
@@ -456,64 +319,6 @@ kh_status kh_llm_submit(kh_llm *c, const json_t *req, int64_t *id, kh_err *err)
     return KH_OK;
 }
 
-/* ---- the record ------------------------------------------------------------ */
-
-json_t *llm_record_base(llm_job *j)
-{
-    json_t *label = json_object_get(j->req, "label");
-    json_t *r = json_pack("{s:I, s:s, s:s, s:b, s:s, s:O, s:I}", "id", (json_int_t)j->id,
-                          "provider", j->provider, "dialect", llm_dialect_names[j->dialect],
-                          "replay", j->kind == 'r', "fingerprint", j->fingerprint, "warnings",
-                          j->warnings, "retries", (json_int_t)(j->attempt > 0 ? j->attempt - 1 : 0));
-    const char *model = json_string_value(json_object_get(j->req, "model"));
-    if (model)
-        json_object_set_new(r, "model", json_string(model));
-    if (label)
-        json_object_set(r, "label", label);
-    static const char *const links[] = {"run", "round"};
-    for (size_t i = 0; i < KH_ARRAY_LEN(links); i++) {
-        json_t *v = json_object_get(j->req, links[i]);
-        if (v)
-            json_object_set(r, links[i], v);
-    }
-    json_object_set(r, "attempts", j->attempts);
-    /* HTTP calls record their wire body (http_finish); the offline providers
-     * the caller's request, so every transcript says what was asked. */
-    if (j->kind != 'h')
-        json_object_set_new(r, "request", json_deep_copy(j->req));
-    json_object_set_new(r, "submitted_at", json_real(kh_wall_now() - (kh_now() - j->t_submit)));
-    json_object_set_new(r, "latency_s", json_real(kh_now() - j->t_submit));
-    return r;
-}
-
-void llm_job_finish(llm_job *j, json_t *record)
-{
-    kh_llm_result *res = calloc(1, sizeof *res);
-    if (!res) {
-        json_decref(record);
-        return; /* out of memory: the job stays; poll retries finishing it */
-    }
-    res->id = j->id;
-    res->record = record;
-    res->raw = j->raw.p ? j->raw.p : kh_strdup("");
-    res->raw_len = j->raw.len;
-    memset(&j->raw, 0, sizeof j->raw);
-    /* The call's own key, and the standard key variables too: an agent
-     * command or a server may echo any of them, and a record must never
-     * carry one (the store would refuse it, losing the transcript). */
-    const char *keys[] = {job_key(j), getenv("ANTHROPIC_API_KEY"), getenv("OPENAI_API_KEY"),
-                          getenv("KHLUA_API_KEY")};
-    for (size_t i = 0; i < KH_ARRAY_LEN(keys); i++) {
-        if (!keys[i] || strlen(keys[i]) < (i ? 8u : 1u))
-            continue;
-        redact_json(record, keys[i]);
-        if (res->raw)
-            kh_llm_redact(res->raw, res->raw_len, keys[i]);
-    }
-    j->result = res;
-    j->queued = 0;
-}
-
 static void push_headers_redacted(llm_job *j, json_t *rec)
 {
     json_t *h = json_object();
@@ -523,7 +328,7 @@ static void push_headers_redacted(llm_job *j, json_t *rec)
         json_object_set_new(h, "anthropic-version", json_string(j->o.anthropic_version));
         if (j->o.anthropic_beta[0])
             json_object_set_new(h, "anthropic-beta", json_string(j->o.anthropic_beta));
-    } else if (job_key(j)) {
+    } else if (llm_job_key(j)) {
         json_object_set_new(h, "authorization", json_string("Bearer [redacted]"));
     }
     json_object_set_new(rec, "request_headers", h);
@@ -683,7 +488,7 @@ static kh_status start_attempt(kh_llm *c, llm_job *j, kh_err *err)
     if (!j->sse || !j->easy || !j->resp_headers)
         return kh_err_set(err, KH_ENOMEM, "out of memory starting a request");
     char line[512];
-    const char *key = job_key(j);
+    const char *key = llm_job_key(j);
     if (add_header(j, "Content-Type: application/json", err) ||
         add_header(j, "Accept: text/event-stream", err) || add_header(j, "Expect:", err))
         return err->code;

@@ -3,11 +3,12 @@
  * state, and with --ncu Nsight Compute's report beside it.  Also the hidden
  * `--run-only` mode, the process ncu profiles.  --task/--solution build the
  * cubin and the launch list from a task's candidate (profile_task.c). */
-#include "kh_lua.h"
+#include "commands.h"
 
 #include "profile/profile.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
