@@ -1,7 +1,8 @@
 /* eval_compare.c: a worker's returned outputs against the reference
  * outputs (engine/eval/check.h does the arithmetic).  Owns reading an
- * output's slice of the reply, comparing every output of a call (whole, or
- * the element ranges a verified timed call returned), the DSA top-k rule's
+ * output's slice of the reply (and the size of the element ranges a
+ * verified timed call returns), comparing every output of a call (whole, or
+ * those ranges), the DSA top-k rule's
  * inputs, and telling elements left as the poison.  What a failure means
  * for the verdict is the stages'. */
 #include "eval/eval_int.h"
@@ -19,6 +20,24 @@ const unsigned char *eval_reply_bytes(const kh_msg *m, const json_t *sl, size_t 
         return NULL;
     static const unsigned char empty[1];
     return len ? m->payload + off : empty; /* an empty tensor (a batch of 0) is there */
+}
+
+/* The bytes of the element ranges [[start, n], ...] of a dtype; 0 when the
+ * list is not one (the worker's reply is checked against it). */
+size_t eval_ranges_bytes(kh_dtype dt, const json_t *list)
+{
+    size_t total = 0, k;
+    json_t *e;
+    if (!json_is_array(list))
+        return 0;
+    json_array_foreach(list, k, e) {
+        json_int_t a = json_integer_value(json_array_get(e, 0)),
+                   b = json_integer_value(json_array_get(e, 1));
+        if (a < 0 || b <= 0)
+            return 0;
+        total += kh_dtype_nbytes(dt, (uint64_t)(a + b)) - kh_dtype_nbytes(dt, (uint64_t)a);
+    }
+    return total;
 }
 
 /* Does element first_fail of out still hold the poison byte pattern? */

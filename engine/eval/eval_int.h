@@ -4,10 +4,13 @@
  * one workload's evaluation as explicit stages (wstate, eval_stage.c).
  * Which unit owns what: eval.c the public API and the run's driver;
  * eval_place.c placement and pools; eval_build.c artifacts; eval_request.c
- * the `evaluate` request; eval_jobs.c the scheduler; eval_ref.c reference
- * outputs and latency; eval_compare.c comparisons; eval_sampling.c the
- * sampling evaluator; eval_sanitize.c compute-sanitizer; eval_stage.c the
- * stages; eval_verdict.c the verdict JSON; eval_record.c the store. */
+ * the `evaluate` request and the workload's inputs (the sampling
+ * evaluator's probs included); eval_jobs.c the scheduler; eval_ref.c
+ * reference outputs and latency; eval_compare.c comparisons; eval_sampling.c
+ * the sampling evaluator; eval_sanitize.c compute-sanitizer; eval_stage.c
+ * the stages; eval_verdict.c the verdict JSON; eval_record.c the store;
+ * eval_base.c the options' defaults and the helpers all of them use.  Calls
+ * between the units point one way (no call cycle, docs/design.md). */
 #ifndef KH_EVAL_INT_H
 #define KH_EVAL_INT_H
 
@@ -296,7 +299,7 @@ static inline int eval_is_so(const kh_task_solution *sol)
     return sol->manifest && sol->manifest->so;
 }
 
-/* eval.c ------------------------------------------------------------------ */
+/* eval_base.c ------------------------------------------------------------- */
 char *eval_dupstr(const char *s);                              /* NULL: s NULL or no memory */
 void eval_hex128(const void *data, size_t len, char out[33]); /* XXH3-128, hex */
 
@@ -339,6 +342,10 @@ const kh_tensor *eval_input_named(wctx *c, const char *name);
 void eval_in_free(wctx *c);
 const kh_task_tensor *eval_find_input(const kh_task_def *d, const char *name, size_t *idx);
 size_t eval_out_bytes(const kh_task_def *d, const kh_task_tensor *t, const int64_t *axes);
+/* The sampling evaluator's probs for the workload (see wctx), made once
+ * per input seed; eval_probs_free drops them and the mask made with them. */
+kh_status eval_sampling_probs(wctx *c, const kh_tensor **out, kh_err *err);
+void eval_probs_free(wctx *c);
 
 /* eval_jobs.c ------------------------------------------------------------- */
 /* File params (payload c->pl, the artifact a first) as a job of workload
@@ -353,7 +360,6 @@ void eval_drop_jobs(kh_eval *ev, size_t wl); /* wl SIZE_MAX: all */
 /* eval_ref.c -------------------------------------------------------------- */
 void eval_refs_free(kh_eval *ev);
 void eval_refs_trim(kh_eval *ev);
-size_t eval_ranges_bytes(kh_dtype dt, const json_t *list);
 /* Reference outputs of c->seeds into outs: found (memory, store) or made
  * at once (Python); the trusted reference's request for the others is
  * filed (s->posted).  _take fills the rest from its reply and hashes them. */
@@ -370,6 +376,9 @@ double eval_gpu_bandwidth(wctx *c, const char *uuid, size_t slot);
 
 /* eval_compare.c ---------------------------------------------------------- */
 const unsigned char *eval_reply_bytes(const kh_msg *m, const json_t *sl, size_t want);
+/* The bytes of the element ranges [[start, n], ...] of a dtype; 0 when the
+ * list is not one. */
+size_t eval_ranges_bytes(kh_dtype dt, const json_t *list);
 int eval_untouched(const kh_tensor *t, int64_t idx, unsigned pat);
 kh_status eval_compare_set(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
                            kh_check_result *merged, unsigned poison, int *untouched_fail,
@@ -382,8 +391,6 @@ kh_status eval_compare_ranged(wctx *c, const kh_msg *m, const json_t *outs,
 /* The seed of the workload's inputs: seeds[0], or the saved one while the
  * TVD phase's requests hold their own seeds. */
 static inline uint64_t eval_base_seed(const wctx *c) { return c->tile ? c->tile_seed : c->seeds[0]; }
-kh_status eval_sampling_probs(wctx *c, const kh_tensor **out, kh_err *err);
-void eval_probs_free(wctx *c);
 /* Why the sampling evaluator cannot take d, or NULL. */
 const char *eval_sampling_unsupported(const kh_task_def *d, kh_sampling_method m);
 kh_status eval_sampling_call(wctx *c, const kh_msg *m, const json_t *outs, uint64_t *counts,

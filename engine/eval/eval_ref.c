@@ -60,24 +60,6 @@ static refout *ref_find(kh_eval *ev, const char *def, const char *uuid, uint64_t
     return NULL;
 }
 
-/* The bytes of the element ranges [[start, n], ...] of a dtype; 0 when the
- * list is not one (the worker's reply is checked against it). */
-size_t eval_ranges_bytes(kh_dtype dt, const json_t *list)
-{
-    size_t total = 0, k;
-    json_t *e;
-    if (!json_is_array(list))
-        return 0;
-    json_array_foreach(list, k, e) {
-        json_int_t a = json_integer_value(json_array_get(e, 0)),
-                   b = json_integer_value(json_array_get(e, 1));
-        if (a < 0 || b <= 0)
-            return 0;
-        total += kh_dtype_nbytes(dt, (uint64_t)(a + b)) - kh_dtype_nbytes(dt, (uint64_t)a);
-    }
-    return total;
-}
-
 static kh_status py_ref_outputs(wctx *c, refout **outs, kh_err *err);
 
 /* The outputs a trusted reference's reply holds for the trials whose outs

@@ -1,92 +1,19 @@
 /* eval_sampling.c: FlashInfer-Bench's sampling evaluator on the
  * coordinator's side (check.h does the counting and the TVD arithmetic).
- * Owns a workload's probs (made here and sent as bytes, so every call sees
- * one distribution), its thresholding mask, checking one call's samples,
- * and the TVD phase: its requests (the batch repeated, chunks of calls
+ * Owns the thresholding mask of a workload's probs (eval_request.c makes
+ * them and sends them as bytes, so every call sees one distribution),
+ * checking one call's samples, and the TVD phase: its requests (the batch repeated, chunks of calls
  * filed together), the samples counted over them, the test and khlua's
  * fresh-samples check.  The validation calls are judged by the compare
  * stage (eval_stage.c). */
 #include "eval/eval_int.h"
 
 #include "task/rng.h"
-#include "task/safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-void eval_probs_free(wctx *c)
-{
-    kh_tensor_free(c->probs);
-    c->probs = NULL;
-    c->probs_w = NULL;
-    free(c->smask);
-    c->smask = NULL;
-}
-
-/* The sampling evaluator's probs for this workload (see wctx). */
-kh_status eval_sampling_probs(wctx *c, const kh_tensor **out, kh_err *err)
-{
-    if (c->probs && c->probs_w == c->w && c->probs_seed == eval_base_seed(c)) {
-        *out = c->probs;
-        return KH_OK;
-    }
-    eval_probs_free(c);
-    size_t idx = 0;
-    const kh_task_tensor *t = NULL;
-    for (size_t i = 0; i < c->d->ninputs && !t; i++)
-        if (!strcmp(c->d->inputs[i].name, "probs"))
-            t = &c->d->inputs[(idx = i)];
-    if (!t || t->is_scalar || t->rank != 2 || strcmp(t->dtype, "float32"))
-        return kh_err_set(err, KH_EINVAL, "sampling evaluator: '%s' needs an input 'probs', "
-                          "float32 [batch_size, vocab_size]", c->d->name);
-    int64_t shape[2] = {c->w->axes[t->dims[0]], c->w->axes[t->dims[1]]};
-    if (shape[0] < 1 || shape[1] < 1)
-        return kh_err_set(err, KH_EINVAL, "workload %s: probs is [%lld, %lld]: nothing to "
-                          "sample", c->w->uuid, (long long)shape[0], (long long)shape[1]);
-    json_t *in = json_object_get(json_object_get(c->w->json, "inputs"), "probs");
-    const char *type = json_string_value(json_object_get(in, "type"));
-    kh_status st = KH_OK;
-    if (type && !strcmp(type, "safetensors")) {
-        /* the workload's own probs: what input_gen sends the workers */
-        const char *path = json_string_value(json_object_get(in, "path"));
-        const char *key = json_string_value(json_object_get(in, "tensor_key"));
-        char full[4096];
-        kh_st_file *f = NULL;
-        kh_tensor *tt = NULL;
-        snprintf(full, sizeof full, "%s/%s", c->base, path ? path : "");
-        if (!path || !key)
-            st = kh_err_set(err, KH_EINVAL, "workload %s: input 'probs': safetensors needs path "
-                            "and tensor_key", c->w->uuid);
-        else if (!(st = kh_st_open(full, &f, err))) {
-            if (!(st = kh_st_get_expect(f, key, "probs", KH_DTYPE_F32, 2, shape, &tt, err)))
-                st = kh_tensor_clone(&c->probs, tt, err);
-            kh_tensor_free(tt);
-            kh_st_close(f);
-        }
-    } else if (type && strcmp(type, "random")) {
-        st = kh_err_set(err, KH_EINVAL, "workload %s: the sampling evaluator's probs must be "
-                        "random or safetensors, not %s", c->w->uuid, type);
-    } else if (!(st = kh_tensor_new(&c->probs, KH_DTYPE_F32, 2, shape, err))) {
-        st = kh_rng_fill_softmax(c->ev->e, c->probs, eval_base_seed(c), (uint32_t)idx, err);
-    }
-    const float *pv = c->probs ? c->probs->data : NULL;
-    for (uint64_t i = 0; !st && i < c->probs->numel; i++)
-        if (!(pv[i] >= 0) || !isfinite(pv[i]))
-            st = kh_err_set(err, KH_EINVAL, "workload %s: probs[%llu, %llu] is %g, not a "
-                            "probability", c->w->uuid,
-                            (unsigned long long)(i / (uint64_t)shape[1]),
-                            (unsigned long long)(i % (uint64_t)shape[1]), (double)pv[i]);
-    if (st) {
-        eval_probs_free(c);
-        return st;
-    }
-    c->probs_w = c->w;
-    c->probs_seed = eval_base_seed(c);
-    *out = c->probs;
-    return KH_OK;
-}
 
 /* A sampling parameter (top_k / top_p) per row: the workload's scalar value,
  * or the input made from seeds[0] (a scalar, or one value per row). */
