@@ -1,9 +1,12 @@
 /* store.c: the artifact store's core (see store.h): content hashes and
  * times, opening the LMDB environment and checking what is at the path, bulk
  * mode, and scoped transactions with a sticky error and a write log replayed
- * after the map grows.  Blobs are store_blob.c's, records store_record.c's,
- * index entries and queries store_index.c's, whole-store walks (stats,
- * verify, gc, backup) store_tools.c's, export and import store_export.c's. */
+ * after the map grows, and the index entries a write queued, written in key
+ * order.  The log applies each op through the writer its file gave
+ * (kh_store_op.write), so this file calls none of the others below.  Blobs
+ * are store_blob.c's, records store_record.c's, index keys store_index.c's,
+ * queries store_query.c's, whole-store walks (stats, verify, gc, backup)
+ * store_tools.c's, export and import store_export.c's. */
 #include "store/store_int.h"
 
 #include <errno.h>
@@ -594,7 +597,7 @@ static kh_status log_op(kh_store_txn *tx, const kh_store_op *op, kh_err *err)
 
 /* Grow the map when it is three quarters full, before a write begins: it
  * keeps MDB_MAP_FULL (and its replay) rare. */
-static int grow_if_needed(kh_store *s, size_t extra)
+int kh_store_grow_map(kh_store *s, size_t extra)
 {
     MDB_envinfo info;
     MDB_stat st;
@@ -701,7 +704,7 @@ static kh_status run_scope(kh_store *s, int write, kh_store_fn fn, void *arg, kh
     kh_store_txn tx = {.s = s, .write = write};
     int rc;
     if (write) {
-        if ((rc = grow_if_needed(s, 0)) != 0)
+        if ((rc = kh_store_grow_map(s, 0)) != 0)
             return kh_store_mdb_err(err, rc, "growing the store map");
         rc = begin_write(s, &tx.txn);
     } else {
@@ -791,74 +794,81 @@ const char *kh_store_find_secret(const kh_store *s, const void *data, size_t len
     return NULL;
 }
 
+/* An op is applied, and replayed, by the writer the file that logged it
+ * gave (store_record.c for a record, store_blob.c for a blob): the log
+ * knows no op's format. */
 static kh_status apply_op(kh_store_txn *tx, const kh_store_op *op, int *full, kh_err *err)
 {
-    switch (op->kind) {
-    case KH_OP_RECORD:
-        return kh_store_record_write(tx, op, full, err);
-    case KH_OP_BLOB:
-        return kh_store_blob_write(tx, &op->h, op->data, op->len, full, err);
-    case KH_OP_DEL_BLOB:
-        return kh_store_blob_delete(tx, &op->h, full, err);
-    default:
-        return kh_err_set(err, KH_ESTORE, "internal: unknown store op %d", op->kind);
-    }
+    if (!op->write)
+        return kh_err_set(err, KH_ESTORE, "internal: store op %d without a writer", op->kind);
+    return op->write(tx, op, full, err);
 }
 
-/* ---- one-call wrappers ---------------------------------------------------------------------- */
-struct blob_arg {
-    const void *data;
-    size_t len;
-    kh_hash *h;
-    void **out;
-    size_t *out_len;
-};
-
-static kh_status do_put_blob(kh_store_txn *tx, void *arg, kh_err *err)
+/* ---- the index entries a write txn queued ------------------------------------------ */
+/* The write txn's cursor for slot (see kh_store_txn.wcur). */
+int kh_store_wcursor(kh_store_txn *tx, int slot, MDB_dbi dbi, MDB_cursor **c)
 {
-    struct blob_arg *a = arg;
-    return kh_store_txn_put_blob(tx, a->data, a->len, a->h, err);
+    if (!tx->wcur[slot]) {
+        int rc = mdb_cursor_open(tx->txn, dbi, &tx->wcur[slot]);
+        if (rc) {
+            tx->wcur[slot] = NULL;
+            return rc;
+        }
+    }
+    *c = tx->wcur[slot];
+    return 0;
 }
 
-kh_status kh_store_put_blob(kh_store *s, const void *data, size_t len, kh_hash *out,
-                            kh_err *err)
+static _Thread_local const char *pend_base; /* for the qsort comparator */
+
+/* LMDB's default order: bytes, then the shorter first. */
+static int pend_cmp(const void *a, const void *b)
 {
-    kh_hash h;
-    struct blob_arg a = {data, len, out ? out : &h, NULL, NULL};
-    if (!s->readonly && !s->busy) {
-        int rc = grow_if_needed(s, len + len / 8 + (1u << 20));
-        if (rc)
-            return kh_store_mdb_err(err, rc, "growing the store map");
-    }
-    return kh_store_update(s, do_put_blob, &a, err);
+    const unsigned char *x = (const unsigned char *)pend_base + *(const size_t *)a,
+                        *y = (const unsigned char *)pend_base + *(const size_t *)b;
+    size_t xn = (size_t)x[0] << 8 | x[1], yn = (size_t)y[0] << 8 | y[1];
+    int c = memcmp(x + 3, y + 3, xn < yn ? xn : yn);
+    return c ? c : (xn > yn) - (xn < yn);
 }
 
-static kh_status do_get_blob(kh_store_txn *tx, void *arg, kh_err *err)
+/* Write the queued index entries in key order.  MDB_MAP_FULL sets *full
+ * (the caller grows the map and replays, which queues them again). */
+kh_status kh_store_index_flush_once(kh_store_txn *tx, int *full, kh_err *err)
 {
-    struct blob_arg *a = arg;
-    size_t n;
-    kh_status st = kh_store_txn_blob_size(tx, a->h, &n, err);
-    if (st)
-        return st;
-    void *buf = malloc(n ? n : 1);
-    if (!buf)
-        return kh_err_set(err, KH_ENOMEM, "out of memory reading a blob of %zu bytes", n);
-    st = kh_store_txn_read_blob(tx, a->h, buf, n, err);
-    if (st) {
-        free(buf);
-        return st;
+    if (!tx->npend)
+        return KH_OK;
+    pend_base = tx->pend.p;
+    qsort(tx->pofs, tx->npend, sizeof *tx->pofs, pend_cmp);
+    pend_base = NULL;
+    MDB_cursor *c;
+    int rc = kh_store_wcursor(tx, 1, tx->s->index, &c);
+    for (size_t i = 0; !rc && i < tx->npend; i++) {
+        unsigned char *p = (unsigned char *)tx->pend.p + tx->pofs[i];
+        size_t kn = (size_t)p[0] << 8 | p[1];
+        MDB_val key = {kn, p + 3}, v = {p[2], p + 3 + kn};
+        rc = mdb_cursor_put(c, &key, &v, 0);
     }
-    *a->out = buf;
-    *a->out_len = n;
+    if (rc == MDB_MAP_FULL) {
+        *full = 1;
+        return KH_ESTORE;
+    }
+    if (rc)
+        return kh_store_mdb_err(err, rc, "writing the index");
+    tx->npend = 0;
+    tx->pend.n = 0;
     return KH_OK;
 }
 
-kh_status kh_store_get_blob(kh_store *s, const kh_hash *h, void **data, size_t *len,
-                            kh_err *err)
+/* kh_store_index_flush_once, growing the map when it fills. */
+kh_status kh_store_index_flush(kh_store_txn *tx, kh_err *err)
 {
-    *data = NULL;
-    *len = 0;
-    struct blob_arg a = {NULL, 0, (kh_hash *)h, data, len};
-    return kh_store_view(s, do_get_blob, &a, err);
+    for (;;) {
+        int full = 0;
+        kh_status st = kh_store_index_flush_once(tx, &full, err);
+        if (!full)
+            return st;
+        if ((st = kh_store_tx_recover(tx, err)))
+            return st;
+    }
 }
 

@@ -1,7 +1,8 @@
 /* store_blob.c: content-addressed blobs (store.h): the blob header, zstd
- * compression, 1 MiB chunks for large blobs, reading and streaming them back,
- * and the refusal of bytes that carry an API key.  The transaction and its
- * write log are store.c's. */
+ * compression, 1 MiB chunks for large blobs (the blob ops' writers, which
+ * the write log applies), reading and streaming them back, the refusal of
+ * bytes that carry an API key, and the one-call put and get.  The
+ * transaction and its write log are store.c's. */
 #include "store/store_int.h"
 
 #include <stdlib.h>
@@ -88,9 +89,13 @@ static int put_compressed(kh_store_txn *tx, MDB_val *key, const unsigned char *h
     return 0;
 }
 
-kh_status kh_store_blob_write(kh_store_txn *tx, const kh_hash *h, const void *data, size_t len,
-                            int *full, kh_err *err)
+/* The KH_OP_BLOB op's writer (kh_store_op.write): the blob's head and
+ * chunks, unless it is there already. */
+static kh_status blob_write(kh_store_txn *tx, const kh_store_op *op, int *full, kh_err *err)
 {
+    const kh_hash *h = &op->h;
+    const void *data = op->data;
+    size_t len = op->len;
     kh_store *s = tx->s;
     MDB_val key = {16, (void *)h->b}, v;
     int rc = mdb_get(tx->txn, s->blobs, &key, &v);
@@ -134,6 +139,37 @@ kh_status kh_store_blob_write(kh_store_txn *tx, const kh_hash *h, const void *da
     return KH_OK;
 }
 
+/* The KH_OP_DEL_BLOB op's writer: the head and every chunk. */
+static kh_status blob_delete(kh_store_txn *tx, const kh_store_op *op, int *full, kh_err *err)
+{
+    const kh_hash *h = &op->h;
+    MDB_val key = {16, (void *)h->b}, v;
+    int rc = mdb_get(tx->txn, tx->s->blobs, &key, &v);
+    if (rc == MDB_NOTFOUND)
+        return KH_OK;
+    if (rc)
+        return kh_store_mdb_err(err, rc, "reading a blob");
+    int fmt;
+    uint64_t raw, at;
+    uint32_t n = 0, cs;
+    if (!kh_store_blob_head(&v, &fmt, &raw, &at, &n, &cs))
+        n = 0;
+    rc = mdb_del(tx->txn, tx->s->blobs, &key, NULL);
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        unsigned char ck[20];
+        chunk_key(h, i, ck);
+        MDB_val cv = {20, ck};
+        rc = mdb_del(tx->txn, tx->s->blobs, &cv, NULL);
+        if (rc == MDB_NOTFOUND)
+            rc = 0;
+    }
+    if (rc == MDB_MAP_FULL) {
+        *full = 1;
+        return KH_ESTORE;
+    }
+    return rc ? kh_store_mdb_err(err, rc, "deleting a blob") : KH_OK;
+}
+
 kh_status kh_store_txn_put_blob(kh_store_txn *tx, const void *data, size_t len, kh_hash *out,
                                 kh_err *err)
 {
@@ -154,7 +190,8 @@ kh_status kh_store_txn_put_blob(kh_store_txn *tx, const void *data, size_t len, 
                    sec);
         return kh_store_tx_fail(tx, KH_EINVAL, err);
     }
-    kh_store_op op = {.kind = KH_OP_BLOB, .data = data ? data : "", .len = len, .h = h};
+    kh_store_op op = {
+        .kind = KH_OP_BLOB, .write = blob_write, .data = data ? data : "", .len = len, .h = h};
     return kh_store_exec_op(tx, &op, err);
 }
 
@@ -190,37 +227,8 @@ kh_status kh_store_txn_del_blob(kh_store_txn *tx, const kh_hash *h, kh_err *err)
     kh_status st = kh_store_need_write(tx, err);
     if (st)
         return st;
-    kh_store_op op = {.kind = KH_OP_DEL_BLOB, .h = *h};
+    kh_store_op op = {.kind = KH_OP_DEL_BLOB, .write = blob_delete, .h = *h};
     return kh_store_exec_op(tx, &op, err);
-}
-
-kh_status kh_store_blob_delete(kh_store_txn *tx, const kh_hash *h, int *full, kh_err *err)
-{
-    MDB_val key = {16, (void *)h->b}, v;
-    int rc = mdb_get(tx->txn, tx->s->blobs, &key, &v);
-    if (rc == MDB_NOTFOUND)
-        return KH_OK;
-    if (rc)
-        return kh_store_mdb_err(err, rc, "reading a blob");
-    int fmt;
-    uint64_t raw, at;
-    uint32_t n = 0, cs;
-    if (!kh_store_blob_head(&v, &fmt, &raw, &at, &n, &cs))
-        n = 0;
-    rc = mdb_del(tx->txn, tx->s->blobs, &key, NULL);
-    for (uint32_t i = 0; rc == 0 && i < n; i++) {
-        unsigned char ck[20];
-        chunk_key(h, i, ck);
-        MDB_val cv = {20, ck};
-        rc = mdb_del(tx->txn, tx->s->blobs, &cv, NULL);
-        if (rc == MDB_NOTFOUND)
-            rc = 0;
-    }
-    if (rc == MDB_MAP_FULL) {
-        *full = 1;
-        return KH_ESTORE;
-    }
-    return rc ? kh_store_mdb_err(err, rc, "deleting a blob") : KH_OK;
 }
 
 static kh_status blob_head(kh_store_txn *tx, const kh_hash *h, MDB_val *v, int *fmt,
@@ -361,3 +369,59 @@ kh_status kh_store_txn_stream_blob(kh_store_txn *tx, const kh_hash *h, kh_store_
     return blob_walk(tx, h, NULL, 0, fn, arg, err);
 }
 
+/* ---- one-call wrappers --------------------------------------------------------------- */
+struct blob_arg {
+    const void *data;
+    size_t len;
+    kh_hash *h;
+    void **out;
+    size_t *out_len;
+};
+
+static kh_status do_put_blob(kh_store_txn *tx, void *arg, kh_err *err)
+{
+    struct blob_arg *a = arg;
+    return kh_store_txn_put_blob(tx, a->data, a->len, a->h, err);
+}
+
+kh_status kh_store_put_blob(kh_store *s, const void *data, size_t len, kh_hash *out,
+                            kh_err *err)
+{
+    kh_hash h;
+    struct blob_arg a = {data, len, out ? out : &h, NULL, NULL};
+    if (!s->readonly && !s->busy) {
+        int rc = kh_store_grow_map(s, len + len / 8 + (1u << 20));
+        if (rc)
+            return kh_store_mdb_err(err, rc, "growing the store map");
+    }
+    return kh_store_update(s, do_put_blob, &a, err);
+}
+
+static kh_status do_get_blob(kh_store_txn *tx, void *arg, kh_err *err)
+{
+    struct blob_arg *a = arg;
+    size_t n;
+    kh_status st = kh_store_txn_blob_size(tx, a->h, &n, err);
+    if (st)
+        return st;
+    void *buf = malloc(n ? n : 1);
+    if (!buf)
+        return kh_err_set(err, KH_ENOMEM, "out of memory reading a blob of %zu bytes", n);
+    st = kh_store_txn_read_blob(tx, a->h, buf, n, err);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    *a->out = buf;
+    *a->out_len = n;
+    return KH_OK;
+}
+
+kh_status kh_store_get_blob(kh_store *s, const kh_hash *h, void **data, size_t *len,
+                            kh_err *err)
+{
+    *data = NULL;
+    *len = 0;
+    struct blob_arg a = {NULL, 0, (kh_hash *)h, data, len};
+    return kh_store_view(s, do_get_blob, &a, err);
+}

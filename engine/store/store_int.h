@@ -1,6 +1,6 @@
 /* store_int.h: what the store's own files (store.c, store_blob.c,
- * store_record.c, store_index.c, store_tools.c, store_export.c) share and
- * nothing else: the store and transaction structs, the on-disk encodings
+ * store_record.c, store_index.c, store_query.c, store_tools.c,
+ * store_export.c) share and nothing else: the store and transaction structs, the on-disk encodings
  * (blob header, index keys), the record rules and the steps of a write.  Not
  * for other modules (run.c, evaluation.c, candidate.c included): use store.h. */
 #ifndef KH_STORE_INT_H
@@ -80,6 +80,10 @@ enum { KH_OP_RECORD = 1, KH_OP_BLOB, KH_OP_DEL_BLOB, KH_OP_DEL_RECORD };
 typedef struct kh_store_op {
     int kind;
     int flags;
+    /* applies the op to LMDB, first and in a replay (MDB_MAP_FULL sets
+     * *full): given by the file that logs the op (store_record.c,
+     * store_blob.c), so the log (store.c) calls none of them */
+    kh_status (*write)(kh_store_txn *tx, const struct kh_store_op *op, int *full, kh_err *err);
     /* OP_RECORD: "id\0text" at this offset of the txn's log buffer; one
      * buffer for the whole txn, no allocation per record */
     size_t off, idlen, textlen;
@@ -171,14 +175,20 @@ const char *kh_store_find_secret(const kh_store *s, const void *data, size_t len
 kh_status kh_store_exec_op(kh_store_txn *tx, kh_store_op *op, kh_err *err);
 /* After MDB_MAP_FULL: abort, double the map, replay every logged write. */
 kh_status kh_store_tx_recover(kh_store_txn *tx, kh_err *err);
-/* The ops themselves (store_blob.c, store_index.c): MDB_MAP_FULL sets *full. */
-kh_status kh_store_blob_write(kh_store_txn *tx, const kh_hash *h, const void *data, size_t len,
-                              int *full, kh_err *err);
-kh_status kh_store_blob_delete(kh_store_txn *tx, const kh_hash *h, int *full, kh_err *err);
-kh_status kh_store_record_write(kh_store_txn *tx, const kh_store_op *op, int *full,
-                                kh_err *err);
-/* Write the queued index entries in key order (store_index.c). */
+/* Grow the map when it is three quarters full with extra bytes to come,
+ * before a write txn begins; an LMDB error code or 0. */
+int kh_store_grow_map(kh_store *s, size_t extra);
+/* The write txn's cursor for slot (see kh_store_txn.wcur); an LMDB error
+ * code or 0. */
+int kh_store_wcursor(kh_store_txn *tx, int slot, MDB_dbi dbi, MDB_cursor **c);
+/* Write the queued index entries in key order (store.c); _once leaves
+ * MDB_MAP_FULL to its caller (*full), the other grows the map and replays. */
+kh_status kh_store_index_flush_once(kh_store_txn *tx, int *full, kh_err *err);
 kh_status kh_store_index_flush(kh_store_txn *tx, kh_err *err);
+/* Queue a record's index entries, or delete them (del; queued ones are
+ * written first) (store_index.c).  MDB_MAP_FULL sets *full. */
+kh_status kh_store_index_update(kh_store_txn *tx, const kh_rec_keys *k, const char *id, int del,
+                                int *full, kh_err *err);
 /* A growable list of blob hashes (gc, export: store_tools.c). */
 struct kh_store_hashset {
     kh_hash *v;

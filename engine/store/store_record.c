@@ -1,7 +1,8 @@
 /* store_record.c: records (store.h): the record types and the fields each
- * must carry, provenance, ids, record and blob references, and the put and
- * get of one record.  Index entries and queries are store_index.c's; the
- * transaction and its write log store.c's. */
+ * must carry, provenance, ids, record and blob references, the put and get
+ * of one record, and the record op's writer (a record and its index
+ * entries), which the write log applies.  Index keys are store_index.c's,
+ * queries store_query.c's; the transaction and its write log store.c's. */
 #include "store/store_int.h"
 
 #include <stdio.h>
@@ -416,6 +417,79 @@ static kh_status check_record_ref(void *arg, const char *field, const char *valu
     return KH_OK;
 }
 
+/* The KH_OP_RECORD op's writer (kh_store_op.write): write (or replace) a
+ * serialized record and its index entries.  The first run has the record's
+ * index fields from the put; a replay parses the text again. */
+static kh_status record_write(kh_store_txn *tx, const kh_store_op *op, int *full, kh_err *err)
+{
+    kh_store *s = tx->s;
+    const char *id = tx->log.p + op->off, *text = id + op->idlen + 1;
+    int flags = op->flags;
+    json_t *rec = NULL;
+    kh_rec_keys rk;
+    const kh_rec_keys *keys = op->keys;
+    if (!keys) {
+        rec = kh_store_json_parse(text, op->textlen, err);
+        if (!rec)
+            return kh_err_prefix(err, "record %s", id), KH_EINVAL;
+        if (kh_store_rec_keys(rec, &rk, err)) {
+            json_decref(rec);
+            return KH_EINVAL;
+        }
+        keys = &rk;
+    }
+    MDB_val key = {op->idlen, (void *)id}, old;
+    kh_status st = KH_OK;
+    int rc = MDB_NOTFOUND;
+    /* a plain put lets LMDB refuse an existing key (one B-tree descent);
+     * only a replace looks up the old record to drop its index entries */
+    if (flags & KH_STORE_REPLACE) {
+        rc = mdb_get(tx->txn, s->records, &key, &old);
+        if (rc == 0) {
+            json_t *o = kh_store_decode_record(s, &old, err);
+            if (!o) {
+                st = KH_ECORRUPT;
+                goto out;
+            }
+            kh_rec_keys ok;
+            st = kh_store_rec_keys(o, &ok, err);
+            if (!st)
+                st = kh_store_index_update(tx, &ok, id, 1, full, err);
+            json_decref(o);
+            if (st)
+                goto out;
+        } else if (rc != MDB_NOTFOUND) {
+            st = kh_store_mdb_err(err, rc, "reading the records");
+            goto out;
+        }
+    }
+    MDB_val v = {op->textlen, (void *)text};
+    MDB_cursor *c;
+    rc = kh_store_wcursor(tx, 0, s->records, &c);
+    if (!rc)
+        rc = mdb_cursor_put(c, &key, &v, (flags & KH_STORE_REPLACE) ? 0 : MDB_NOOVERWRITE);
+    if (rc == MDB_KEYEXIST) {
+        st = kh_err_set(err, KH_ESTATE,
+                        "record %s already exists (records are immutable; pass replace to "
+                        "overwrite)",
+                        id);
+        goto out;
+    }
+    if (rc == MDB_MAP_FULL) {
+        *full = 1;
+        st = KH_ESTORE;
+        goto out;
+    }
+    if (rc) {
+        st = kh_store_mdb_err(err, rc, "writing a record");
+        goto out;
+    }
+    st = kh_store_index_update(tx, keys, id, 0, full, err);
+out:
+    json_decref(rec);
+    return st;
+}
+
 kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
                            char id_out[KH_STORE_ID_MAX], kh_err *err)
 {
@@ -530,6 +604,7 @@ kh_status kh_store_txn_put(kh_store_txn *tx, json_t *rec, int flags,
                        err);
     }
     kh_store_op op = {.kind = KH_OP_RECORD,
+                      .write = record_write,
                       .flags = flags & KH_STORE_REPLACE,
                       .off = off,
                       .idlen = idlen,
