@@ -125,6 +125,60 @@ static kh_status compile_image(kh_engine *e, const kh_task_solution *sol, const 
     return st;
 }
 
+/* What was exported, to stdout (the Solution file, or --json's summary)
+ * and stderr (where its kernels come from). */
+static void print_export(const kh_fib_export *x, const kh_task_solution *sol, const char *path,
+                         const char *out, const char *kind, const char *what, const kh_best *b,
+                         const kh_artifact *art, const char *about, int as_json)
+{
+    const json_t *xs = x->solution;
+    const char *xname = json_string_value(json_object_get(xs, "name"));
+    const char *entry = json_string_value(json_object_get(json_object_get(xs, "spec"),
+                                                          "entry_point"));
+    if (as_json) {
+        json_t *srcs = json_array();
+        size_t i;
+        json_t *s;
+        json_array_foreach(json_object_get(xs, "sources"), i, s) {
+            char p[4400];
+            snprintf(p, sizeof p, "%s/%s", out, json_string_value(json_object_get(s, "path")));
+            json_array_append_new(srcs, json_string(p));
+        }
+        json_t *from = json_pack("{s:s, s:s}", "kind", kind, "what", what);
+        if (b->run[0])
+            json_object_set_new(from, "run", json_string(b->run));
+        if (b->candidate[0])
+            json_object_set_new(from, "candidate", json_string(b->candidate));
+        json_t *sum = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o}", "solution",
+                                path, "name", xname, "definition", sol->definition,
+                                "entry_point", entry, "kernel_file", x->kernel_file,
+                                "wrapper_file", x->wrapper_file, "entry_file", x->entry_file,
+                                "sources", srcs, "from", from);
+        json_object_set_new(sum, "image", art ? json_pack("{s:s, s:s, s:s, s:I}", "arch",
+                                                          art->arch, "nvrtc", art->nvrtc_version,
+                                                          "compile_key", art->hash, "bytes",
+                                                          (json_int_t)art->cubin_len)
+                                              : json_null());
+        char *t = sum ? json_dumps(sum, JSON_SORT_KEYS) : NULL;
+        printf("%s\n", t ? t : "{}");
+        free(t);
+        json_decref(sum);
+    } else {
+        printf("%s\n", path);
+        fprintf(stderr, "%s: %s%s%s exported to %s: entry %s, kernels in %s (compiled by %s); "
+                "FlashInfer-Bench builds it with its TVM-FFI builder\n", what, xname,
+                b->candidate[0] ? " of " : "", b->candidate[0] ? b->candidate : "", out, entry,
+                x->kernel_file, x->wrapper_file);
+        if (art)
+            fprintf(stderr, "%s: embeds the %s cubin khlua compiled (%s): a GPU of that "
+                    "architecture runs the code khlua timed, others nvcc's build of the source\n",
+                    xname, art->arch, about);
+        else
+            fprintf(stderr, "%s: no cubin embedded (--source-only): nvcc's build of the source "
+                    "runs, whose code may differ from what khlua timed\n", xname);
+    }
+}
+
 int kh_cmd_export(kh_engine *e, int argc, char **argv)
 {
     if (argc < 2 || kh_cli_wants_help(argc, argv)) {
@@ -276,52 +330,7 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
         goto done;
     }
 
-    const json_t *xs = x.solution;
-    const char *xname = json_string_value(json_object_get(xs, "name"));
-    const char *entry = json_string_value(json_object_get(json_object_get(xs, "spec"),
-                                                          "entry_point"));
-    if (as_json) {
-        json_t *srcs = json_array();
-        size_t i;
-        json_t *s;
-        json_array_foreach(json_object_get(xs, "sources"), i, s) {
-            char p[4400];
-            snprintf(p, sizeof p, "%s/%s", out, json_string_value(json_object_get(s, "path")));
-            json_array_append_new(srcs, json_string(p));
-        }
-        json_t *from = json_pack("{s:s, s:s}", "kind", kind, "what", what);
-        if (b.run[0])
-            json_object_set_new(from, "run", json_string(b.run));
-        if (b.candidate[0])
-            json_object_set_new(from, "candidate", json_string(b.candidate));
-        json_t *sum = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o}", "solution",
-                                path, "name", xname, "definition", sol->definition,
-                                "entry_point", entry, "kernel_file", x.kernel_file,
-                                "wrapper_file", x.wrapper_file, "entry_file", x.entry_file,
-                                "sources", srcs, "from", from);
-        json_object_set_new(sum, "image", art ? json_pack("{s:s, s:s, s:s, s:I}", "arch",
-                                                          art->arch, "nvrtc", art->nvrtc_version,
-                                                          "compile_key", art->hash, "bytes",
-                                                          (json_int_t)art->cubin_len)
-                                              : json_null());
-        char *t = sum ? json_dumps(sum, JSON_SORT_KEYS) : NULL;
-        printf("%s\n", t ? t : "{}");
-        free(t);
-        json_decref(sum);
-    } else {
-        printf("%s\n", path);
-        fprintf(stderr, "%s: %s%s%s exported to %s: entry %s, kernels in %s (compiled by %s); "
-                "FlashInfer-Bench builds it with its TVM-FFI builder\n", what, xname,
-                b.candidate[0] ? " of " : "", b.candidate[0] ? b.candidate : "", out, entry,
-                x.kernel_file, x.wrapper_file);
-        if (art)
-            fprintf(stderr, "%s: embeds the %s cubin khlua compiled (%s): a GPU of that "
-                    "architecture runs the code khlua timed, others nvcc's build of the source\n",
-                    xname, art->arch, about);
-        else
-            fprintf(stderr, "%s: no cubin embedded (--source-only): nvcc's build of the source "
-                    "runs, whose code may differ from what khlua timed\n", xname);
-    }
+    print_export(&x, sol, path, out, kind, what, &b, art, about, as_json);
     rc = 0;
 done:
     if (tmpfile[0])

@@ -1,17 +1,17 @@
 /* fib_export.c: a khlua CUDA solution as a FlashInfer-Bench Solution
  * (fib_export.h).  Owns which source goes where and the C++ of the
  * generated entry file (binding.cu), written from the launch manifest.
- * Expression arithmetic is expr.c's (kh_expr_to_cpp), loading and checking
- * the solution is task.c's, the command line cmd_export.c's. */
+ * Expression arithmetic is expr.c's (kh_expr_to_cpp), the kernels and the
+ * embedded cubin fib_export_image.c's, writing the export to a folder
+ * fib_export_write.c's, loading and checking the solution task.c's, the
+ * command line cmd_export.c's. */
 #include "task/fib_export.h"
 #include "task/fib_export_int.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define ENTRY_SYMBOL "run"
 
@@ -625,8 +625,7 @@ static kh_status emit_entry(gen *g)
             sb_printf(o, "    uint64_t slot%zu[%zu] = {};\n", k + 1, l->nargs);
         for (size_t i = 0; i < l->nargs; i++) {
             const kh_task_arg *a = &l->args[i];
-            /* set by find_tensor only when it finds the name; read only then */
-            int is_out = 0;
+            int is_out = 0; /* find_tensor sets them only when it finds the name */
             size_t ti = 0;
             const kh_task_tensor *t = a->name ? find_tensor(d, a->name, &is_out, &ti) : NULL;
             if (a->kind == KH_TASK_ARG_WORKSPACE)
@@ -1007,28 +1006,8 @@ kh_status kh_fib_export_solution(const kh_task_solution *sol, const kh_fib_expor
                               sname, p, sol->entry_file);
     }
 
-    {
-        const char *seen[KH_FIB_MAX_KERNELS];
-        size_t nk = 0;
-        for (size_t k = 0; k < m->nlaunches; k++) {
-            size_t j = 0;
-            while (j < nk && strcmp(seen[j], m->launches[k].kernel))
-                j++;
-            if (j < nk)
-                continue;
-            if (nk == KH_FIB_MAX_KERNELS)
-                return kh_err_set(err, KH_EUNSUPPORTED, "solution %s: its manifest launches "
-                                  "more than %d distinct kernels", sname, KH_FIB_MAX_KERNELS);
-            seen[nk++] = m->launches[k].kernel;
-        }
-    }
-    if (o && o->image) {
-        int major, minor, exact;
-        if (!o->image_len)
-            return kh_err_set(err, KH_EINVAL, "solution %s: an empty cubin to embed", sname);
-        if (kh_fib_image_arch(o->image_arch, &major, &minor, &exact, err))
-            return kh_err_prefix(err, "solution %s: the cubin to embed", sname);
-    }
+    if (kh_fib_kernels_check(m, o, sname, err))
+        return err->code;
     gen g = {.sol = sol, .d = sol->def, .m = m, .name = name, .kernel_file = kernel_file,
              .wrapper_file = wrapper_file, .entry_file = entry_file, .opts = o, .err = err};
     char *binding = NULL, *wrapper = NULL;
@@ -1103,66 +1082,4 @@ void kh_fib_export_free(kh_fib_export *x)
     free(x->kernel_file);
     free(x->wrapper_file);
     memset(x, 0, sizeof *x);
-}
-
-/* ---- writing -------------------------------------------------------------------- */
-static kh_status mkdirs(const char *path, int include_last, kh_err *err)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return kh_err_set(err, KH_EINVAL, "%s: path too long", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(buf, 0777) && errno != EEXIST)
-            return kh_err_set(err, KH_EIO, "creating %s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (include_last && mkdir(buf, 0777) && errno != EEXIST)
-        return kh_err_set(err, KH_EIO, "creating %s: %s", buf, strerror(errno));
-    return KH_OK;
-}
-
-static kh_status write_file(const char *path, const char *data, size_t n, kh_err *err)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return kh_err_set(err, KH_EIO, "%s: %s", path, strerror(errno));
-    int ok = fwrite(data, 1, n, f) == n;
-    ok &= fclose(f) == 0;
-    return ok ? KH_OK : kh_err_set(err, KH_EIO, "writing %s: %s", path, strerror(errno));
-}
-
-kh_status kh_fib_export_write(const kh_fib_export *x, const char *dir, char *path, size_t n,
-                              kh_err *err)
-{
-    kh_status st = mkdirs(dir, 1, err);
-    if (st)
-        return st;
-    char p[4096];
-    size_t i;
-    json_t *src;
-    json_array_foreach(json_object_get(x->solution, "sources"), i, src) {
-        const char *sp = json_string_value(json_object_get(src, "path"));
-        json_t *c = json_object_get(src, "content");
-        if (!sp || sp[0] == '/' || strstr(sp, ".."))
-            return kh_err_set(err, KH_EINVAL, "source path '%s': expected a relative path "
-                              "without '..'", sp ? sp : "?");
-        snprintf(p, sizeof p, "%s/%s", dir, sp);
-        if ((st = mkdirs(p, 0, err)) ||
-            (st = write_file(p, json_string_value(c) ? json_string_value(c) : "",
-                             json_string_length(c), err)))
-            return st;
-    }
-    char *text = json_dumps(x->solution, JSON_INDENT(2));
-    if (!text)
-        return kh_err_set(err, KH_ENOMEM, "out of memory");
-    snprintf(p, sizeof p, "%s/%s.json", dir,
-             json_string_value(json_object_get(x->solution, "name")));
-    st = write_file(p, text, strlen(text), err);
-    free(text);
-    if (!st && path)
-        snprintf(path, n, "%s", p);
-    return st;
 }

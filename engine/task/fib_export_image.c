@@ -78,6 +78,34 @@ static size_t distinct(const kh_task_manifest *m, const char **names, size_t cap
     return n;
 }
 
+/* The kernels a manifest launches fit the kernel table, and the cubin to
+ * embed (o->image) is one: KH_EUNSUPPORTED or KH_EINVAL naming sname. */
+kh_status kh_fib_kernels_check(const kh_task_manifest *m, const kh_fib_export_opts *o,
+                               const char *sname, kh_err *err)
+{
+    const char *seen[KH_FIB_MAX_KERNELS];
+    size_t nk = 0;
+    for (size_t k = 0; k < m->nlaunches; k++) {
+        size_t j = 0;
+        while (j < nk && strcmp(seen[j], m->launches[k].kernel))
+            j++;
+        if (j < nk)
+            continue;
+        if (nk == KH_FIB_MAX_KERNELS)
+            return kh_err_set(err, KH_EUNSUPPORTED, "solution %s: its manifest launches "
+                              "more than %d distinct kernels", sname, KH_FIB_MAX_KERNELS);
+        seen[nk++] = m->launches[k].kernel;
+    }
+    if (o && o->image) {
+        int major, minor, exact;
+        if (!o->image_len)
+            return kh_err_set(err, KH_EINVAL, "solution %s: an empty cubin to embed", sname);
+        if (kh_fib_image_arch(o->image_arch, &major, &minor, &exact, err))
+            return kh_err_prefix(err, "solution %s: the cubin to embed", sname);
+    }
+    return KH_OK;
+}
+
 size_t kh_fib_kernel_index(const kh_task_manifest *m, size_t launch)
 {
     const char *names[KH_FIB_MAX_KERNELS];

@@ -22,6 +22,12 @@ char *kh_fib_image_array(const kh_fib_export_opts *o);
  * gives it.  NULL when out of memory. */
 char *kh_fib_kernel_table(const kh_task_manifest *m, const kh_fib_export_opts *o);
 
+/* The kernels m launches fit the table (at most KH_FIB_MAX_KERNELS distinct
+ * ones), and o->image, when there is one, is a cubin of a known
+ * architecture; an error naming the solution sname otherwise. */
+kh_status kh_fib_kernels_check(const kh_task_manifest *m, const kh_fib_export_opts *o,
+                               const char *sname, kh_err *err);
+
 /* The table index of launch's kernel. */
 size_t kh_fib_kernel_index(const kh_task_manifest *m, size_t launch);
 
