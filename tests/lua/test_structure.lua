@@ -22,10 +22,7 @@ local ALLOW = {
     ["engine/compile/compile.c"] = 1312,        -- issue 20
     ["engine/compile/compile_service.c"] = 1005, -- issue 20
     ["engine/eval/check.c"] = 1004,             -- issue 20
-    ["engine/eval/eval.c"] = 3952,              -- issue 20: being split into stages
     ["engine/gpu/gpu_eval.c"] = 1250,           -- issue 20
-    ["engine/store/store.c"] = 2312,            -- issue 20: being split (record writers)
-    ["engine/store/store_tools.c"] = 1009,      -- issue 20
     ["engine/task/fib_export.c"] = 1115,        -- issue 20
     ["engine/worker/jail.c"] = 1003,            -- issue 20
     ["engine/worker/role_host.c"] = 1185,       -- issue 20
@@ -42,10 +39,6 @@ local ALLOW = {
     ["engine/compile/compile.c:kh_compile_build"] = 216,     -- issue 20
     ["engine/compile/hostcc.c:kh_hostcc_build_candidate"] = 183, -- issue 20
     ["engine/compile/srccheck.c:check_file"] = 181,          -- issue 20
-    ["engine/eval/eval.c:build"] = 189,                      -- issue 20: eval.c is being split
-    ["engine/eval/eval.c:eval_workload"] = 552,              -- issue 20: eval.c is being split
-    ["engine/eval/eval.c:kh_eval_run_task"] = 436,           -- issue 20: eval.c is being split
-    ["engine/eval/eval.c:sampling_tvd"] = 231,               -- issue 20: eval.c is being split
     ["engine/eval/pyref.c:kh_pyref_run"] = 157,              -- issue 20
     ["engine/gpu/gpu_eval.c:kh_gpu_evaluate"] = 274,         -- issue 20
     ["engine/llm/llm_client.c:end_attempt"] = 159,           -- issue 20
@@ -55,11 +48,9 @@ local ALLOW = {
     ["engine/worker/jail.c:kh_jail_main"] = 159,             -- issue 20
     ["engine/worker/supervisor.c:kh_wproc_start"] = 174,     -- issue 20
   },
-  -- policies that still write records through tx:put / db:put / :put_blob
-  store_writes = {
-    ["policies/lib/controller.lua"] = 12, -- issue 20: task, run, round, llm_call and
-                                          -- promotion records, moving to engine writers
-  },
+  -- policies that still write records through tx:put / db:put / :put_blob: none
+  -- (the engine's writers took them over, issue 20)
+  store_writes = {},
 }
 
 local function report(v)
