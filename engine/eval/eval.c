@@ -51,8 +51,7 @@ void kh_eval_free(kh_eval *ev)
     }
     if (ev->own_store)
         kh_store_close(ev->store);
-    if (ev->cc)
-        kh_compile_free(ev->cc);
+    kh_compile_service_free(ev->cs);
     for (art *a = ev->arts, *n; a; a = n) {
         n = a->next;
         free(a->bytes);

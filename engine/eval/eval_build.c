@@ -173,15 +173,19 @@ static kh_status build_so(kh_eval *ev, const kh_task_solution *sol, int trusted,
 
 /* The entry file is the translation unit; the other sources are its
  * headers, #include-able by their paths. */
-static kh_status build_cubin(kh_eval *ev, const kh_task_solution *sol, int trusted, art *a,
-                             kh_err *err)
+static kh_status build_cubin(kh_eval *ev, kh_store *cache, const kh_task_solution *sol,
+                             int trusted, art *a, kh_err *err)
 {
     const char *src = NULL;
     size_t src_len = 0, nh = 0;
     kh_source *hdrs = NULL;
     kh_status st = kh_task_cuda_sources(sol, &src, &src_len, &hdrs, &nh, err);
-    if (!st && !ev->cc && !(ev->cc = kh_compile_new(ev->e, err)))
-        st = err->code;
+    if (!st && !ev->cs) {
+        /* local servers of the workers' executable (a test binary's is not khlua) */
+        kh_compile_service_opts so = {.exe = ev->exe};
+        if (!(ev->cs = kh_compile_service_new(ev->e, &so, err)))
+            st = err->code;
+    }
     if (!st) {
         const kh_task_manifest *m = sol->manifest;
         const char *kernels[64];
@@ -191,9 +195,9 @@ static kh_status build_cubin(kh_eval *ev, const kh_task_solution *sol, int trust
         kh_compile_req rq = {.source = src, .source_len = src_len,
                              .name = sol->entry_file, .headers = hdrs, .n_headers = nh,
                              .kernels = kernels, .n_kernels = nk,
-                             .trusted = trusted, .isolate = !trusted};
+                             .trusted = trusted};
         kh_artifact *ar = NULL;
-        kh_status bs = kh_compile_build(ev->cc, &rq, &ar, err);
+        kh_status bs = kh_compile_service_build(ev->cs, cache, &rq, &ar, err);
         if (bs == KH_OK) {
             a->bytes = malloc(ar->cubin_len);
             if (!a->bytes)
@@ -217,8 +221,8 @@ static kh_status build_cubin(kh_eval *ev, const kh_task_solution *sol, int trust
     return st;
 }
 
-kh_status eval_build(kh_eval *ev, const kh_task_solution *sol, int trusted, art **out,
-                     kh_err *err)
+kh_status eval_build(kh_eval *ev, kh_store *cache, const kh_task_solution *sol, int trusted,
+                     art **out, kh_err *err)
 {
     char key[33];
     kh_status st = build_key(sol, trusted, key, err);
@@ -236,7 +240,7 @@ kh_status eval_build(kh_eval *ev, const kh_task_solution *sol, int trusted, art 
     a->host = eval_is_host(sol);
     a->so = eval_is_so(sol);
     st = a->host || a->so ? build_so(ev, sol, trusted, a, err)
-                          : build_cubin(ev, sol, trusted, a, err);
+                          : build_cubin(ev, cache, sol, trusted, a, err);
     if (st) {
         free(a->bytes);
         free(a->log);

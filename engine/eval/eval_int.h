@@ -17,6 +17,7 @@
 #include "eval/eval.h"
 
 #include "compile/compile.h"
+#include "compile/compile_service.h"
 #include "eval/check.h"
 #include "store/store.h"
 #include "task/task.h"
@@ -88,7 +89,7 @@ struct kh_eval {
     char *exe, *launch;
     uint64_t host_as;
     kh_pool *host, *gpu;
-    kh_compiler *cc;
+    kh_compile_service *cs; /* every CUDA compile: its servers, not this process */
     art *arts;
     refout *refs;
     refperf *perfs;
@@ -324,9 +325,13 @@ json_t *eval_placement_json(kh_eval *ev, kh_pool *p, size_t slot, const kh_wproc
 
 /* eval_build.c ------------------------------------------------------------ */
 /* sol's artifact, built or cached (*out belongs to ev); a compile failure
- * is an artifact with ok = 0 and its log, KH_OK. */
-kh_status eval_build(kh_eval *ev, const kh_task_solution *sol, int trusted, art **out,
-                     kh_err *err);
+ * is an artifact with ok = 0 and its log, KH_OK.  A CUDA source compiles in
+ * the compile service's servers (compile_service.h), never in this
+ * process: NVRTC loads and initialises the CUDA driver where it compiles,
+ * and the coordinator stays CUDA-free; cache (may be NULL) is the store its
+ * verdicts are kept in and answered from. */
+kh_status eval_build(kh_eval *ev, kh_store *cache, const kh_task_solution *sol, int trusted,
+                     art **out, kh_err *err);
 /* A file's bytes (room for a NUL after them); free() them. */
 kh_status eval_read_whole(const char *path, unsigned char **d, size_t *n, kh_err *err);
 

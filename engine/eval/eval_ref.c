@@ -147,7 +147,7 @@ kh_status eval_ref_post(wctx *c, wstate *s, refout **outs, kh_err *err)
     if (!ref)
         return py_ref_outputs(c, outs, err);
     art *a = NULL;
-    kh_status st = eval_build(c->ev, ref, 1, &a, err);
+    kh_status st = eval_build(c->ev, eval_cache_store(c), ref, 1, &a, err);
     if (st)
         return st;
     if (!a->ok)
@@ -413,7 +413,7 @@ kh_status eval_ref_latency_post(wctx *c, wstate *s, kh_err *err)
             return KH_OK;
         }
     art *a = NULL;
-    kh_status st = eval_build(c->ev, ref, 1, &a, err);
+    kh_status st = eval_build(c->ev, eval_cache_store(c), ref, 1, &a, err);
     if (st || !a->ok)
         return st ? st : kh_err_set(err, KH_ECOMPILE, "the reference does not build");
     json_t *p = NULL;

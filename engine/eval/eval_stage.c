@@ -34,7 +34,7 @@ static kh_status st_build(wctx *c, wstate *s, kh_err *err)
         json_object_set_new(s->evj, "log", json_string(c->bad_solution));
         return KH_OK;
     }
-    kh_status st = eval_build(c->ev, c->sol, 0, &s->a, err);
+    kh_status st = eval_build(c->ev, eval_cache_store(c), c->sol, 0, &s->a, err);
     if (st)
         return st;
     if (!s->a->ok) {
