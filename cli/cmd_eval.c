@@ -2,7 +2,8 @@
  * solution on a task's workloads (engine/eval/eval.h) and prints a table per
  * workload, or FlashInfer-Bench Trace JSONL with --json.  Exit 0 when every
  * workload PASSED, 1 when any did not (or the evaluation could not run), 2 on
- * usage errors, 130 when interrupted. */
+ * usage errors, 130 when interrupted.  With --incumbent, the paired
+ * comparison (cmd_eval_paired.c). */
 #include "cli.h"
 #include "commands.h"
 
@@ -130,6 +131,7 @@ static void usage(FILE *f)
             "                    verified (default: drawn from the OS per run; recorded as\n"
             "                    khlua.base_seed: pass it back to reproduce a run)\n"
             "  --warmup N, --iters N, --timing-trials N   protocol overrides\n"
+            "  --max-iters N     screen and precise: at most N timed calls\n"
             "  --rotate N        timing input sets (default 3)\n"
             "  --warm            no cache flush before timed calls (default: flush)\n"
             "  --verify F        share of timed calls whose outputs are checked (default 1:\n"
@@ -142,6 +144,14 @@ static void usage(FILE *f)
             "                    errors in the candidate's kernels fail the workload\n"
             "  --sanitize-deadline S  seconds per tool (default 4 x --deadline)\n"
             "  --no-store        do not record the verdicts in the store\n"
+            "\n"
+            "Paired comparison (docs/evaluation.md): is --solution faster than another?\n"
+            "  --incumbent FILE|NAME  measure the solution and this one alternately (A B,\n"
+            "                    B A, ...), each repetition on the same inputs and GPU,\n"
+            "                    every check of --protocol (default here: screen); prints\n"
+            "                    the ratio (incumbent / solution latency) and its bootstrap\n"
+            "                    interval (--json: the result object)\n"
+            "  --reps R          repetitions (default 5)\n"
             "\n"
             "Scale-out (docs/scale-out.md): workloads run in parallel on the workers.\n"
             "  --gpus all|N|LIST one gpu worker per GPU (indices or UUIDs, e.g. 0,2);\n"
@@ -195,6 +205,7 @@ static const range RANGES[] = {
     {"--host-memory", 1, 1 << 30, 0}, {"--deadline", 0.001, 86400, 0},
     {"--atol", 0, 1e300, 0},         {"--rtol", 0, 1e300, 0},
     {"--ratio", 0, 1, 0},            {"--sanitize-deadline", 0.001, 86400, 0},
+    {"--reps", 1, 100, 1},           {"--max-iters", 1, 1000000, 1},
 };
 
 static int in_range(const char *a, const char *v, double x, const range *r, size_t n)
@@ -209,163 +220,11 @@ static int in_range(const char *a, const char *v, double x, const range *r, size
     return 1;
 }
 
-int kh_cmd_eval(kh_engine *e, int argc, char **argv)
+/* The verdicts: a table per workload and the summary (FlashInfer-Bench
+ * Trace JSONL with as_json); busy-machine and store warnings on stderr.
+ * Returns 1 when every workload PASSED. */
+static int print_traces(const json_t *traces, int as_json)
 {
-    if (kh_cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return 0;
-    }
-    kh_eval_opts o;
-    kh_eval_opts_default(&o);
-    const char *task = NULL, *sol = NULL;
-    int as_json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double x;
-        int takes = 1;
-        if (!strcmp(a, "--json")) {
-            as_json = 1;
-            takes = 0;
-        } else if (!strcmp(a, "--parity")) {
-            o.parity = 1;
-            takes = 0;
-        } else if (!strcmp(a, "--no-store")) {
-            o.record = 0;
-            takes = 0;
-        } else if (!strcmp(a, "--warm")) {
-            o.cold = 0;
-            takes = 0;
-        } else if (!strcmp(a, "--no-timing")) {
-            o.timing = 0;
-            takes = 0;
-        } else if (!strcmp(a, "--no-reference-timing")) {
-            o.time_reference = 0;
-            takes = 0;
-        } else if (!v) {
-            fprintf(stderr, "khlua eval: %s: %s\n", a,
-                    a[0] == '-' ? "unknown option or missing value" : "unexpected argument");
-            usage(stderr);
-            return 2;
-        } else if (!strcmp(a, "--task"))
-            task = v;
-        else if (!strcmp(a, "--solution"))
-            sol = v;
-        else if (!strcmp(a, "--workloads"))
-            o.workloads = v;
-        else if (!strcmp(a, "--protocol"))
-            o.protocol = v;
-        else if (!strcmp(a, "--sanitize"))
-            o.sanitize = v;
-        else if (!strcmp(a, "--gpus"))
-            o.gpus = v;
-        else if (!strcmp(a, "--launch"))
-            o.launch = v;
-        else if (!strcmp(a, "--hosts"))
-            o.hosts = v;
-        else if (!strcmp(a, "--seed")) {
-            /* exact: a seed past 2^53 must not round */
-            char *end;
-            errno = 0;
-            unsigned long long sv = strtoull(v, &end, 0);
-            if (errno || end == v || *end || *v == '-' || sv > INT64_MAX) {
-                fprintf(stderr, "khlua eval: --seed: expected an integer from 0 to 2^63-1 "
-                        "(a trace's khlua.base_seed), got '%s'\n", v);
-                return 2;
-            }
-            o.seed = (uint64_t)sv;
-        } else if (!num_arg(v, &x)) {
-            fprintf(stderr, "khlua eval: %s: expected a number, got '%s'\n", a, v);
-            return 2;
-        } else if (!strcmp(a, "--shapes")) {
-            if (x < 0 || x > 64 || x != floor(x)) {
-                fprintf(stderr, "khlua eval: --shapes: expected an integer from 0 to 64, got "
-                        "'%s'\n", v);
-                return 2;
-            }
-            o.shapes = (int)x;
-        } else if (!in_range(a, v, x, RANGES, KH_ARRAY_LEN(RANGES))) {
-            return 2;
-        } else if (!strcmp(a, "--trials"))
-            o.trials = (int)x;
-        else if (!strcmp(a, "--warmup"))
-            o.warmup = (int)x;
-        else if (!strcmp(a, "--iters"))
-            o.iters = (int)x;
-        else if (!strcmp(a, "--timing-trials"))
-            o.timing_trials = (int)x;
-        else if (!strcmp(a, "--rotate"))
-            o.rotate_inputs = (int)x;
-        else if (!strcmp(a, "--verify"))
-            o.verify_timed_fraction = x;
-        else if (!strcmp(a, "--host-memory"))
-            o.host_memory_bytes = (uint64_t)(x * 1048576.0);
-        else if (!strcmp(a, "--deadline"))
-            o.deadline_s = x;
-        else if (!strcmp(a, "--atol"))
-            o.atol = x;
-        else if (!strcmp(a, "--rtol"))
-            o.rtol = x;
-        else if (!strcmp(a, "--ratio"))
-            o.required_matched_ratio = x;
-        else if (!strcmp(a, "--sanitize-deadline"))
-            o.sanitize_deadline_s = x;
-        else if (!strcmp(a, "--workers-per-gpu") || !strcmp(a, "--host-workers")) {
-            if (x < 1 || x > 256 || x != (int)x) {
-                fprintf(stderr, "khlua eval: %s: expected a count from 1 to 256, got '%s'\n", a,
-                        v);
-                return 2;
-            }
-            *(!strcmp(a, "--host-workers") ? &o.host_workers : &o.workers_per_gpu) = (int)x;
-        }
-        else {
-            fprintf(stderr, "khlua eval: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-        i += takes;
-    }
-    if (!task || !sol) {
-        fprintf(stderr, "khlua eval: --task and --solution are required\n");
-        usage(stderr);
-        return 2;
-    }
-    if (strcmp(o.protocol, "official") && strcmp(o.protocol, "screen") &&
-        strcmp(o.protocol, "precise")) {
-        fprintf(stderr, "khlua eval: --protocol: expected official, screen or precise\n");
-        return 2;
-    }
-    kh_err err;
-    /* a Solution file is checked as `task check` would: its first error is
-     * named with file and line, and nothing runs */
-    struct stat sst;
-    if (!stat(sol, &sst) && S_ISREG(sst.st_mode)) {
-        kh_task_set *S = NULL;
-        kh_task_opts to = {0};
-        kh_status cst = kh_task_load(sol, &to, &S, &err);
-        if (!cst)
-            cst = kh_task_check_errors(S, sol, &err);
-        kh_task_set_free(S);
-        if (cst) {
-            fprintf(stderr, "khlua eval: %s\n", err.msg);
-            return 1;
-        }
-    }
-    progress pg = {.t0 = kh_now()};
-    if (!as_json && isatty(STDERR_FILENO)) {
-        o.progress = show_progress;
-        o.progress_ud = &pg;
-    }
-    kh_eval *ev = kh_eval_new(e, NULL, &err);
-    json_t *traces = NULL;
-    kh_status st = ev ? kh_eval_run(ev, task, sol, &o, &traces, &err) : err.code;
-    kh_eval_free(ev);
-    if (pg.shown) /* the table starts on a clean line */
-        fprintf(stderr, "\r\033[K");
-    if (st) {
-        fprintf(stderr, "khlua eval: %s\n", err.msg);
-        return st == KH_EINTR ? 130 : 1;
-    }
     int all_ok = 1;
     size_t i;
     json_t *t;
@@ -447,6 +306,184 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             break;
         }
     }
+    return all_ok;
+}
+
+int kh_cmd_eval(kh_engine *e, int argc, char **argv)
+{
+    if (kh_cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    kh_eval_opts o;
+    kh_eval_opts_default(&o);
+    const char *task = NULL, *sol = NULL, *inc = NULL;
+    int as_json = 0, reps = 0, protocol_given = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x;
+        int takes = 1;
+        if (!strcmp(a, "--json")) {
+            as_json = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--parity")) {
+            o.parity = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--no-store")) {
+            o.record = 0;
+            takes = 0;
+        } else if (!strcmp(a, "--warm")) {
+            o.cold = 0;
+            takes = 0;
+        } else if (!strcmp(a, "--no-timing")) {
+            o.timing = 0;
+            takes = 0;
+        } else if (!strcmp(a, "--no-reference-timing")) {
+            o.time_reference = 0;
+            takes = 0;
+        } else if (!v) {
+            fprintf(stderr, "khlua eval: %s: %s\n", a,
+                    a[0] == '-' ? "unknown option or missing value" : "unexpected argument");
+            usage(stderr);
+            return 2;
+        } else if (!strcmp(a, "--task"))
+            task = v;
+        else if (!strcmp(a, "--solution"))
+            sol = v;
+        else if (!strcmp(a, "--incumbent"))
+            inc = v;
+        else if (!strcmp(a, "--workloads"))
+            o.workloads = v;
+        else if (!strcmp(a, "--protocol")) {
+            o.protocol = v;
+            protocol_given = 1;
+        }
+        else if (!strcmp(a, "--sanitize"))
+            o.sanitize = v;
+        else if (!strcmp(a, "--gpus"))
+            o.gpus = v;
+        else if (!strcmp(a, "--launch"))
+            o.launch = v;
+        else if (!strcmp(a, "--hosts"))
+            o.hosts = v;
+        else if (!strcmp(a, "--seed")) {
+            /* exact: a seed past 2^53 must not round */
+            char *end;
+            errno = 0;
+            unsigned long long sv = strtoull(v, &end, 0);
+            if (errno || end == v || *end || *v == '-' || sv > INT64_MAX) {
+                fprintf(stderr, "khlua eval: --seed: expected an integer from 0 to 2^63-1 "
+                        "(a trace's khlua.base_seed), got '%s'\n", v);
+                return 2;
+            }
+            o.seed = (uint64_t)sv;
+        } else if (!num_arg(v, &x)) {
+            fprintf(stderr, "khlua eval: %s: expected a number, got '%s'\n", a, v);
+            return 2;
+        } else if (!strcmp(a, "--shapes")) {
+            if (x < 0 || x > 64 || x != floor(x)) {
+                fprintf(stderr, "khlua eval: --shapes: expected an integer from 0 to 64, got "
+                        "'%s'\n", v);
+                return 2;
+            }
+            o.shapes = (int)x;
+        } else if (!in_range(a, v, x, RANGES, KH_ARRAY_LEN(RANGES))) {
+            return 2;
+        } else if (!strcmp(a, "--trials"))
+            o.trials = (int)x;
+        else if (!strcmp(a, "--reps"))
+            reps = (int)x;
+        else if (!strcmp(a, "--max-iters"))
+            o.max_iters = (int)x;
+        else if (!strcmp(a, "--warmup"))
+            o.warmup = (int)x;
+        else if (!strcmp(a, "--iters"))
+            o.iters = (int)x;
+        else if (!strcmp(a, "--timing-trials"))
+            o.timing_trials = (int)x;
+        else if (!strcmp(a, "--rotate"))
+            o.rotate_inputs = (int)x;
+        else if (!strcmp(a, "--verify"))
+            o.verify_timed_fraction = x;
+        else if (!strcmp(a, "--host-memory"))
+            o.host_memory_bytes = (uint64_t)(x * 1048576.0);
+        else if (!strcmp(a, "--deadline"))
+            o.deadline_s = x;
+        else if (!strcmp(a, "--atol"))
+            o.atol = x;
+        else if (!strcmp(a, "--rtol"))
+            o.rtol = x;
+        else if (!strcmp(a, "--ratio"))
+            o.required_matched_ratio = x;
+        else if (!strcmp(a, "--sanitize-deadline"))
+            o.sanitize_deadline_s = x;
+        else if (!strcmp(a, "--workers-per-gpu") || !strcmp(a, "--host-workers")) {
+            if (x < 1 || x > 256 || x != (int)x) {
+                fprintf(stderr, "khlua eval: %s: expected a count from 1 to 256, got '%s'\n", a,
+                        v);
+                return 2;
+            }
+            *(!strcmp(a, "--host-workers") ? &o.host_workers : &o.workers_per_gpu) = (int)x;
+        }
+        else {
+            fprintf(stderr, "khlua eval: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i += takes;
+    }
+    if (!task || !sol) {
+        fprintf(stderr, "khlua eval: --task and --solution are required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(o.protocol, "official") && strcmp(o.protocol, "screen") &&
+        strcmp(o.protocol, "precise")) {
+        fprintf(stderr, "khlua eval: --protocol: expected official, screen or precise\n");
+        return 2;
+    }
+    if (reps && !inc) {
+        fprintf(stderr, "khlua eval: --reps is the paired comparison's (--incumbent)\n");
+        return 2;
+    }
+    if (inc) {
+        if (!protocol_given) /* each measurement a screen, unless told */
+            o.protocol = "screen";
+        return kh_cmd_eval_paired(e, task, sol, inc, &o, reps, as_json);
+    }
+    kh_err err;
+    /* a Solution file is checked as `task check` would: its first error is
+     * named with file and line, and nothing runs */
+    struct stat sst;
+    if (!stat(sol, &sst) && S_ISREG(sst.st_mode)) {
+        kh_task_set *S = NULL;
+        kh_task_opts to = {0};
+        kh_status cst = kh_task_load(sol, &to, &S, &err);
+        if (!cst)
+            cst = kh_task_check_errors(S, sol, &err);
+        kh_task_set_free(S);
+        if (cst) {
+            fprintf(stderr, "khlua eval: %s\n", err.msg);
+            return 1;
+        }
+    }
+    progress pg = {.t0 = kh_now()};
+    if (!as_json && isatty(STDERR_FILENO)) {
+        o.progress = show_progress;
+        o.progress_ud = &pg;
+    }
+    kh_eval *ev = kh_eval_new(e, NULL, &err);
+    json_t *traces = NULL;
+    kh_status st = ev ? kh_eval_run(ev, task, sol, &o, &traces, &err) : err.code;
+    kh_eval_free(ev);
+    if (pg.shown) /* the table starts on a clean line */
+        fprintf(stderr, "\r\033[K");
+    if (st) {
+        fprintf(stderr, "khlua eval: %s\n", err.msg);
+        return st == KH_EINTR ? 130 : 1;
+    }
+    int all_ok = print_traces(traces, as_json);
     json_decref(traces);
     return all_ok ? 0 : 1;
 }

@@ -30,6 +30,11 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv);
 int kh_cmd_store(kh_engine *e, int argc, char **argv);
 int kh_cmd_profile(kh_engine *e, int argc, char **argv);
 int kh_cmd_eval(kh_engine *e, int argc, char **argv);
+struct kh_eval_opts;
+/* `khlua eval --incumbent B` (cmd_eval_paired.c): the paired comparison;
+ * reps 0: the engine's default. */
+int kh_cmd_eval_paired(kh_engine *e, const char *task, const char *sol, const char *inc,
+                       const struct kh_eval_opts *o, int reps, int as_json);
 int kh_cmd_compare(kh_engine *e, int argc, char **argv);
 int kh_cmd_best(kh_engine *e, int argc, char **argv);
 int kh_cmd_export(kh_engine *e, int argc, char **argv);

@@ -150,4 +150,38 @@ struct kh_task;
 kh_status kh_eval_run_task(kh_eval *ev, const struct kh_task *t, const kh_eval_solution *s,
                            const kh_eval_opts *o, json_t **traces, kh_err *err);
 
+/* The paired comparison (docs/evaluation.md, "Paired comparison"): the
+ * candidate and the incumbent measured `reps` times, alternately (A B, B A,
+ * ...), each repetition on the same workloads and the same inputs (one seed
+ * per repetition, derived from o->seed, drawn from the OS when random), with
+ * every check of o->protocol (a screen, normally): each measurement is a
+ * kh_eval_run_task, recorded like any verdict, purpose "<o->purpose>:candidate"
+ * or ":incumbent".  A workload's requests run on one GPU whoever is
+ * evaluated (its placement group), so both meet on the same device and
+ * worker.  *out: {protocol "paired", measure_protocol, reps, seed, alpha,
+ * resamples, workloads [uuids], order ["candidate", "incumbent", ...],
+ * ratios [incumbent / candidate latency per (repetition, workload)],
+ * candidate_ms and incumbent_ms {uuid: [latency_ms per repetition]},
+ * contended (the largest share of host timed calls kept although they
+ * waited on the run queue), evidence [record ids], candidate and incumbent
+ * [every trace]; and either ratio (geometric mean), lo and hi (the alpha and
+ * 1 - alpha quantiles of a percentile bootstrap of it, seeded with seed:
+ * policies/lib/stats.lua gives the same figures from the ratios), or failed
+ * {who, status, workload, check, log}: the first measurement not PASSED with
+ * a latency (the repetition it fell in is completed, so the incumbent's
+ * figures come back; none after it runs)}.  Could-not-run problems return
+ * non-OK with err, as kh_eval_run_task. */
+typedef struct kh_eval_paired_opts {
+    int reps;          /* repetitions (each: both measured); 5 */
+    double alpha;      /* the interval's quantiles: alpha and 1 - alpha; 0.05 */
+    int resamples;     /* bootstrap resamples; 2000 */
+} kh_eval_paired_opts;
+
+void kh_eval_paired_opts_default(kh_eval_paired_opts *po);
+
+/* po NULL: the defaults. */
+kh_status kh_eval_paired(kh_eval *ev, const struct kh_task *t, const kh_eval_solution *cand,
+                         const kh_eval_solution *inc, const kh_eval_opts *o,
+                         const kh_eval_paired_opts *po, json_t **out, kh_err *err);
+
 #endif

@@ -62,7 +62,8 @@ end
 
 -- What the progress line says a measurement is for.
 local PHASES = { seed = "measuring the seed", sweep = "gate: sweep over every workload",
-  finalist = "gate: finalist seeds", ["representative:candidate"] = "gate: paired comparison",
+  finalist = "gate: finalist seeds", representative = "gate: paired comparison",
+  ["representative:candidate"] = "gate: paired comparison",
   ["representative:incumbent"] = "gate: paired comparison", official = "gate: official timing" }
 
 local function must(v, msg, code)
@@ -212,6 +213,13 @@ local function measurer(db, ctx, round_index)
     o.store, o.run, o.round_index, o.purpose = db, ctx.run_id, round_index, purpose
     local traces, msg, code = ev.run(ctx.task.set or ctx.task.path, sol, o)
     if not traces then return nil, msg, code end
+    if o.protocol == "paired" then
+      -- one result: the ratio, its interval and every measurement's record id
+      local n = #traces.candidate + #traces.incumbent
+      must(#traces.evidence == n and n > 0 or nil, string.format("the paired comparison of %s "
+        .. "recorded %d of its %d verdicts", tostring(sol.name), #traces.evidence, n), "ESTORE")
+      return { paired = traces, ids = traces.evidence }
+    end
     local ids = {}
     for _, t in ipairs(traces) do
       local kx = t.evaluation and t.evaluation.khlua or {}

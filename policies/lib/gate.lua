@@ -4,17 +4,18 @@
 -- a plain table {pass, reason, ...figures, evidence = {evaluation ids}}:
 --
 -- 1. representative(): a paired comparison against the same-round incumbent
---    on sampled workloads.  The engine's host backend has no paired protocol,
---    so the pairing is done here: R repetitions, each measuring candidate and
---    incumbent back to back with the `screen` protocol on the same workloads
---    and seed, the order alternating (A B, B A, ...) so a slow drift of the
---    machine falls on both; every (repetition, workload) gives a ratio
---    incumbent / candidate latency, and a percentile bootstrap (seeded, so a
---    decision replays from its evidence) of their geometric mean gives a
---    one-sided lower bound.  Pass: correct everywhere sampled and lower bound
---    > 1 + margin.  Both are measured in every repetition, even when the
---    candidate fails, so the incumbent's same-round latencies always come
---    back, for regression detection.  On the host backend a timed call that
+--    on sampled workloads, measured by the engine in one call (kh.eval with
+--    protocol "paired", docs/evaluation.md): R repetitions, each measuring
+--    candidate and incumbent back to back with the `screen` protocol on the
+--    same workloads and inputs, the order alternating (A B, B A, ...) so a
+--    slow drift of the machine falls on both; every (repetition, workload)
+--    gives a ratio incumbent / candidate latency, and a percentile bootstrap
+--    (seeded, so a decision replays from its evidence: lib.stats gives the
+--    engine's figures) of their geometric mean gives a one-sided lower
+--    bound.  Pass: correct everywhere sampled and lower bound > 1 + margin.
+--    Both are measured in the repetition where one fails, so the
+--    incumbent's same-round latencies always come back, for regression
+--    detection.  On the host backend a timed call that
 --    waited on the run queue (another process had the core) is taken again
 --    by the engine (hostbench.h); when its retakes ran out and more than
 --    max_contended (10%) of a measurement's timed calls still include such
@@ -90,52 +91,29 @@ end
 local function fail_reason(who, s)
   local f = s.failed or {}
   return string.format("%s %s on workload %s%s", who, tostring(f.status), tostring(f.workload),
-    f.check and (" (check " .. f.check .. ")") or "")
+    type(f.check) == "string" and (" (check " .. f.check .. ")") or "")
 end
 
 function M.representative(measure, cand, inc, workloads, o)
   local reps, margin = opt(o, "reps"), opt(o, "margin")
   local uuids = M.sample(workloads, opt(o, "sample"), opt(o, "seed"))
-  local g = { step = "representative", workloads = uuids, reps = reps, margin = margin,
-    evidence = {}, ratios = {}, incumbent_ms = {}, candidate_ms = {} }
-  for r = 1, reps do
-    local order = (r % 2 == 1) and { "candidate", "incumbent" } or { "incumbent", "candidate" }
-    local got, bad = {}, nil
-    for _, who in ipairs(order) do
-      local sol = who == "candidate" and cand or inc
-      local m, msg, code = measure(sol, { workloads = uuids, protocol = "screen", trials = 1,
-        seed = opt(o, "seed") * 1000 + r }, "representative:" .. who)
-      if not m then return nil, msg, code end
-      for _, id in ipairs(m.ids) do g.evidence[#g.evidence + 1] = id end
-      if not m.summary.ok then
-        bad = bad or { who = who, summary = m.summary }
-      end
-      g.contended = math.max(g.contended or 0, m.summary.contended or 0)
-      got[who] = m.summary.by_uuid
-    end
-    for _, u in ipairs(uuids) do
-      local lc, li = got.candidate[u].latency_ms, got.incumbent[u].latency_ms
-      if li then
-        g.incumbent_ms[u] = g.incumbent_ms[u] or {}
-        table.insert(g.incumbent_ms[u], li)
-      end
-      if not bad then
-        g.candidate_ms[u] = g.candidate_ms[u] or {}
-        table.insert(g.candidate_ms[u], lc)
-        g.ratios[#g.ratios + 1] = li / lc
-      end
-    end
-    if bad then
-      -- both were measured: the incumbent's figures still serve regression detection
-      g.pass = false
-      g.reason = fail_reason(bad.who, bad.summary)
-      g.rejected_for = bad.who == "candidate" and "incorrect" or "incumbent_failed"
-      return g
-    end
+  local g = { step = "representative", workloads = uuids, reps = reps, margin = margin }
+  -- one call: the engine interleaves the two and returns the ratio with its interval
+  local m, msg, code = measure(cand, { workloads = uuids, protocol = "paired", incumbent = inc,
+    reps = reps, trials = 1, alpha = opt(o, "alpha"), resamples = opt(o, "resamples"),
+    seed = opt(o, "seed") }, "representative")
+  if not m then return nil, msg, code end
+  local p = m.paired
+  g.evidence, g.ratios, g.seed = m.ids, p.ratios, p.seed
+  g.incumbent_ms, g.candidate_ms, g.contended = p.incumbent_ms, p.candidate_ms, p.contended
+  if p.failed then
+    -- both were measured: the incumbent's figures still serve regression detection
+    g.pass = false
+    g.reason = fail_reason(p.failed.who, { failed = p.failed })
+    g.rejected_for = p.failed.who == "candidate" and "incorrect" or "incumbent_failed"
+    return g
   end
-  g.ratio = stats.geomean(g.ratios)
-  g.lo, g.hi = stats.bootstrap(g.ratios, stats.geomean, { resamples = opt(o, "resamples"),
-    alpha = opt(o, "alpha"), seed = opt(o, "seed") })
+  g.ratio, g.lo, g.hi = p.ratio, p.lo, p.hi
   g.pass = g.lo > 1 + margin
   local busy = opt(o, "max_contended")
   if g.pass and (g.contended or 0) > busy then
@@ -186,7 +164,8 @@ function M.sweep(measure, cand, workloads, o)
 end
 
 -- The finalist's official-protocol timing (step 4): every workload, its own
--- seed (seed * 1000 + 1001: the paired step uses seed * 1000 + 1..reps).
+-- seed (seed * 1000 + 1001: the paired step's repetitions get seeds the
+-- engine derives from seed by splitmix64).
 function M.official(measure, cand, workloads, o)
   local m, msg, code = measure(cand, { workloads = "all", protocol = "official", trials = 1,
     seed = opt(o, "seed") * 1000 + 1001 }, "official")

@@ -62,8 +62,58 @@ end
 -- task's own solutions stay instant)
 local DELAY = tonumber(os.getenv("KH_FAKE_EVAL_DELAY") or "")
 
+-- protocol "paired" (kh.eval's, eval.h kh_eval_paired): the candidate and
+-- the incumbent measured reps times, alternately, each measurement a
+-- recorded screen, the ratios' geometric mean and bootstrap interval from
+-- lib.stats (the engine's figures for the same ratios and seed).
+local function paired(task_path, cand, opts)
+  local stats = require "lib.stats"
+  local seed = opts.seed or 1
+  local out = { protocol = "paired", measure_protocol = opts.measure_protocol or "screen",
+    reps = opts.reps or 5, seed = seed, alpha = opts.alpha or 0.05,
+    resamples = opts.resamples or 2000, workloads = {}, ratios = {}, order = {}, evidence = {},
+    candidate = {}, incumbent = {}, candidate_ms = {}, incumbent_ms = {}, contended = 0 }
+  local purpose = opts.purpose or "paired"
+  for r = 1, out.reps do
+    local order = (r % 2 == 1) and { "candidate", "incumbent" } or { "incumbent", "candidate" }
+    local ms = {}
+    for _, who in ipairs(order) do
+      local o = {}
+      for k, v in pairs(opts) do o[k] = v end
+      o.protocol, o.incumbent, o.reps, o.alpha, o.resamples = out.measure_protocol, nil, nil, nil, nil
+      o.seed, o.purpose = seed * 1000 + r, purpose .. ":" .. who
+      local traces = F.evaluate(task_path, who == "candidate" and cand or opts.incumbent, o)
+      out.order[#out.order + 1] = who
+      ms[who] = {}
+      for _, t in ipairs(traces) do
+        local u, e = t.workload.uuid, t.evaluation
+        if r == 1 and who == order[1] then out.workloads[#out.workloads + 1] = u end
+        table.insert(out[who], t)
+        if e.khlua.record then out.evidence[#out.evidence + 1] = e.khlua.record end
+        if e.status == "PASSED" then
+          local k = who .. "_ms"
+          out[k][u] = out[k][u] or {}
+          table.insert(out[k][u], e.performance.latency_ms)
+          ms[who][u] = e.performance.latency_ms
+        elseif not out.failed then
+          out.failed = { who = who, status = e.status, workload = u, check = e.khlua.failed_check }
+        end
+      end
+    end
+    if out.failed then return out end
+    for _, u in ipairs(out.workloads) do
+      out.ratios[#out.ratios + 1] = ms.incumbent[u] / ms.candidate[u]
+    end
+  end
+  out.ratio = stats.geomean(out.ratios)
+  out.lo, out.hi = stats.bootstrap(out.ratios, stats.geomean, { resamples = out.resamples,
+    alpha = out.alpha, seed = seed })
+  return out
+end
+
 function F.evaluate(task_path, sol, opts)
   opts = opts or {}
+  if opts.protocol == "paired" then return paired(task_path, sol, opts) end
   F.calls = F.calls + 1
   local src = sol.sources[1].content
   local b = F.behaviour(src)
