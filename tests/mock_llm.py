@@ -47,7 +47,8 @@ PROBE_TEXT = "Reply with the single word OK."
 # folder of steps (01/, 02/, ...) holding one replay record (reply.json with a
 # "text").  The body's model names the family; the k-th request for
 # (tag, model) gets step k, the last step repeating (the replay ladder of
-# tests/fixtures/replay/ctl, served over HTTP).
+# tests/fixtures/replay/ctl, served over HTTP), each after --ladder-delay
+# seconds.
 LADDER_COUNTS = {}
 
 
@@ -317,6 +318,9 @@ class Handler(BaseHTTPRequestHandler):
         prompt = prompt_of(dialect, body)
         text = reply_text(dialect, prompt, fault)
         if fault == "ladder":
+            # a model that takes its time (--ladder-delay): the controller's
+            # concurrency is measured against it
+            time.sleep(ARGS.ladder_delay)
             text = ladder_text(getattr(self, "tag", "default"), str(body.get("model", "")))
             if text is None:
                 return self.send_json(404, error_body(dialect, 404, "not_found_error",
@@ -395,6 +399,8 @@ def main():
     ap.add_argument("--lifetime", type=float, default=120.0)
     ap.add_argument("--max-requests", type=int, default=100000)
     ap.add_argument("--ladder", default=None, help="folder of reply ladders (fault 'ladder')")
+    ap.add_argument("--ladder-delay", type=float, default=0.0,
+                    help="seconds before each ladder reply (not the probe's)")
     ARGS = ap.parse_args()
     srv = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=lambda: (time.sleep(ARGS.lifetime), os._exit(0)),

@@ -38,6 +38,9 @@ local function usage(name)
     .. "                        it big workloads get fewer seeds, 10 at least (2147483648)\n"
     .. "  --candidates N        candidates per round at the start (1)\n"
     .. "  --max-failed-calls N  stop after N model calls in a row have failed (3)\n"
+    .. "  --concurrency K       keep up to K model calls in flight: the next rounds are\n"
+    .. "                        planned and asked while this round's candidates are judged\n"
+    .. "                        (their prompts see the state when they were planned) (1)\n"
     .. "  --seed N              the gate's seed: every evaluation's inputs and verified calls\n"
     .. "                        derive from it (default: drawn from the OS, saved with the run)\n"
     .. "  --skills DIR          SKILL.md playbooks (default: skills/ beside policies/)\n"
@@ -66,12 +69,14 @@ end
 local NUMS = { rounds = "integer", plateau = "integer", margin = "number", reps = "integer",
   sample = "integer", ["finalist-seeds"] = "integer", ["finalist-elements"] = "number",
   candidates = "integer", seed = "integer", ["max-failed-calls"] = "integer",
-  pace = "number", ["workers-per-gpu"] = "integer", ["host-workers"] = "integer" }
+  pace = "number", ["workers-per-gpu"] = "integer", ["host-workers"] = "integer",
+  concurrency = "integer" }
 -- each number's admissible range [lo, hi] and what it means
 local RANGES = { rounds = { 1, 1e6 }, plateau = { 1, 1e6 }, margin = { 0, 10 },
   reps = { 2, 1000 }, sample = { 1, 1e6 }, ["finalist-seeds"] = { 1, 1e6 },
   ["finalist-elements"] = { 1, 1e18 }, candidates = { 1, 4 }, ["max-failed-calls"] = { 1, 1e6 },
-  pace = { 0, 86400 }, ["workers-per-gpu"] = { 1, 64 }, ["host-workers"] = { 1, 1024 } }
+  pace = { 0, 86400 }, ["workers-per-gpu"] = { 1, 64 }, ["host-workers"] = { 1, 1024 },
+  concurrency = { 1, 64 } }
 
 -- Parse argv; returns opts or nil, message.
 function M.parse(argv)
@@ -140,7 +145,7 @@ function M.config(o)
   local cfg = { task = o.task, definition = o.definition, seed_solution = o["seed-solution"],
     rounds = o.rounds, plateau = o.plateau,
     budget = o.budget, n = o.candidates, pace = o.pace, resume = o.resume,
-    max_failed_calls = o["max-failed-calls"],
+    max_failed_calls = o["max-failed-calls"], concurrency = o.concurrency,
     report = o.report,
     gate = { margin = o.margin, reps = o.reps, sample = o.sample,
       finalist_trials = o["finalist-seeds"], finalist_elements = o["finalist-elements"],

@@ -317,7 +317,9 @@ M.make_view = make_view
 
 -- ---- one round ------------------------------------------------------------------
 
-local function call_models(db, ctx, st, plan, round_index)
+-- The requests of a plan: plan.n (or st.n) calls to its family, numbered
+-- per family in the order they are made (the replay ladder's step).
+local function requests(ctx, st, plan, round_index)
   local fam = ctx.models[plan.family or st.family]
   local reqs = {}
   for i = 1, plan.n or st.n do
@@ -325,7 +327,12 @@ local function call_models(db, ctx, st, plan, round_index)
     reqs[i] = models.request(fam, plan.messages, st.calls[fam.spec],
       { label = ctx.run_id .. "/" .. round_index .. "/" .. i, options = ctx.cfg.llm_options })
   end
-  local results = llm.gather(reqs)
+  return reqs, fam
+end
+
+-- Each call's result ({record, msg, code, record of a failure}, as
+-- llm.request returns it) into the store and the run's counters.
+local function record_calls(db, ctx, st, fam, results, round_index)
   local out = {}
   for i, r in ipairs(results) do
     local rec, msg = r[1], r[2]
@@ -351,6 +358,54 @@ local function call_models(db, ctx, st, plan, round_index)
     st.calls_made = (st.calls_made or 0) + 1
   end
   return out
+end
+
+local function call_models(db, ctx, st, plan, round_index)
+  local reqs, fam = requests(ctx, st, plan, round_index)
+  return record_calls(db, ctx, st, fam, llm.gather(reqs), round_index)
+end
+
+-- ---- asynchronous search (--concurrency K) ---------------------------------------
+-- With K > 1 the next rounds' model calls are proposed and sent before this
+-- round's candidates are judged, up to K calls in flight, so the models
+-- work while the GPU does: a round planned ahead sees the state as it was
+-- when it was planned (state_in.planned_after_round says which), and its
+-- calls are collected when its turn comes.  Rounds stay the unit of record,
+-- in order.  Budgets are checked per round, so up to K calls may be made
+-- past a budget that runs out meanwhile.
+local function in_flight(ctx)
+  local n = 0
+  for _, a in pairs(ctx.ahead) do n = n + #a.tickets end
+  return n
+end
+
+local function plan_ahead(ctx, policy, st, from)
+  local K = ctx.cfg.concurrency or 1
+  if K <= 1 then return end
+  local j = from or st.round + 2 -- by default the round after the one being judged
+  while ctx.ahead[j] do j = j + 1 end
+  while j <= ctx.cfg.rounds and (in_flight(ctx) < K or j == from) do
+    local view = make_view(ctx, st)
+    view.round = j
+    local state_in = { incumbent = st.incumbent.candidate, bottleneck = view.state,
+      budget_left = view.budget_left, family = ctx.models[st.family].spec,
+      direction = st.direction, planned_after_round = j > st.round + 1 and st.round or nil }
+    local plan = must(policy.propose(view, st.policy, ctx))
+    local reqs, fam = requests(ctx, st, plan, j)
+    local tickets = {}
+    for i, r in ipairs(reqs) do
+      tickets[i] = must(llm.submit(r))
+    end
+    ctx.ahead[j] = { plan = plan, fam = fam, tickets = tickets, state_in = state_in, view = view }
+    j = j + 1
+  end
+end
+
+-- The calls planned ahead for round idx, once they are back.
+local function collect_ahead(db, ctx, st, a, idx)
+  local results = {}
+  for i, t in ipairs(a.tickets) do results[i] = { llm.collect(t) } end
+  return record_calls(db, ctx, st, a.fam, results, idx)
 end
 
 -- The run's wall time so far, the round under way included.
@@ -457,11 +512,25 @@ local function round(db, ctx, policy, st)
   local t0 = kh.time.now()
   ctx.round_t0 = t0
   local view = make_view(ctx, st)
-  local state_in = { incumbent = st.incumbent.candidate, bottleneck = view.state,
-    budget_left = view.budget_left, family = ctx.models[st.family].spec, direction = st.direction }
-  local plan = must(policy.propose(view, st.policy, ctx))
-  if plan.direction then st.direction = plan.direction.name end
-  local calls = call_models(db, ctx, st, plan, idx)
+  -- --concurrency: this round's calls and the next ones' go out together
+  plan_ahead(ctx, policy, st, idx)
+  local ahead = ctx.ahead[idx]
+  ctx.ahead[idx] = nil
+  local state_in, plan, calls
+  if ahead then
+    -- planned while an earlier round was judged (--concurrency)
+    state_in, plan = ahead.state_in, ahead.plan
+    if plan.direction then st.direction = plan.direction.name end
+    calls = collect_ahead(db, ctx, st, ahead, idx)
+  else
+    state_in = { incumbent = st.incumbent.candidate, bottleneck = view.state,
+      budget_left = view.budget_left, family = ctx.models[st.family].spec, direction = st.direction }
+    plan = must(policy.propose(view, st.policy, ctx))
+    if plan.direction then st.direction = plan.direction.name end
+    calls = call_models(db, ctx, st, plan, idx)
+  end
+  -- the next rounds' calls go out now: the models work while this round is judged
+  plan_ahead(ctx, policy, st)
   local measure = measurer(db, ctx, idx)
   local probes, cands, best = {}, {}, nil
   for i, c in ipairs(calls) do
@@ -575,7 +644,7 @@ local function round(db, ctx, policy, st)
     local calls_ids = {}
     for _, c in ipairs(calls) do calls_ids[#calls_ids + 1] = c.call_id end
     local ok, msg, code = tx:put_round { run = ctx.run_id, index = idx, state_in = state_in,
-      direction = plan.direction, model = ctx.models[plan.family or view.family].spec,
+      direction = plan.direction, model = (ahead and ahead.fam or ctx.models[plan.family or view.family]).spec,
       prompt = plan.text, llm_calls = calls_ids, candidates = cands, verdicts = probes,
       decision = decision, events = events, actions = actions, state_out = copy(st) }
     if ok then
@@ -691,7 +760,8 @@ function M.run(policy, cfg)
     own = db
   end
   local ok, res, msg, code = pcall(function()
-    local ctx = { cfg = cfg, policy = policy.name, cand_of = setmetatable({}, { __mode = "k" }) }
+    local ctx = { cfg = cfg, policy = policy.name, cand_of = setmetatable({}, { __mode = "k" }),
+      ahead = {} }
     local st
     if cfg.resume then
       local run = must(db:get(cfg.resume), "no run " .. cfg.resume .. " in the store", "ENOTFOUND")
@@ -825,6 +895,11 @@ function M.run(policy, cfg)
       if cfg.pace and cfg.pace > 0 then kh.time.sleep(cfg.pace) end
     end
     if cfg.progress_line then cfg.progress_line:finish() end
+    -- calls planned ahead for rounds that will not run
+    for _, a in pairs(ctx.ahead) do
+      for _, t in ipairs(a.tickets) do llm.cancel(t) end
+    end
+    ctx.ahead = {}
     if why:find("^model calls failing") then final = "failed" end
     local metrics = M.metrics(st)
     must(db:update(function(tx)

@@ -47,6 +47,37 @@ function M.cost(record, prices)
     + cw * (p.cache_write or p.input)) / 1e6
 end
 
+-- ---- calls collected later -----------------------------------------------------
+-- llm.submit(req) sends a call and returns its ticket at once; llm.collect(t)
+-- waits for that call and returns what llm.request would have.  Results that
+-- kh.llm.poll hands out for a ticket nobody is waiting on (a call submitted
+-- here, polled by llm.run's loop) are kept until collected.
+
+local kept = {}
+
+function M.submit(req) return kh.llm.submit(req) end
+
+function M.cancel(ticket)
+  kept[ticket] = nil
+  return kh.llm.cancel(ticket)
+end
+
+local function outcome(r)
+  if r.ok then return r end
+  return nil, r.error and r.error.message or "failed", r.error and r.error.code, r
+end
+
+function M.collect(ticket)
+  while not kept[ticket] do
+    local rs, msg, code = kh.llm.poll(0.5)
+    if not rs then return nil, msg, code end
+    for _, r in ipairs(rs) do kept[r.ticket] = r end
+  end
+  local r = kept[ticket]
+  kept[ticket] = nil
+  return outcome(r)
+end
+
 -- ---- coroutines --------------------------------------------------------------
 
 local sched = nil -- the running scheduler, if any
@@ -137,6 +168,8 @@ function M.run(fn, ...)
           local task = s.by_co[co]
           task.pending_value = r
           s.ready[#s.ready + 1] = task
+        else
+          kept[r.ticket] = r -- a call submitted outside this scheduler (llm.submit)
         end
       end
     end
@@ -150,7 +183,9 @@ function M.run(fn, ...)
     while left > 0 do
       local rs = kh.llm.poll(0.1)
       if not rs then break end
-      for _, r in ipairs(rs) do if s.waiting[r.ticket] then left = left - 1 end end
+      for _, r in ipairs(rs) do
+        if s.waiting[r.ticket] then left = left - 1 else kept[r.ticket] = r end
+      end
     end
   end
   sched = nil

@@ -132,6 +132,7 @@ T.test("options out of range are usage errors", function()
     { { "--margin", "-5" }, "%-%-margin must be between 0 and 10" },
     { { "--rounds", "0" }, "%-%-rounds must be between 1" },
     { { "--candidates", "9" }, "%-%-candidates must be between 1 and 4" },
+    { { "--concurrency", "0" }, "%-%-concurrency must be between 1 and 64" },
     { { "--reps", "1" }, "%-%-reps must be between 2" },
     { { "--finalist-seeds", "0" }, "%-%-finalist%-seeds must be between 1" },
     { { "--max-failed-calls", "0" }, "%-%-max%-failed%-calls must be between 1" },

@@ -21,6 +21,9 @@ function M.start(lifetime, opts)
   if not py then return nil, "python3 not found" end
   local tmp = os.tmpname()
   local extra = (opts and opts.ladder) and (" --ladder " .. sh_quote(opts.ladder)) or ""
+  if opts and opts.ladder_delay then
+    extra = extra .. string.format(" --ladder-delay %g", opts.ladder_delay)
+  end
   os.execute(string.format("%s %s --lifetime %d%s > %s 2>/dev/null &", sh_quote(py),
     sh_quote(script), lifetime or 90, extra, sh_quote(tmp)))
   local port, pid
