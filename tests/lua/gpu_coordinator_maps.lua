@@ -49,3 +49,26 @@ T.test("no libcuda in the coordinator after an evaluation with a CUDA reference"
   T.eq(#cuda, 0, "libcuda mapped in the coordinator: " .. table.concat(cuda, ", "))
   T.eq(#mapped("libcupti"), 0, "CUPTI is the gpu worker's")
 end)
+
+T.test("no libcuda in the coordinator after a policy run on a CUDA task", function()
+  -- plateau_switch in this process: the seed measured and profiled, two
+  -- rounds of replayed candidates through the gate (paired comparison,
+  -- sweep, finalist, sanitizer, official timing where one is promoted)
+  local cli = require "lib.cli"
+  local P = assert(require("lib.policy").load(SRC .. "/policies/plateau_switch.lua"))
+  local o = assert(cli.parse { "--task", PKG, "--rounds", "2", "--seed",
+    tostring(math.random(1, 1000)), "--report", "none" })
+  local cfg = cli.config(o)
+  assert(cli.resolve_models(cfg))
+  local lines = {}
+  cfg.out = function(l) lines[#lines + 1] = l end
+  local res, msg = require("lib.controller").run(P, cfg)
+  T.ok(res, tostring(msg))
+  T.eq(res.metrics.rounds, 2, table.concat(lines, "\n"))
+  local cuda = mapped("libcuda%.so")
+  io.write("# after a 2-round policy run (", res.metrics.candidates, " candidates, ",
+    res.metrics.accepted, " accepted): libcuda ", #cuda, ", libcupti ", #mapped("libcupti"),
+    ", libnvrtc ", #mapped("libnvrtc"), "\n")
+  T.eq(#cuda, 0, "libcuda mapped in the coordinator: " .. table.concat(cuda, ", "))
+  T.eq(#mapped("libcupti"), 0, "CUPTI is the gpu worker's")
+end)
