@@ -229,10 +229,16 @@ def run(a, root, raw):
                         "required_matched_ratio": a.required_matched_ratio,
                         "timeout_seconds": a.timeout, "isolated": a.isolated}
     bench = Benchmark(ts, cfg)
+    t_pipe = time.time()
     try:
         result = bench.run_all(dump_traces=False)
     finally:
         bench.close()
+    # FlashInfer-Bench's own pipeline, per workload (issue 21 compares khlua's with it)
+    pipe_s = time.time() - t_pipe
+    report["pipeline_seconds"] = round(pipe_s, 3)
+    print(f"pipeline: Benchmark.run_all took {pipe_s:.2f} s for {len(workloads)} workloads "
+          f"({pipe_s / max(len(workloads), 1):.3f} s per workload)")
     traces = [t for t in result.traces.get(def_name, []) if t.solution == name]
 
     print(f"{'workload':36} {'axes':28} {'status':20} {'latency_ms':>11} {'ref_ms':>11} "

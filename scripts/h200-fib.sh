@@ -59,7 +59,7 @@ for spec in "$@"; do
     --json "$o/fib.json" ${flags//,/ } > "$o/fib.log" 2>&1
   frc=$?
   t2=$(date +%s.%N)
-  grep -E 'built in|build FAILED|PASSED \(|flashinfer-bench |kernels? seen|device [0-9]+ runs|did not load|compute capability' "$o/fib.log" | sort -u | sed 's/^/   fib: /'
+  grep -E 'built in|build FAILED|PASSED \(|^pipeline: |flashinfer-bench |kernels? seen|device [0-9]+ runs|did not load|compute capability' "$o/fib.log" | sort -u | sed 's/^/   fib: /'
   [ $frc -eq 0 ] || { echo "   fib exit $frc:"; tail -8 "$o/fib.log" | sed 's/^/   | /'; rc=1; }
   timeout -k 5 300 "$K" eval --task "$pkg" --solution "$base" --protocol official \
     --no-reference-timing --json "${wl[@]}" > "$o/khlua.jsonl" 2> "$o/khlua.log"
