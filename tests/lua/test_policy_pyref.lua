@@ -100,7 +100,9 @@ T.test("a definition with only a Python reference: the seed and the candidates a
   end
   db:close()
   T.ok(seed > 0 and cand > 0, "the seed and the candidate were measured")
-  T.match(out, "round 1 .- rejected")
+  -- the candidate is the seed's own source: the gate's decision on it is
+  -- timing noise (a 3-7 us host kernel), so only that the round was judged
+  T.ok(out:match("round 1 .- rejected: ") or out:match("round 1 .- PROMOTED: "), out)
 end)
 
 T.test("what is missing is named: a kernel to start from, any reference, the interpreter", function()
