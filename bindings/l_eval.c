@@ -118,7 +118,7 @@ static const char *const eval_keys[] = {
     "time_reference", "host_memory_bytes", "record", "store", "workloads", "sanitize",
     "sanitize_deadline_s", "gpus", "workers_per_gpu", "host_workers", "launch", "hosts",
     "progress", "run", "round_index", "purpose", "incumbent", "reps", "alpha", "resamples",
-    "measure_protocol", "interval", NULL};
+    "measure_protocol", NULL};
 
 /* opts.progress(done, total, uuid, status), called as each verdict is made.
  * An error in it stops the calls; kh.eval raises it once the run is over
@@ -246,21 +246,13 @@ static int read_opts(lua_State *L, int t, kh_eval_opts *o, kh_eval_paired_opts *
         po->reps = opt_int(L, t, "reps", po->reps);
         po->alpha = opt_num(L, t, "alpha", po->alpha);
         po->resamples = opt_int(L, t, "resamples", po->resamples);
-        int ity = lua_getfield(L, t, "interval");
-        if (ity != LUA_TNIL) {
-            const char *iv = lua_tostring(L, -1);
-            if (ity != LUA_TSTRING || (strcmp(iv, "t") && strcmp(iv, "bootstrap")))
-                luaL_error(L, "opts.interval must be \"t\" or \"bootstrap\"");
-            po->bootstrap = !strcmp(iv, "bootstrap");
-        }
-        lua_pop(L, 1);
         if (lua_getfield(L, t, "incumbent") == LUA_TNIL) /* stays on the stack */
             luaL_error(L, "kh.eval: the paired protocol needs opts.incumbent (a Solution "
                        "table or a solution's name)");
         to_solution(L, lua_gettop(L), "incumbent", &inc);
     } else {
         static const char *const only_paired[] = {"incumbent", "reps", "alpha", "resamples",
-                                                  "measure_protocol", "interval", NULL};
+                                                  "measure_protocol", NULL};
         for (size_t i = 0; only_paired[i]; i++)
             if (lua_getfield(L, t, only_paired[i]) != LUA_TNIL)
                 luaL_error(L, "kh.eval: opts.%s is the paired protocol's (protocol = "

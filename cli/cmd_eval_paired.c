@@ -1,7 +1,7 @@
 /* cmd_eval_paired.c: `khlua eval --task DIR --solution A --incumbent B`: the
  * paired comparison (engine/eval/eval.h kh_eval_paired; docs/evaluation.md,
  * "Paired comparison"): A and B measured alternately on the same inputs,
- * the ratio (B's latency over A's) with its interval, as a table
+ * the ratio (B's latency over A's) with its bootstrap interval, as a table
  * or (--json) the result object.  Exit 0 when both were measured on every
  * repetition, 1 when either failed (or it could not run), 130 when
  * interrupted. */
@@ -101,10 +101,10 @@ static void print_table(const json_t *r, const char *sol, const char *inc)
         return;
     }
     double a = json_number_value(json_object_get(r, "alpha"));
-    printf("ratio (incumbent / candidate latency, geometric mean of %zu): %.3f; %g%% bounds "
-           "(%s): %.3f to %.3f\n", json_array_size(json_object_get(r, "ratios")),
-           json_number_value(json_object_get(r, "ratio")), 100 * (1 - a),
-           json_string_value(json_object_get(r, "interval")),
+    printf("ratio (incumbent / candidate latency, geometric mean of %zu): %.3f; bootstrap "
+           "%g%% to %g%% quantiles: %.3f to %.3f\n",
+           json_array_size(json_object_get(r, "ratios")),
+           json_number_value(json_object_get(r, "ratio")), 100 * a, 100 * (1 - a),
            json_number_value(json_object_get(r, "lo")), json_number_value(json_object_get(r, "hi")));
 }
 

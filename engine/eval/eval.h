@@ -164,11 +164,9 @@ kh_status kh_eval_run_task(kh_eval *ev, const struct kh_task *t, const kh_eval_s
  * candidate_ms and incumbent_ms {uuid: [latency_ms per repetition]},
  * contended (the largest share of host timed calls kept although they
  * waited on the run queue), evidence [record ids], candidate and incumbent
- * [every trace], interval ("t" or "bootstrap"); and either ratio (geometric
- * mean), lo and hi (its one-sided 1 - alpha bounds: Student's t on the log
- * ratios, or the alpha and 1 - alpha quantiles of a percentile bootstrap
- * seeded with seed; policies/lib/stats.lua gives the same figures from the
- * ratios: t_interval, bootstrap), or failed
+ * [every trace]; and either ratio (geometric mean), lo and hi (the alpha and
+ * 1 - alpha quantiles of a percentile bootstrap of it, seeded with seed:
+ * policies/lib/stats.lua gives the same figures from the ratios), or failed
  * {who, status, workload, check, log}: the first measurement not PASSED with
  * a latency (the repetition it fell in is completed, so the incumbent's
  * figures come back; none after it runs)}.  Could-not-run problems return
@@ -177,8 +175,6 @@ typedef struct kh_eval_paired_opts {
     int reps;          /* repetitions (each: both measured); 5 */
     double alpha;      /* the interval's quantiles: alpha and 1 - alpha; 0.05 */
     int resamples;     /* bootstrap resamples; 2000 */
-    int bootstrap;     /* 1: a percentile bootstrap; 0 (default): Student's t on the log
-                          ratios (at least 2 ratios) */
 } kh_eval_paired_opts;
 
 void kh_eval_paired_opts_default(kh_eval_paired_opts *po);

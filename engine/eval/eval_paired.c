@@ -16,7 +16,6 @@ void kh_eval_paired_opts_default(kh_eval_paired_opts *po)
     po->reps = 5;
     po->alpha = 0.05;
     po->resamples = 2000;
-    po->bootstrap = 0;
 }
 
 /* splitmix64: one repetition's seed from the call's (63 bits, as every
@@ -29,7 +28,7 @@ static uint64_t rep_seed(uint64_t base, int rep)
     return (z ^ (z >> 31)) & INT64_MAX;
 }
 
-/* ---- the bootstrap (interval = "bootstrap") ---------------------------------
+/* ---- the bootstrap -----------------------------------------------------------
  * The same generator, resampling and quantile as policies/lib/stats.lua
  * (rng, bootstrap, quantile), so that a decision replays from its recorded
  * ratios and seed in either language. */
@@ -97,89 +96,6 @@ static kh_status bootstrap(const double *x, size_t n, const kh_eval_paired_opts 
     *hi = quantile(reps, B, 1 - po->alpha);
     free(reps);
     free(tmp);
-    return KH_OK;
-}
-
-/* ---- Student's t interval ----------------------------------------------------
- * The default: mean of the log ratios +- t(1 - alpha, n - 1) standard errors,
- * exponentiated.  A percentile bootstrap of a handful of ratios is too
- * narrow (identical kernels cleared a 2% margin in 4-8% of simulated
- * comparisons of 5 ratios, against 2-3.5% with t), and the gate decides on
- * 5 to 10.  policies/lib/stats.lua (t_interval) gives the same bounds. */
-
-/* The continued fraction of the regularized incomplete beta (Lentz). */
-static double beta_cf(double a, double b, double x)
-{
-    const double tiny = 1e-300;
-    double c = 1, d = 1 - (a + b) * x / (a + 1);
-    d = 1 / (fabs(d) < tiny ? tiny : d);
-    double h = d;
-    for (int m = 1; m <= 400; m++) {
-        double m2 = 2.0 * m;
-        double num = m * (b - m) * x / ((a - 1 + m2) * (a + m2));
-        d = 1 + num * d;
-        c = 1 + num / c;
-        d = 1 / (fabs(d) < tiny ? tiny : d);
-        c = fabs(c) < tiny ? tiny : c;
-        h *= d * c;
-        num = -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1 + m2));
-        d = 1 + num * d;
-        c = 1 + num / c;
-        d = 1 / (fabs(d) < tiny ? tiny : d);
-        c = fabs(c) < tiny ? tiny : c;
-        double step = d * c;
-        h *= step;
-        if (fabs(step - 1) < 1e-15)
-            break;
-    }
-    return h;
-}
-
-/* I_x(a, b), the regularized incomplete beta function. */
-static double ibeta(double a, double b, double x)
-{
-    if (x <= 0)
-        return 0;
-    if (x >= 1)
-        return 1;
-    double front = exp(lgamma(a + b) - lgamma(a) - lgamma(b) + a * log(x) + b * log1p(-x));
-    if (x < (a + 1) / (a + b + 2))
-        return front * beta_cf(a, b, x) / a;
-    return 1 - front * beta_cf(b, a, 1 - x) / b;
-}
-
-/* The p-quantile (p > 0.5) of Student's t with df degrees of freedom, by
- * bisection on its distribution function. */
-static double t_quantile(double p, double df)
-{
-    double lo = 0, hi = 1e4;
-    for (int i = 0; i < 200; i++) {
-        double mid = (lo + hi) / 2;
-        double cdf = 1 - 0.5 * ibeta(df / 2, 0.5, df / (df + mid * mid));
-        if (cdf < p)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return (lo + hi) / 2;
-}
-
-static kh_status t_interval(const double *x, size_t n, double alpha, double *lo, double *hi,
-                            kh_err *err)
-{
-    if (n < 2)
-        return kh_err_set(err, KH_EINVAL, "paired: the t interval needs 2 ratios at least "
-                          "(repetitions x workloads), got %zu", n);
-    double m = 0, ss = 0;
-    for (size_t i = 0; i < n; i++)
-        m += log(x[i]);
-    m /= (double)n;
-    for (size_t i = 0; i < n; i++)
-        ss += (log(x[i]) - m) * (log(x[i]) - m);
-    double se = sqrt(ss / (double)(n - 1) / (double)n);
-    double q = t_quantile(1 - alpha, (double)(n - 1));
-    *lo = exp(m - q * se);
-    *hi = exp(m + q * se);
     return KH_OK;
 }
 
@@ -311,9 +227,8 @@ static kh_status summarise(paired *p, const kh_eval_paired_opts *po, uint64_t se
     for (size_t i = 0; i < n; i++)
         x[i] = json_number_value(json_array_get(rs, i));
     double lo = 0, hi = 0;
-    kh_status st = !n                ? kh_err_set(err, KH_ESTATE, "paired: no workload measured")
-                   : po->bootstrap ? bootstrap(x, n, po, seed, &lo, &hi, err)
-                                   : t_interval(x, n, po->alpha, &lo, &hi, err);
+    kh_status st = n ? bootstrap(x, n, po, seed, &lo, &hi, err)
+                     : kh_err_set(err, KH_ESTATE, "paired: no workload measured");
     if (!st) {
         json_object_set_new(out, "ratio", json_real(geomean(x, n)));
         json_object_set_new(out, "lo", json_real(lo));
@@ -326,9 +241,8 @@ static kh_status summarise(paired *p, const kh_eval_paired_opts *po, uint64_t se
 static kh_status new_result(paired *p, const kh_eval_opts *o, const kh_eval_paired_opts *po,
                             uint64_t seed, kh_err *err)
 {
-    p->out = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:i, s:[], s:[], s:[], s:[], s:[], s:[]}",
-                       "protocol", "paired", "interval", po->bootstrap ? "bootstrap" : "t",
-                       "measure_protocol", o->protocol, "reps", po->reps,
+    p->out = json_pack("{s:s, s:s, s:i, s:I, s:f, s:i, s:[], s:[], s:[], s:[], s:[], s:[]}",
+                       "protocol", "paired", "measure_protocol", o->protocol, "reps", po->reps,
                        "seed", (json_int_t)seed, "alpha", po->alpha, "resamples", po->resamples,
                        "workloads", "ratios", "order", "evidence", "candidate", "incumbent");
     for (int w = 0; w < 2; w++)

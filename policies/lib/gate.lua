@@ -9,10 +9,10 @@
 --    candidate and incumbent back to back with the `screen` protocol on the
 --    same workloads and inputs, the order alternating (A B, B A, ...) so a
 --    slow drift of the machine falls on both; every (repetition, workload)
---    gives a ratio incumbent / candidate latency, and Student's t on their
---    logs (a decision replays from its evidence: lib.stats.t_interval gives
---    the engine's figures) gives a one-sided lower bound on their geometric
---    mean.  Pass: correct everywhere sampled and lower bound > 1 + margin.
+--    gives a ratio incumbent / candidate latency, and a percentile bootstrap
+--    (seeded, so a decision replays from its evidence: lib.stats gives the
+--    engine's figures) of their geometric mean gives a one-sided lower
+--    bound.  Pass: correct everywhere sampled and lower bound > 1 + margin.
 --    Both are measured in the repetition where one fails, so the
 --    incumbent's same-round latencies always come back, for regression
 --    detection.  On the host backend a timed call that

@@ -4,7 +4,7 @@
 -- (correct, and more than 50 us slower per call on any Hopper clock): one
 -- kh.eval call, the candidate and the incumbent alternately on the same
 -- GPU and inputs, gives a ratio far below 1 with an interval below 1; the
--- reverse far above; and the interval replays in lib.stats.
+-- reverse far above; and the bootstrap replays in lib.stats.
 local T = require "testlib"
 local kh = require "kh"
 local stats = require "lib.stats"
@@ -42,9 +42,10 @@ T.test("a spinning copy of the baseline: ratio below 1, the reverse above, in on
   local b = assert(kh.eval(ts, BASE, o))
   T.ok(b.lo > 1.1, string.format("baseline vs spin: %.3f [%.3f, %.3f]", b.ratio, b.lo, b.hi))
   for _, t in ipairs(r.candidate) do T.eq(t.evaluation.khlua.backend, "cuda") end
-  local lo, hi = stats.t_interval(b.ratios, b.alpha)
-  T.near(b.lo, lo, 1e-9 * lo)
-  T.near(b.hi, hi, 1e-9 * hi)
+  local lo, hi = stats.bootstrap(b.ratios, stats.geomean, { resamples = b.resamples,
+    alpha = b.alpha, seed = b.seed })
+  T.near(b.lo, lo, 1e-12)
+  T.near(b.hi, hi, 1e-12)
   io.write(string.format("# spin vs baseline %.3f [%.3f, %.3f] in %.1f s; baseline vs spin "
     .. "%.3f [%.3f, %.3f]\n", r.ratio, r.lo, r.hi, dt, b.ratio, b.lo, b.hi))
 end)

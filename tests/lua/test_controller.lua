@@ -265,7 +265,7 @@ end)
 
 -- The engine's paired protocol over a per-measurement function one(sol,
 -- opts) -> {summary, ids} (kh.eval's result shape for protocol "paired":
--- ratios per (repetition, workload), geometric mean, lib.stats t_interval).
+-- ratios per (repetition, workload), geometric mean, lib.stats bootstrap).
 local function paired_of(one)
   return function(cand, opts)
     assert(opts.protocol == "paired", "the gate's paired step asks the engine once")
@@ -282,7 +282,8 @@ local function paired_of(one)
       end
     end
     r.ratio = stats.geomean(r.ratios)
-    r.lo, r.hi = stats.t_interval(r.ratios, opts.alpha)
+    r.lo, r.hi = stats.bootstrap(r.ratios, stats.geomean, { resamples = opts.resamples,
+      alpha = opts.alpha, seed = opts.seed })
     return { paired = r, ids = {} }
   end
 end

@@ -64,8 +64,8 @@ local DELAY = tonumber(os.getenv("KH_FAKE_EVAL_DELAY") or "")
 
 -- protocol "paired" (kh.eval's, eval.h kh_eval_paired): the candidate and
 -- the incumbent measured reps times, alternately, each measurement a
--- recorded screen, the ratios' geometric mean and interval from lib.stats
--- (t_interval, or bootstrap: the engine's figures for the same ratios).
+-- recorded screen, the ratios' geometric mean and bootstrap interval from
+-- lib.stats (the engine's figures for the same ratios and seed).
 local function paired(task_path, cand, opts)
   local stats = require "lib.stats"
   local seed = opts.seed or 1
@@ -106,13 +106,8 @@ local function paired(task_path, cand, opts)
     end
   end
   out.ratio = stats.geomean(out.ratios)
-  out.interval = opts.interval or "t"
-  if out.interval == "bootstrap" then
-    out.lo, out.hi = stats.bootstrap(out.ratios, stats.geomean, { resamples = out.resamples,
-      alpha = out.alpha, seed = seed })
-  else
-    out.lo, out.hi = stats.t_interval(out.ratios, out.alpha)
-  end
+  out.lo, out.hi = stats.bootstrap(out.ratios, stats.geomean, { resamples = out.resamples,
+    alpha = out.alpha, seed = seed })
   return out
 end
 
