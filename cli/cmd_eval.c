@@ -453,21 +453,8 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         return kh_cmd_eval_paired(e, task, sol, inc, &o, reps, as_json);
     }
     kh_err err;
-    /* a Solution file is checked as `task check` would: its first error is
-     * named with file and line, and nothing runs */
-    struct stat sst;
-    if (!stat(sol, &sst) && S_ISREG(sst.st_mode)) {
-        kh_task_set *S = NULL;
-        kh_task_opts to = {0};
-        kh_status cst = kh_task_load(sol, &to, &S, &err);
-        if (!cst)
-            cst = kh_task_check_errors(S, sol, &err);
-        kh_task_set_free(S);
-        if (cst) {
-            fprintf(stderr, "khlua eval: %s\n", err.msg);
-            return 1;
-        }
-    }
+    if (kh_cmd_eval_check_file(sol, "") < 0)
+        return 1;
     progress pg = {.t0 = kh_now()};
     if (!as_json && isatty(STDERR_FILENO)) {
         o.progress = show_progress;

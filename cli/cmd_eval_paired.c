@@ -9,6 +9,7 @@
 #include "commands.h"
 
 #include "eval/eval.h"
+#include "gpu/bench.h"
 #include "task/task.h"
 
 #include <jansson.h>
@@ -17,18 +18,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* A solution argument: a Solution file (checked as `task check` would, then
- * handed over as its JSON) or the name of one in the task.  *text is the
- * file's, for the caller to free. */
-static int solution_arg(const char *arg, const char *what, kh_eval_solution *es, char **text)
+/* A Solution file is checked as `task check` would: its first error is
+ * named with file and line (on stderr, after "khlua eval: what"), and
+ * nothing runs.  Returns 1 for a checked file, 0 for a name, -1 on errors. */
+int kh_cmd_eval_check_file(const char *arg, const char *what)
 {
-    memset(es, 0, sizeof *es);
-    *text = NULL;
     struct stat sst;
-    if (stat(arg, &sst) || !S_ISREG(sst.st_mode)) {
-        es->name = arg;
+    if (stat(arg, &sst) || !S_ISREG(sst.st_mode))
         return 0;
-    }
     kh_err err;
     kh_task_set *S = NULL;
     kh_task_opts to = {0};
@@ -37,8 +34,23 @@ static int solution_arg(const char *arg, const char *what, kh_eval_solution *es,
         st = kh_task_check_errors(S, arg, &err);
     kh_task_set_free(S);
     if (st) {
-        fprintf(stderr, "khlua eval: %s %s\n", what, err.msg);
+        fprintf(stderr, "khlua eval: %s%s\n", what, err.msg);
         return -1;
+    }
+    return 1;
+}
+
+/* A solution argument: a Solution file (checked, then handed over as its
+ * JSON) or the name of one in the task.  *text is the file's, for the
+ * caller to free. */
+static int solution_arg(const char *arg, const char *what, kh_eval_solution *es, char **text)
+{
+    memset(es, 0, sizeof *es);
+    *text = NULL;
+    int f = kh_cmd_eval_check_file(arg, what);
+    if (f <= 0) {
+        es->name = arg;
+        return f;
     }
     size_t len = 0;
     if (kh_read_file(arg, text, &len)) {
@@ -54,22 +66,12 @@ static int solution_arg(const char *arg, const char *what, kh_eval_solution *es,
 static double median(const json_t *xs)
 {
     size_t n = json_array_size(xs);
-    if (!n)
-        return 0;
-    double *v = malloc(n * sizeof *v);
-    if (!v)
+    double v[100]; /* one latency per repetition: at most 100 */
+    if (!n || n > 100)
         return 0;
     for (size_t i = 0; i < n; i++)
         v[i] = json_number_value(json_array_get(xs, i));
-    for (size_t i = 1; i < n; i++) /* n is the repetitions: a handful */
-        for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    double m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    free(v);
-    return m;
+    return kh_stat_median(v, n);
 }
 
 static void print_table(const json_t *r, const char *sol, const char *inc)
@@ -113,8 +115,8 @@ int kh_cmd_eval_paired(kh_engine *e, const char *task, const char *sol, const ch
 {
     kh_eval_solution cs, is;
     char *ctext = NULL, *itext = NULL;
-    if (solution_arg(sol, "--solution", &cs, &ctext) ||
-        solution_arg(inc, "--incumbent", &is, &itext)) {
+    if (solution_arg(sol, "--solution ", &cs, &ctext) ||
+        solution_arg(inc, "--incumbent ", &is, &itext)) {
         free(ctext);
         return 1;
     }

@@ -35,6 +35,10 @@ struct kh_eval_opts;
  * reps 0: the engine's default. */
 int kh_cmd_eval_paired(kh_engine *e, const char *task, const char *sol, const char *inc,
                        const struct kh_eval_opts *o, int reps, int as_json);
+/* A Solution file named on the command line, checked as `task check` would
+ * (its first error on stderr after "khlua eval: what"): 1 checked, 0 not a
+ * file (a name), -1 errors. */
+int kh_cmd_eval_check_file(const char *arg, const char *what);
 int kh_cmd_compare(kh_engine *e, int argc, char **argv);
 int kh_cmd_best(kh_engine *e, int argc, char **argv);
 int kh_cmd_export(kh_engine *e, int argc, char **argv);
