@@ -253,7 +253,8 @@ static int l_run(lua_State *L)
                                    .task_set = task_val ? task_val->set : NULL,
                                    .solution_json = sol_json,
                                    .solution_json_len = sol_json_len,
-                                   .workload = vals[9], .seed = (uint64_t)seed};
+                                   .workload = vals[9], .seed = (uint64_t)seed,
+                                   .cache = o.store};
         if (kh_profile_task_prepare(kh_lua_engine(L), &to, &pt, &err)) {
             json_decref(metrics);
             return kh_lua_fail(L, &err);

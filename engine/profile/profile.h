@@ -141,7 +141,9 @@ typedef struct kh_profile_task_opts {
     size_t solution_json_len;
     const char *workload;   /* a workload uuid; NULL: the definition's first */
     uint64_t seed;          /* input fill; 0: 1 */
-    int trusted;            /* compile as trusted (no static checks, in process) */
+    int trusted;            /* compile as trusted (no static checks) */
+    const char *exe;        /* the compile server's executable; NULL: this one */
+    kh_store *cache;        /* compile records and cache (compile_service.h); may be NULL */
 } kh_profile_task_opts;
 
 typedef struct kh_profile_task {
@@ -157,9 +159,10 @@ typedef struct kh_profile_task {
 } kh_profile_task;
 
 /* Load the task and the solution as the evaluation does, choose the
- * workload, build the launch list and compile the source (NVRTC, isolated
- * unless trusted).  On success fill *t (free with kh_profile_task_free);
- * a compile error is KH_ECOMPILE with the log in err. */
+ * workload, build the launch list and compile the source (by a compile
+ * server of kh_compile_service, as eval compiles: never NVRTC in this
+ * process).  On success fill *t (free with kh_profile_task_free); a compile
+ * error is KH_ECOMPILE (KH_ETIMEOUT past the deadline) with the log in err. */
 kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
                                   kh_profile_task *t, kh_err *err);
 void kh_profile_task_free(kh_profile_task *t);

@@ -2,11 +2,13 @@
  * task package and the solution loaded as the evaluation loads them
  * (task.h), one workload chosen, the manifest resolved for its axes into a
  * concrete launch list (launch.h) whose inputs are random-filled buffers of
- * the right sizes, the source compiled by NVRTC (compile.h, isolated as eval
- * does for candidates), and the task's speed-of-light inputs.  Profiling
+ * the right sizes, the source compiled by a compile server as eval compiles
+ * it (compile_service.h: this process never runs NVRTC, which loads and
+ * initialises the CUDA driver where it compiles), and the task's
+ * speed-of-light inputs.  Profiling
  * needs no correct outputs, so no reference runs and nothing is compared. */
 #include "store/candidate.h"
-#include "compile/compile.h"
+#include "compile/compile_service.h"
 #include "profile/profile.h"
 #include "task/task.h"
 
@@ -285,8 +287,9 @@ kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
     kh_source *hdrs = NULL;
     if ((st = kh_task_cuda_sources(sol, &src, &src_len, &hdrs, &nh, err)))
         goto out;
-    kh_compiler *cc = kh_compile_new(e, err);
-    if (!cc) {
+    kh_compile_service_opts so = {.servers = 1, .exe = o->exe};
+    kh_compile_service *cs = kh_compile_service_new(e, &so, err);
+    if (!cs) {
         free(hdrs);
         st = err->code;
         goto out;
@@ -298,9 +301,9 @@ kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
         kernels[nk++] = m->launches[l].kernel;
     kh_compile_req rq = {.source = src, .source_len = src_len, .name = sol->entry_file,
                          .headers = hdrs, .n_headers = nh, .kernels = kernels,
-                         .n_kernels = nk, .trusted = o->trusted, .isolate = !o->trusted};
+                         .n_kernels = nk, .trusted = o->trusted};
     kh_artifact *ar = NULL;
-    st = kh_compile_build(cc, &rq, &ar, err);
+    st = kh_compile_service_build(cs, o->cache, &rq, &ar, err);
     if (!st && !(t->cubin = malloc(ar->cubin_len)))
         st = kh_err_set(err, KH_ENOMEM, "out of memory");
     if (!st) {
@@ -308,13 +311,13 @@ kh_status kh_profile_task_prepare(kh_engine *e, const kh_profile_task_opts *o,
         t->cubin_len = ar->cubin_len;
         t->compile = json_pack("{s:s, s:s, s:s}", "key", ar->hash, "arch",
                                ar->arch ? ar->arch : "", "nvrtc", ar->nvrtc_version);
-    } else if (st == KH_ECOMPILE && ar && ar->log) {
+    } else if ((st == KH_ECOMPILE || st == KH_ETIMEOUT) && ar && ar->log) {
         char first[700];
         snprintf(first, sizeof first, "%s", err->msg);
-        kh_err_set(err, KH_ECOMPILE, "%s\n%.2000s", first, ar->log);
+        kh_err_set(err, st, "%s\n%.2000s", first, ar->log);
     }
     kh_artifact_free(ar);
-    kh_compile_free(cc);
+    kh_compile_service_free(cs);
     free(hdrs);
     if (st)
         goto out;

@@ -38,6 +38,19 @@ static json_t *launch(int i, const char *k, int blocks, int threads, int regs)
                      "api_blocks_per_sm", 0);
 }
 
+/* Whether a library whose path contains name is mapped in this process. */
+static int mapped(const char *name)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, name) != NULL;
+    fclose(f);
+    return found;
+}
+
 static json_t *range(int i, const char *k, double t, double sm, double mem, double dram,
                      double rd, double wr)
 {
@@ -495,7 +508,7 @@ static void test_task_candidate_launch_list(void **state)
     assert_non_null(e);
     uint64_t seed = 100 + (uint64_t)(rand() % 1000);
     kh_profile_task_opts o = {.task_path = task, .solution = "rmsnorm_h512_cuda_v1",
-                              .workload = wl, .seed = seed};
+                              .workload = wl, .seed = seed, .exe = kh_test_khlua()};
     kh_profile_task t;
     if (kh_profile_task_prepare(e, &o, &t, &err))
         fail_msg("%s", err.msg);
@@ -543,6 +556,11 @@ static void test_task_candidate_launch_list(void **state)
     assert_string_equal(json_string_value(json_object_get(t.context, "workload")), wl);
     /* a cubin, and the ids eval records under */
     assert_true(t.cubin_len > 4 && !memcmp(t.cubin, "\177ELF", 4));
+    /* compiled by a compile server: NVRTC never compiled in this process
+     * (where it would load the CUDA driver; on a GPU machine
+     * gpu_coordinator_maps found libcuda in a policy's coordinator after the
+     * seed's profile) */
+    assert_false(mapped("libnvrtc-builtins"));
     assert_string_equal(t.task_id, "task-rmsnorm_h512");
     /* the one identity (candidate.h): the hash of the canonical form, not
      * of the Solution file (its name and author are not part of it) */
