@@ -34,19 +34,31 @@ Options: --workloads N (the first N), --warmup-runs, --iterations,
 no benchmark: works without a GPU), --arch-list "9.0a" (sets
 TVM_FFI_CUDA_ARCH_LIST: FlashInfer-Bench's builder otherwise asks nvidia-smi
 and compiles for sm_90, not sm_90a), --json FILE (versions, build and every
-trace as FlashInfer-Bench serialises it), --keep (leave the scratch dataset), --no-cupti (skip the kernel timing below).
+trace as FlashInfer-Bench serialises it), --keep (leave the scratch dataset), --no-cupti (skip the kernel timing below),
+--flush-ab (the contest loop once more with the flush written by
+cudaMemsetAsync, as khlua's gpu worker writes it: "cupti_memset_ms"; needs cupy).
 
 FlashInfer-Bench 0.1.2's latency is CUDA events around the Python call of the
 built entry (torch.cuda.synchronize, event, call, event), so it includes the
 host's launch path (the TVM-FFI call, a few microseconds), which is no part of
-the kernel.  The kernel time the contest now reports comes from CUPTI.  So,
-after the benchmark, each workload's call of the solution FlashInfer-Bench
-built is also measured under torch.profiler (CUPTI, through kineto), on
-FlashInfer-Bench's own inputs (gen_inputs) and outputs (allocate_outputs), in
-FlashInfer-Bench's loop (256 MB cache clear, clone of the arguments,
-synchronize, call; 10 warm-up, then `--iterations` timed): the sum of the
-durations of the kernels one call launches, median over the calls
-("cupti_ms" in the JSON and the table).
+the kernel.  The kernel time the contest now reports comes from CUPTI
+(flashinfer's bench_gpu_time_with_cupti, FIB PR #196).  So, after the
+benchmark, each workload's call of the solution FlashInfer-Bench built is also
+measured under torch.profiler (CUPTI, through kineto), on FlashInfer-Bench's
+own inputs (gen_inputs) and outputs (allocate_outputs), in two loops:
+
+  contest  bench_gpu_time_with_cupti's loop: a write of 2 x L2 (rounded down
+           to whole MiB, torch zero_), synchronize, call on the same arguments;
+           1 + 5 estimate calls and 10 warm-up calls, then `--iterations`
+           timed ("cupti_ms" in the JSON and the table's CUPTI column)
+  clone    FlashInfer-Bench 0.1.2's do_bench loop: a 256 MB zero_, then the
+           arguments cloned (which writes the inputs back into the L2),
+           synchronize, call; 10 warm-up, then `--iterations` timed
+           ("cupti_clone_ms")
+
+The latency of a call is the sum of the durations of the kernels it launches,
+median over the timed calls.  bench_gpu_time_with_cupti itself could not run
+on the device machine (see tests/bench/timing_torch.py).
 """
 
 import argparse
@@ -151,6 +163,7 @@ def main():
     ap.add_argument("--arch-list", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--flush-ab", action="store_true")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--no-cupti", action="store_true")
     a = ap.parse_args()
@@ -275,8 +288,9 @@ def run(a, root, raw):
 
 
 def cupti_latencies(a, root, definition, workloads, runnable):
-    """Per workload: the solution's kernel time per call under CUPTI (see the
-    module's text), {uuid: {"cupti_ms", "cupti_mean_ms", "kernels", "calls"}}."""
+    """Per workload: the solution's kernel time per call under CUPTI in the
+    contest's loop and in FlashInfer-Bench 0.1.2's (see the module's text),
+    {uuid: {"cupti_ms", "cupti_mean_ms", "cupti_clone_ms", "kernels", "calls"}}."""
     import statistics
 
     import torch
@@ -284,9 +298,12 @@ def cupti_latencies(a, root, definition, workloads, runnable):
     from flashinfer_bench.bench.utils import gen_inputs, load_safetensors
 
     out = {}
-    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device="cuda")
+    mib = 1 << 20
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty((2 * l2) // mib * mib, dtype=torch.int8, device="cuda")
+    cache = torch.empty(256 * mib // 4, dtype=torch.int, device="cuda")
     dps = runnable.metadata.destination_passing_style
-    print(f"{'workload':36} {'cupti_ms':>11} {'mean_ms':>11} kernels per call")
+    print(f"{'workload':36} {'cupti_ms':>11} {'clone_ms':>11} kernels per call")
     for t in workloads:
         w = t.workload
         safe = (load_safetensors(definition, w, root)
@@ -294,44 +311,87 @@ def cupti_latencies(a, root, definition, workloads, runnable):
         inp = gen_inputs(definition, w, device="cuda", safe_tensors=safe)
         args = list(inp) + (allocate_outputs(definition, inp, "cuda") if dps else [])
 
-        def call():
-            cloned = [x.clone() if isinstance(x, torch.Tensor) else x for x in args]
-            cache.zero_()
-            torch.cuda.synchronize()
-            return cloned
-
         # the kernels of one call alone: their names pick them out below
-        cloned = call()
+        torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            runnable(*cloned)
+            runnable(*args)
             torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if e.device_time > 0]
-        per_call = len(names)
+        names = set(e.name for e in prof.events() if e.device_time > 0)
+        per_call = sum(1 for e in prof.events() if e.device_time > 0)
         if per_call == 0:
             out[w.uuid] = {"error": "no kernel seen in one call"}
             print(f"{w.uuid:36} no kernel seen in one call")
             continue
-        for _ in range(10):
-            runnable(*call())
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(a.iterations):
-                runnable(*call())
+
+        def timed(prepare):
+            """Median and mean per-call kernel time (ms) of `iterations` calls,
+            each after prepare() (outside the profiled kernels by name)."""
+            with torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(a.iterations):
+                    runnable(*prepare())
+                torch.cuda.synchronize()
+            durs = [e.device_time for e in sorted(prof.events(), key=lambda e: e.time_range.start)
+                    if e.name in names and e.device_time > 0]
+            if len(durs) != per_call * a.iterations:
+                return None, f"{len(durs)} kernels seen for {a.iterations} calls of {per_call}"
+            sums = [sum(durs[i:i + per_call]) / 1000.0 for i in range(0, len(durs), per_call)]
+            return sums, None
+
+        def contest():
+            flush.zero_()
             torch.cuda.synchronize()
-        mine = set(names)
-        durs = [e.device_time for e in sorted(prof.events(), key=lambda e: e.time_range.start)
-                if e.name in mine and e.device_time > 0]
-        sums = [sum(durs[i:i + per_call]) / 1000.0 for i in range(0, len(durs), per_call)]
-        if len(durs) != per_call * a.iterations:
-            out[w.uuid] = {"error": f"{len(durs)} kernels seen for {a.iterations} calls of "
-                                    f"{per_call}"}
-            print(f"{w.uuid:36} {out[w.uuid]['error']}")
+            return args
+
+        def clone():
+            cache.zero_()
+            cloned = [x.clone() if isinstance(x, torch.Tensor) else x for x in args]
+            torch.cuda.synchronize()
+            return cloned
+
+        for _ in range(5 + 10):
+            runnable(*contest())
+        torch.cuda.synchronize()
+        sums, err = timed(contest)
+        msums = None
+        if err is None and a.flush_ab:
+            # the same loop with the flush written by cudaMemsetAsync (what
+            # khlua's gpu worker does, cuMemsetD32Async) instead of torch's zero_
+            import cupy
+
+            def memset():
+                cupy.cuda.runtime.memsetAsync(flush.data_ptr(), 0, flush.numel(),
+                                              torch.cuda.current_stream().cuda_stream)
+                torch.cuda.synchronize()
+                return args
+
+            if not out:
+                with torch.profiler.profile(
+                        activities=[torch.profiler.ProfilerActivity.CUDA]) as fp:
+                    flush.zero_()
+                    memset()
+                print("flush kernels: zero_ then memset:",
+                      [e.name for e in fp.events() if e.device_time > 0])
+            for _ in range(10):
+                runnable(*memset())
+            msums, err = timed(memset)
+        if err is None:
+            for _ in range(10):
+                runnable(*clone())
+            torch.cuda.synchronize()
+            csums, err = timed(clone)
+        if err is not None:
+            out[w.uuid] = {"error": err}
+            print(f"{w.uuid:36} {err}")
             continue
         out[w.uuid] = {"cupti_ms": statistics.median(sums),
                        "cupti_mean_ms": statistics.mean(sums),
-                       "kernels": sorted(mine), "calls": len(sums)}
-        print(f"{w.uuid:36} {out[w.uuid]['cupti_ms']:11.5f} {out[w.uuid]['cupti_mean_ms']:11.5f} "
-              f"{per_call} ({', '.join(sorted(mine))[:60]})")
+                       "cupti_clone_ms": statistics.median(csums),
+                       "cupti_memset_ms": statistics.median(msums) if msums else None,
+                       "kernels": sorted(names), "calls": len(sums)}
+        print(f"{w.uuid:36} {out[w.uuid]['cupti_ms']:11.5f} "
+              f"{out[w.uuid]['cupti_clone_ms']:11.5f} {per_call} ({', '.join(sorted(names))[:60]})"
+              + (f" memset flush {statistics.median(msums):.5f}" if msums else ""))
     return out
 
 

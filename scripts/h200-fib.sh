@@ -16,8 +16,8 @@
 # --only-binary=:all: --python-version 3.12` here).  Outputs under $OUT (or
 # /tmp/h200-fib): per package the export, FIB's report (fib.json), khlua's
 # traces (khlua.jsonl) and the logs; summary.md.  Exit 0 when every package
-# built, passed FIB's correctness on every workload and every latency ratio is
-# within 2%.
+# built, passed FIB's correctness and khlua's on every workload and the
+# geometric mean of its CUPTI/khlua latency ratios is within 2%.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -84,34 +84,41 @@ for line in open(os.path.join(o, "khlua.jsonl")):
         ev = t["evaluation"]
         kh[t["workload"]["uuid"]] = (ev["status"], (ev.get("performance") or {}).get("latency_ms"))
 cupti = rep.get("cupti", {})
-rows, ratios, good = [], [], 0
+rows, ratios, good, passed = [], [], 0, 0
 for u in sorted(set(fib) | set(kh)):
     fs, fl = fib.get(u, ("absent", None))
     ks, kl = kh.get(u, ("absent", None))
     cl = cupti.get(u, {}).get("cupti_ms")
+    cc = cupti.get(u, {}).get("cupti_clone_ms")
     r = cl / kl if cl and kl else None
     if r:
         ratios.append(r)
+    passed += fs == "PASSED" and ks == "PASSED" and r is not None
     ok = fs == "PASSED" and ks == "PASSED" and r is not None and abs(r - 1) <= 0.02
     good += ok
     f = lambda x: "%.5f" % x if x else "-"
-    rows.append(f"| {p[:28]} | {u[:13]} | {fs} | {ks} | {f(fl)} | {f(cl)} | {f(kl)} | "
+    rows.append(f"| {p[:28]} | {u[:13]} | {fs} | {ks} | {f(fl)} | {f(cc)} | {f(cl)} | {f(kl)} | "
                 f"{'%.3f' % r if r else '-'} | {'ok' if ok else 'NO'} |")
 g = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else float("nan")
 build = rep.get("build", {})
 print(f"\n### {p}: FIB build {build.get('status', '?')} ({build.get('seconds', '?')} s), "
       f"{sum(1 for v in fib.values() if v[0] == 'PASSED')}/{len(fib)} FIB PASSED, "
       f"{sum(1 for v in kh.values() if v[0] == 'PASSED')}/{len(kh)} khlua PASSED, "
-      f"kernel latency FIB-built (CUPTI) / khlua geomean {g:.4f}, "
-      f"{good}/{len(rows)} PASSED by both and within 2%\n")
+      f"kernel latency FIB-built (CUPTI, contest loop) / khlua geomean {g:.4f}, "
+      f"{good}/{len(rows)} workloads PASSED by both and within 2%\n")
 print("FIB events ms: FlashInfer-Bench 0.1.2's own latency (CUDA events around the Python "
-      "call, launch path included); FIB CUPTI ms: the kernels of the solution FIB built, "
-      "under CUPTI in FIB's loop (scripts/fib_roundtrip.py); khlua ms: khlua eval "
-      "--protocol official.\n")
-print("| package | workload | FIB | khlua | FIB events ms | FIB CUPTI ms | khlua ms | CUPTI/khlua | within 2% |")
-print("|---|---|---|---|---|---|---|---|---|")
+      "call, launch path included); clone ms: the kernels of the solution FIB built, "
+      "under CUPTI in FIB 0.1.2's loop (256 MB clear, arguments cloned, call); CUPTI ms: "
+      "the same kernels in the contest's loop (bench_gpu_time_with_cupti: 2 x L2 "
+      "written, call on the same arguments; scripts/fib_roundtrip.py); khlua ms: khlua "
+      "eval --protocol official.\n")
+print("| package | workload | FIB | khlua | FIB events ms | clone ms | CUPTI ms | khlua ms | CUPTI/khlua | within 2% |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))
-sys.exit(0 if rows and good == len(rows) else 1)
+# the package agrees when every workload passed both and the geometric mean
+# of the ratios is within 2% (single workloads of 2 us vary by a few percent
+# between two runs of the same timer)
+sys.exit(0 if rows and passed == len(rows) and abs(g - 1) <= 0.02 else 1)
 PY
   tail -n +1 "$out/summary.md" | grep -A1 "^### $p" | head -1 | sed 's/^### /   /'
   awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" \

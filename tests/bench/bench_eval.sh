@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# bench_eval.sh: khlua's evaluation turnaround against FlashInfer-Bench's own
+# pipeline on the same kernel and workloads, side by side in one run (issue
+# 21).  On a GPU machine, from the repository root, with build-portable/
+# (scripts/h200-prep.sh) and FlashInfer-Bench's wheels in .whl/ (see
+# scripts/h200-fib.sh):
+#
+#   bash tests/bench/bench_eval.sh [PACKAGE...]     (default rmsnorm_h4096)
+#
+# Per package:
+#   FIB pipeline   FlashInfer-Bench 0.1.2's Benchmark.run_all on khlua's export
+#                  of the baseline (its persistent runner: reference,
+#                  correctness over 3 trials, timing of solution and
+#                  reference; the build is done before and not counted),
+#                  scripts/fib_roundtrip.py --no-cupti
+#   official       khlua eval --protocol official of a fresh candidate (the
+#                  baseline's source with a new comment, so nothing is cached
+#                  for it: compile, reference outputs kept per seed excepted),
+#                  every workload, every hardened check, reference timing
+#   screen         the same with --protocol screen
+#   screen-1       one workload
+# BENCH_EVAL_RUNS picks the khlua runs (default "official screen screen-1");
+# besides those, PROTOCOL-noverify (--verify 0: no timed call's outputs
+# checked), -noref (--no-reference-timing), -parity (FlashInfer-Bench's checks
+# only), -warm (no cache flush) show what each part of the evaluation costs.
+# Each line: wall seconds of the whole command, per workload, the sums over
+# the traces of the worker's and the coordinator's seconds, and the ratio of
+# the per-workload time to FlashInfer-Bench's.  Outputs under $OUT (or
+# /tmp/bench-eval): the table (bench_eval.txt) and each run's traces.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+export LD_LIBRARY_PATH="$root/build-portable/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+K="$root/build-portable/khlua"
+out=${OUT:-/tmp/bench-eval}
+mkdir -p "$out"
+[ $# -gt 0 ] || set -- rmsnorm_h4096
+site=$(mktemp -d)
+if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+    .whl/*.whl > "$out/pip.log" 2>&1; then
+  echo "bench_eval: installing the wheels in .whl/ failed: $out/pip.log" >&2
+  exit 1
+fi
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+export KHLUA_STORE="$out/store"
+python3 kernels/make_blobs.py --missing > "$out/make_blobs.log" 2>&1 || true
+table="$out/bench_eval.txt"
+: > "$table"
+now() { date +%s.%N; }
+
+# fresh PKG BASE NAME: a Solution file of the baseline with a new comment
+fresh() {
+  python3 - "$1" "$2" "$3" "$out/$3.json" <<'PY'
+import json, os, sys
+pkg, base, name, dst = sys.argv[1:5]
+s = json.load(open(os.path.join(pkg, "solutions", base + ".json")))
+s["name"] = name
+entry = s["spec"]["entry_point"].split("::")[0]
+for src in s["sources"]:
+    if src["path"] == entry:
+        src["content"] += "\n// bench_eval: %s\n" % os.urandom(8).hex()
+json.dump(s, open(dst, "w"))
+PY
+}
+
+# sums PKG TAG: from the traces of a khlua run, "n passed worker_s coord_s"
+sums() {
+  python3 - "$out/$1.$2.jsonl" <<'PY'
+import json, sys
+n = ok = 0; ws = cs = 0.0
+for line in open(sys.argv[1]):
+    if not line.strip().startswith("{"):
+        continue
+    t = json.loads(line); ev = t["evaluation"]; kl = ev.get("khlua", {})
+    n += 1; ok += ev["status"] == "PASSED"
+    ws += kl.get("worker_seconds") or 0; cs += kl.get("coordinator_seconds") or 0
+print(n, ok, "%.3f" % ws, "%.3f" % cs)
+PY
+}
+
+row() { printf '%-34s %-16s %9s %9s %7s %9s %9s %9s\n' "$@" | tee -a "$table"; }
+row package run wall_s per_wl_s passed worker_s coord_s vs_FIB
+rc=0
+for p in "$@"; do
+  pkg="kernels/$p"
+  base=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["khlua"]["baseline"])' \
+    "$pkg/definition.json") || { rc=1; continue; }
+  # FlashInfer-Bench's pipeline on the export of the same kernel
+  "$K" export solution "$base" --task "$pkg" --out "$out/$p.export" > "$out/$p.export.log" 2>&1 \
+    || { echo "export failed: $out/$p.export.log"; rc=1; continue; }
+  timeout -k 5 400 python3 scripts/fib_roundtrip.py "$out/$p.export" "$pkg" --no-cupti \
+    --json "$out/$p.fib.json" > "$out/$p.fib.log" 2>&1
+  fib_s=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pipeline_seconds"])' \
+    "$out/$p.fib.json" 2>/dev/null) || { echo "FIB failed:"; tail -5 "$out/$p.fib.log"; rc=1; continue; }
+  nfib=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["traces"]))' \
+    "$out/$p.fib.json")
+  fib_per=$(awk -v a="$fib_s" -v n="$nfib" 'BEGIN { printf "%.4f", a / n }')
+  row "$p" "FIB pipeline" "$fib_s" "$fib_per" "$nfib" - - 1.00
+  for run in ${BENCH_EVAL_RUNS:-official screen screen-1}; do
+    name="${base}_fresh_${run//-/_}"
+    fresh "$pkg" "$base" "$name"
+    args=(--protocol "${run%%-*}")
+    case $run in
+      *-1) args+=(--workloads 1);;
+      *-noverify) args+=(--verify 0);;
+      *-noref) args+=(--no-reference-timing);;
+      *-parity) args+=(--parity);;
+      *-warm) args+=(--warm);;
+    esac
+    t0=$(now)
+    timeout -k 5 400 "$K" eval --task "$pkg" --solution "$out/$name.json" "${args[@]}" --json \
+      > "$out/$p.$run.jsonl" 2> "$out/$p.$run.log"
+    krc=$?
+    t1=$(now)
+    [ $krc -eq 0 ] || { echo "khlua eval $run exit $krc:"; tail -3 "$out/$p.$run.log"; rc=1; }
+    read -r n ok ws cs <<< "$(sums "$p" "$run")"
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+    per=$(awk -v w="$wall" -v n="$n" 'BEGIN { printf "%.4f", n ? w / n : 0 }')
+    vs=$(awk -v x="$per" -v f="$fib_per" 'BEGIN { printf "%.2f", (f > 0 ? x / f : 0) }')
+    row "$p" "$run" "$wall" "$per" "$ok/$n" "$ws" "$cs" "$vs"
+  done
+done
+echo "vs_FIB: khlua's seconds per workload over FlashInfer-Bench's pipeline's, same run" | tee -a "$table"
+rm -rf "$out/store"
+# the device machine sends back a bounded number of files: the runs' files
+# in one archive beside the table
+(cd "$out" && tar -czf runs.tgz --exclude=bench_eval.txt --exclude=runs.tgz ./* &&
+  find . -mindepth 1 -maxdepth 1 ! -name bench_eval.txt ! -name runs.tgz -exec rm -rf {} +)
+exit $rc
