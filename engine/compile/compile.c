@@ -1,43 +1,21 @@
-/* compile.c: NVRTC compiles, the warm precompiled header, the in-memory
- * artifact cache and the cache key (see compile.h).  Owns the NVRTC program
- * life cycle and the cancel callback; parsing cubins belongs to cubin.c,
- * screening source to srccheck.c, and the store-backed cache and compile
- * servers to the store and worker modules that wrap a kh_compiler. */
-#include "compile/compile.h"
+/* compile.c: NVRTC compiles, the in-memory artifact cache and the cache key
+ * (see compile.h).  Owns the options, the key, the checks a request must
+ * pass and a build's stages, from the request to the artifact; one NVRTC
+ * program belongs to compile_nvrtc.c, the isolated child and the warm
+ * precompiled header to compile_isolate.c (compile_int.h), parsing cubins to
+ * cubin.c, screening source to srccheck.c, and the store-backed cache and
+ * compile servers to the store and worker modules that wrap a kh_compiler. */
+#include "compile/compile_int.h"
 
 #include "compile/srccheck.h"
 
-#include "core/proc.h"
-
 #include <ctype.h>
-#include <dirent.h>
-#include <signal.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <jansson.h>
 #include <xxhash.h>
-
-typedef struct cache_entry {
-    unsigned char key[16];
-    kh_artifact *a;
-    size_t bytes;
-    unsigned long last_use;
-} cache_entry;
-
-struct kh_compiler {
-    kh_engine *e;
-    char inc_cuda[600], inc_cccl[600];
-    cache_entry *cache;
-    size_t n_cache, cap_cache, cache_bytes, cache_max;
-    unsigned long tick;
-    size_t hits, misses, evictions;
-    /* include prefixes (XXH3-64 of the text) whose PCH this process holds */
-    uint64_t warm[256];
-    size_t n_warm;
-};
 
 const char *kh_compile_default_arch(void)
 {
@@ -102,11 +80,6 @@ static int arch_ok(const char *a)
             return 0;
     return strlen(a) < 32;
 }
-
-typedef struct optlist {
-    char *v[96];
-    size_t n;
-} optlist;
 
 static void optlist_free(optlist *o)
 {
@@ -524,27 +497,6 @@ void kh_compile_cache_limit(kh_compiler *c, size_t max_bytes)
 
 /* ---- build --------------------------------------------------------------- */
 
-typedef struct flow_ctx {
-    double deadline_at;
-    kh_engine *e;
-    volatile int why; /* 0 running, 1 deadline, 2 stop */
-} flow_ctx;
-
-/* Called by NVRTC from inside nvrtcCompileProgram; must not call NVRTC. */
-static int flow_cb(void *payload, void *unused)
-{
-    (void)unused;
-    flow_ctx *f = payload;
-    if (kh_engine_stop_requested(f->e)) {
-        f->why = 2;
-        return 1;
-    }
-    if (kh_now() > f->deadline_at) {
-        f->why = 1;
-        return 1;
-    }
-    return 0;
-}
 
 static void hexify(const unsigned char key[16], char out[33])
 {
@@ -584,447 +536,6 @@ static void first_error(const char *log, char *buf, size_t n)
         *nl = '\0';
 }
 
-/* What one NVRTC run produced; the same whether it ran here or in a child. */
-typedef struct nvrtc_out {
-    nvrtcResult r;
-    int why;              /* 1 deadline, 2 stop request */
-    int pch;              /* nvrtcGetPCHCreateStatus, or -1 when not asked */
-    char *log;            /* raw, may be invalid UTF-8 */
-    size_t log_len;
-    unsigned char *cubin;
-    size_t cubin_len;
-    double create, compile, extract;
-} nvrtc_out;
-
-static void nvrtc_out_free(nvrtc_out *n)
-{
-    free(n->log);
-    free(n->cubin);
-    memset(n, 0, sizeof *n);
-}
-
-/* The candidate's headers as nvrtcCreateProgram takes them: NUL-terminated
- * texts and their names. */
-typedef struct nvrtc_headers {
-    int n;
-    char **text;
-    const char **names;
-} nvrtc_headers;
-
-static void nvrtc_headers_free(nvrtc_headers *h)
-{
-    for (int i = 0; h->text && i < h->n; i++)
-        free(h->text[i]);
-    free(h->text);
-    free(h->names);
-    memset(h, 0, sizeof *h);
-}
-
-/* Copies of req's headers (validated: at most KH_COMPILE_MAX_HEADERS).  A NUL
- * byte would silently cut a header, so it is refused, as in the source. */
-static kh_status nvrtc_headers_make(const kh_compile_req *req, nvrtc_headers *h, kh_err *err)
-{
-    memset(h, 0, sizeof *h);
-    if (!req->n_headers)
-        return KH_OK;
-    h->text = calloc(req->n_headers, sizeof *h->text);
-    h->names = calloc(req->n_headers, sizeof *h->names);
-    if (!h->text || !h->names) {
-        nvrtc_headers_free(h);
-        return kh_err_set(err, KH_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < req->n_headers; i++) {
-        const kh_source *s = &req->headers[i];
-        if (s->len && memchr(s->text, '\0', s->len)) {
-            nvrtc_headers_free(h);
-            return kh_err_set(err, KH_EINVAL, "compile: header '%s' contains a NUL byte",
-                              s->name);
-        }
-        if (!(h->text[i] = malloc(s->len + 1))) {
-            nvrtc_headers_free(h);
-            return kh_err_set(err, KH_ENOMEM, "out of memory");
-        }
-        if (s->len)
-            memcpy(h->text[i], s->text, s->len);
-        h->text[i][s->len] = '\0';
-        h->names[i] = s->name;
-        h->n = (int)i + 1;
-    }
-    return KH_OK;
-}
-
-/* One program through NVRTC, with hdr (NULL: none) as its headers.  KH_OK
- * whenever NVRTC ran (inspect o->r); an error when memory, program creation,
- * or reading back the log or cubin of a compile fails. */
-static kh_status nvrtc_run(kh_compiler *c, const kh_nvrtc_api *nv, const char *src,
-                           const char *name, const nvrtc_headers *hdr, const optlist *opts,
-                           double deadline, int want_pch, nvrtc_out *o, kh_err *err)
-{
-    memset(o, 0, sizeof *o);
-    o->pch = -1;
-    nvrtcProgram prog = NULL;
-    double tp = kh_now();
-    nvrtcResult r = nv->nvrtcCreateProgram(&prog, src, name, hdr ? hdr->n : 0,
-                                           hdr && hdr->n ? (const char *const *)hdr->text : NULL,
-                                           hdr && hdr->n ? hdr->names : NULL);
-    o->create = kh_now() - tp;
-    if (r != NVRTC_SUCCESS)
-        return kh_err_set(err, r == NVRTC_ERROR_OUT_OF_MEMORY ? KH_ENOMEM : KH_ECOMPILE,
-                          "nvrtcCreateProgram: %s", nv->nvrtcGetErrorString(r));
-    flow_ctx fc = {.deadline_at = kh_now() + deadline, .e = c->e};
-    if ((r = nv->nvrtcSetFlowCallback(prog, flow_cb, &fc)) != NVRTC_SUCCESS) {
-        nv->nvrtcDestroyProgram(&prog);
-        return kh_err_set(err, KH_ECOMPILE, "nvrtcSetFlowCallback: %s",
-                          nv->nvrtcGetErrorString(r));
-    }
-    tp = kh_now();
-    o->r = nv->nvrtcCompileProgram(prog, (int)opts->n, (const char *const *)opts->v);
-    o->compile = kh_now() - tp;
-    o->why = fc.why;
-    tp = kh_now();
-    kh_status st = KH_OK;
-    size_t lsz = 0;
-    nvrtcResult lr = nv->nvrtcGetProgramLogSize(prog, &lsz);
-    if (lr == NVRTC_SUCCESS && lsz > 1) {
-        if (!(o->log = malloc(lsz)))
-            st = kh_err_set(err, KH_ENOMEM, "out of memory reading the compile log");
-        else if ((lr = nv->nvrtcGetProgramLog(prog, o->log)) == NVRTC_SUCCESS)
-            o->log_len = strnlen(o->log, lsz);
-    }
-    if (!st && lr != NVRTC_SUCCESS) {
-        /* the verdict stands (o->r); the log says why it is missing */
-        char msg[160];
-        snprintf(msg, sizeof msg, "(the compile log could not be read: %s)\n",
-                 nv->nvrtcGetErrorString(lr));
-        free(o->log);
-        if (!(o->log = kh_strdup(msg)))
-            st = kh_err_set(err, KH_ENOMEM, "out of memory reading the compile log");
-        o->log_len = o->log ? strlen(o->log) : 0;
-    }
-    if (want_pch)
-        o->pch = (int)nv->nvrtcGetPCHCreateStatus(prog); /* a status is its answer */
-    /* no cubin size: a compute_ architecture (PTX only), said by the caller */
-    if (!st && o->r == NVRTC_SUCCESS &&
-        nv->nvrtcGetCUBINSize(prog, &o->cubin_len) == NVRTC_SUCCESS && o->cubin_len) {
-        nvrtcResult cr;
-        if (!(o->cubin = malloc(o->cubin_len)))
-            st = kh_err_set(err, KH_ENOMEM, "out of memory reading the cubin");
-        else if ((cr = nv->nvrtcGetCUBIN(prog, (char *)o->cubin)) != NVRTC_SUCCESS)
-            st = kh_err_set(err, KH_ECOMPILE, "nvrtcGetCUBIN: %s", nv->nvrtcGetErrorString(cr));
-    }
-    if (!st && want_pch && o->pch == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED) {
-        /* grow the heap so the next compile with these headers creates it;
-         * if either call fails, the next compile goes without a PCH, as now */
-        size_t need = 0;
-        if (nv->nvrtcGetPCHHeapSizeRequired(prog, &need) == NVRTC_SUCCESS && need &&
-            nv->nvrtcSetPCHHeapSize(need + need / 4) != NVRTC_SUCCESS)
-            o->pch = NVRTC_ERROR_PCH_CREATE; /* "creation failed", not "grown" */
-    }
-    /* a failure here can only leak the program: nothing to answer differently */
-    (void)nv->nvrtcDestroyProgram(&prog);
-    o->extract = kh_now() - tp;
-    if (st)
-        nvrtc_out_free(o);
-    return st;
-}
-
-/* ---- isolated compiles: a forked child with a hard deadline ----------------
- * NVRTC polls the flow callback between phases, not inside template
- * instantiation (a measured recursion bomb ran 67 s past a 3 s deadline), so
- * an in-process compile cannot be bounded.  The child inherits this process's
- * precompiled headers (fork copies the NVRTC heap), compiles, writes the
- * result to a pipe and exits; the parent kills it at the deadline. */
-
-typedef struct child_job {
-    kh_compiler *c;
-    const kh_nvrtc_api *nv;
-    const char *src, *name;
-    const nvrtc_headers *hdr;
-    const optlist *opts;
-    double deadline;
-    int want_pch;
-    const char *tmpdir; /* the child's TMPDIR, or "" */
-} child_job;
-
-
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0)
-            return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int child_compile(void *arg, int fd)
-{
-    child_job *j = arg;
-    nvrtc_out o;
-    kh_err err;
-    if (j->tmpdir[0])
-        setenv("TMPDIR", j->tmpdir, 1);
-    if (nvrtc_run(j->c, j->nv, j->src, j->name, j->hdr, j->opts, j->deadline, j->want_pch, &o,
-                  &err))
-        return 3;
-    int32_t hdr[3] = {(int32_t)o.r, o.why, o.pch};
-    uint64_t ln = o.log_len, cn = o.cubin_len;
-    double tm[3] = {o.create, o.compile, o.extract};
-    int bad = write_all(fd, hdr, sizeof hdr) || write_all(fd, tm, sizeof tm) ||
-              write_all(fd, &ln, sizeof ln) || write_all(fd, o.log ? o.log : "", ln) ||
-              write_all(fd, &cn, sizeof cn) || write_all(fd, o.cubin ? (void *)o.cubin : "", cn);
-    return bad ? 4 : 0;
-}
-
-/* NVRTC writes its automatic PCH under $TMPDIR/__nvrtc_auto_pch_<pid>_N/ and
- * removes what it made at exit.  A child must leave nothing behind: a killed
- * one cannot clean up, and one that creates a PCH while this process already
- * has a PCH folder writes into *this process's* folder (it inherited the
- * name), which NVRTC then fails to remove.  So each child gets a TMPDIR of
- * its own, removed after it, and files that appear in this process's folders
- * during a child's compile are removed too. */
-static const char AUTO_PCH[] = "__nvrtc_auto_pch_";
-
-static const char *tmp_base(void)
-{
-    const char *t = getenv("TMPDIR");
-    return t && t[0] ? t : "/tmp";
-}
-
-/* Call fn(path, ud) for each file in tmp/__nvrtc_auto_pch_<who>* (who "" for
- * every process), then, if rm_dirs, remove those folders. */
-static void each_pch_file(const char *tmp, const char *who, int rm_dirs,
-                          void (*fn)(const char *path, void *ud), void *ud)
-{
-    char prefix[96];
-    snprintf(prefix, sizeof prefix, "%s%s", AUTO_PCH, who);
-    DIR *d = opendir(tmp);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (strncmp(de->d_name, prefix, strlen(prefix)))
-            continue;
-        char dir[1024];
-        snprintf(dir, sizeof dir, "%s/%s", tmp, de->d_name);
-        DIR *d2 = opendir(dir);
-        if (d2) {
-            struct dirent *f;
-            while ((f = readdir(d2))) {
-                if (!strcmp(f->d_name, ".") || !strcmp(f->d_name, ".."))
-                    continue;
-                char path[1400];
-                snprintf(path, sizeof path, "%s/%s", dir, f->d_name);
-                fn(path, ud);
-            }
-            closedir(d2);
-        }
-        if (rm_dirs)
-            rmdir(dir);
-    }
-    closedir(d);
-}
-
-static void unlink_fn(const char *path, void *ud)
-{
-    (void)ud;
-    unlink(path);
-}
-
-typedef struct snapshot {
-    char *list; /* "\npath\npath\n" */
-    size_t len, cap;
-} snapshot;
-
-static void snap_fn(const char *path, void *ud)
-{
-    snapshot *s = ud;
-    size_t n = strlen(path);
-    if (s->len + n + 3 > s->cap) {
-        size_t cap = (s->cap + n + 3) * 2;
-        char *l = realloc(s->list, cap);
-        if (!l)
-            return;
-        s->list = l;
-        s->cap = cap;
-    }
-    if (!s->len)
-        s->list[s->len++] = '\n';
-    memcpy(s->list + s->len, path, n);
-    s->len += n;
-    s->list[s->len++] = '\n';
-    s->list[s->len] = '\0';
-}
-
-static void unlink_new_fn(const char *path, void *ud)
-{
-    const snapshot *s = ud;
-    char key[1410];
-    snprintf(key, sizeof key, "\n%s\n", path);
-    if (!s->list || !strstr(s->list, key))
-        unlink(path);
-}
-
-static void remove_child_pch(const char *child_tmp, const snapshot *mine)
-{
-    char me[32];
-    snprintf(me, sizeof me, "%ld_", (long)getpid());
-    if (child_tmp[0]) {
-        each_pch_file(child_tmp, "", 1, unlink_fn, NULL);
-        rmdir(child_tmp);
-    }
-    each_pch_file(tmp_base(), me, 0, unlink_new_fn, (void *)mine);
-}
-
-static int read_bytes(const char **p, const char *end, void *dst, size_t n)
-{
-    if ((size_t)(end - *p) < n)
-        return -1;
-    memcpy(dst, *p, n);
-    *p += n;
-    return 0;
-}
-
-static kh_status nvrtc_run_isolated(child_job *j, nvrtc_out *o, kh_err *err)
-{
-    memset(o, 0, sizeof *o);
-    char me[32], child_tmp[600];
-    snprintf(me, sizeof me, "%ld_", (long)getpid());
-    snapshot mine = {0};
-    each_pch_file(tmp_base(), me, 0, snap_fn, &mine);
-    snprintf(child_tmp, sizeof child_tmp, "%s/khlua-nvrtc-XXXXXX", tmp_base());
-    if (!mkdtemp(child_tmp))
-        child_tmp[0] = '\0';
-    j->tmpdir = child_tmp;
-    kh_child_result res;
-    /* a little grace beyond the deadline: the child's own flow callback
-     * usually ends it, with a log */
-    kh_status st = kh_proc_fork_call(child_compile, j, j->deadline + 0.5, 256u << 20, &res, err);
-    remove_child_pch(child_tmp, &mine);
-    free(mine.list);
-    if (st)
-        return st;
-    if (res.timed_out || res.signaled) {
-        char how[128];
-        kh_child_describe(&res, how, sizeof how);
-        kh_child_result_free(&res);
-        if (res.timed_out) {
-            o->pch = -1;
-            o->why = 1;
-            o->r = NVRTC_ERROR_CANCELLED;
-            o->compile = res.seconds;
-            return KH_OK;
-        }
-        return kh_err_set(err, KH_ECHILD, "the compiler process died (%s)", how);
-    }
-    const char *p = res.out, *end = res.out + res.out_len;
-    int32_t hdr[3];
-    double tm[3];
-    uint64_t ln, cn;
-    if (!res.exited || res.exit_code != 0 || read_bytes(&p, end, hdr, sizeof hdr) ||
-        read_bytes(&p, end, tm, sizeof tm) || read_bytes(&p, end, &ln, sizeof ln) ||
-        ln > (uint64_t)(end - p)) {
-        char how[128];
-        kh_child_describe(&res, how, sizeof how);
-        kh_child_result_free(&res);
-        return kh_err_set(err, KH_ECHILD, "the compiler process failed (%s)", how);
-    }
-    o->r = (nvrtcResult)hdr[0];
-    o->why = hdr[1];
-    o->pch = hdr[2];
-    o->create = tm[0];
-    o->compile = tm[1];
-    o->extract = tm[2];
-    o->log_len = ln;
-    if (!(o->log = malloc(ln + 1)))
-        goto oom;
-    memcpy(o->log, p, ln);
-    o->log[ln] = '\0';
-    p += ln;
-    if (read_bytes(&p, end, &cn, sizeof cn) || cn > (uint64_t)(end - p)) {
-        nvrtc_out_free(o);
-        kh_child_result_free(&res);
-        return kh_err_set(err, KH_ECHILD, "the compiler process sent a truncated result");
-    }
-    o->cubin_len = cn;
-    if (cn) {
-        if (!(o->cubin = malloc(cn)))
-            goto oom;
-        memcpy(o->cubin, p, cn);
-    }
-    kh_child_result_free(&res);
-    return KH_OK;
-oom:
-    nvrtc_out_free(o);
-    kh_child_result_free(&res);
-    return kh_err_set(err, KH_ENOMEM, "out of memory");
-}
-
-/* Make sure this process holds the PCH for the source's directive prefix, by
- * compiling the prefix alone here (#include/#define/#undef/#pragma lines
- * only: no code of the candidate's runs, no macro is evaluated).  The prefix
- * ends before the first #include of one of the candidate's headers, and it
- * compiles without them: their code is the candidate's, which runs only in
- * the child, and a PCH holding a header of theirs would be served to the next
- * candidate whose header of that name says something else (compile.h).
- * Failure is not an error: the child then compiles cold. */
-static int warm_prefix(kh_compiler *c, const kh_nvrtc_api *nv, const char *src, size_t len,
-                       const kh_compile_req *req, const char *name, const optlist *opts,
-                       double deadline)
-{
-    int warm = 0;
-    char *prefix = kh_srccheck_pch_prefix(src, len, req->headers, req->n_headers);
-    if (!prefix)
-        return 0;
-    uint64_t h = XXH3_64bits(prefix, strlen(prefix));
-    for (size_t i = 0; i < c->n_warm; i++)
-        if (c->warm[i] == h) {
-            free(prefix);
-            return 1;
-        }
-    /* the body is punctuation only: the prefix's #defines may redefine any
-     * identifier (even `void`), and nothing of theirs may expand here */
-    static const char body[] = ";\n";
-    char *prog = malloc(strlen(prefix) + sizeof body);
-    if (prog) {
-        sprintf(prog, "%s%s", prefix, body);
-        nvrtc_out o;
-        kh_err err;
-        if (!nvrtc_run(c, nv, prog, name, NULL, opts, deadline, 1, &o, &err)) {
-            /* created now, or not attempted because a held PCH matched */
-            if (o.r == NVRTC_SUCCESS &&
-                (o.pch == NVRTC_SUCCESS || o.pch == NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED)) {
-                if (c->n_warm == KH_ARRAY_LEN(c->warm))
-                    c->n_warm = 0; /* forget; NVRTC's own heap decides anyway */
-                c->warm[c->n_warm++] = h;
-                warm = 1;
-            }
-            nvrtc_out_free(&o);
-        }
-        free(prog);
-    }
-    free(prefix);
-    return warm;
-}
-
-/* Drop the PCH options: a child must never create a PCH, because the files
- * would land in this process's PCH folder, which NVRTC then fails to remove. */
-static void drop_pch_options(optlist *o)
-{
-    size_t w = 0;
-    for (size_t i = 0; i < o->n; i++) {
-        if (!strcmp(o->v[i], "-pch") || !strcmp(o->v[i], "--pch-messages=false") ||
-            !strcmp(o->v[i], "-diag-suppress=629,630"))
-            free(o->v[i]);
-        else
-            o->v[w++] = o->v[i];
-    }
-    o->n = w;
-}
-
 static const char *pch_word(int pch_status)
 {
     switch (pch_status) {
@@ -1034,6 +545,172 @@ static const char *pch_word(int pch_status)
     case NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED: return "heap exhausted (grown for next time)";
     default: return "creation failed";
     }
+}
+
+/* 1. header names, and static checks on model-written source.  KH_ECOMPILE:
+ * the report is a's log now (the caller answers with a). */
+static kh_status build_check(kh_compiler *c, const kh_compile_req *req, kh_artifact *a,
+                             kh_err *err)
+{
+    double tc = kh_now();
+    char *report = NULL;
+    kh_status st = kh_compile_check(c, req, &report, err);
+    a->t.check = kh_now() - tc;
+    if (st == KH_ECOMPILE) {
+        kh_status s2 = set_log(a, report, report ? strlen(report) : 0, err);
+        free(report);
+        return s2 ? s2 : KH_ECOMPILE;
+    }
+    free(report);
+    return st;
+}
+
+/* 2. options and key, into o and a. */
+static kh_status build_key(kh_compiler *c, const kh_compile_req *req, const char *arch,
+                           const kh_nvrtc_api *nv, int pch, optlist *o, kh_artifact *a,
+                           kh_err *err)
+{
+    kh_status st = build_options(c, req, arch, pch, o, err);
+    if (st)
+        return st;
+    double tk = kh_now();
+    if ((st = key_with(c, req, arch, o, nv, a->key, err)))
+        return st;
+    hexify(a->key, a->hash);
+    a->t.key = kh_now() - tk;
+    return KH_OK;
+}
+
+/* A copy of the cached artifact of a's key, with the timings of this answer
+ * (a's so far, t0 its start); NULL on a miss (counted). */
+static kh_artifact *cache_take(kh_compiler *c, const kh_artifact *a, double t0)
+{
+    cache_entry *ce = cache_find(c, a->key);
+    if (ce) {
+        kh_artifact *hit = artifact_clone(ce->a);
+        if (hit) {
+            ce->last_use = ++c->tick;
+            c->hits++;
+            hit->cache_hit = 1;
+            hit->t = (kh_compile_timings){.check = a->t.check, .key = a->t.key};
+            hit->t.total = kh_now() - t0;
+            return hit;
+        }
+    }
+    c->misses++;
+    return NULL;
+}
+
+/* The exact option list into the artifact. */
+static kh_status copy_options(kh_artifact *a, const optlist *o, kh_err *err)
+{
+    a->options = calloc(o->n, sizeof *a->options);
+    if (!a->options)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    for (; a->n_options < o->n; a->n_options++)
+        if (!(a->options[a->n_options] = kh_strdup(o->v[a->n_options])))
+            return kh_err_set(err, KH_ENOMEM, "out of memory");
+    return KH_OK;
+}
+
+/* 3. NVRTC, here or in an isolated child (compile_isolate.c).  The source
+ * must be NUL-terminated for nvrtcCreateProgram, and an embedded NUL would
+ * silently cut it, so it is refused.  o may lose its PCH options. */
+static kh_status build_nvrtc(kh_compiler *c, const kh_nvrtc_api *nv, const kh_compile_req *req,
+                             const char *name, int pch, double deadline, optlist *o,
+                             kh_artifact *a, nvrtc_out *no, kh_err *err)
+{
+    if (memchr(req->source, '\0', req->source_len))
+        return kh_err_set(err, KH_EINVAL, "compile: source contains a NUL byte");
+    char *src = malloc(req->source_len + 1);
+    if (!src)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    memcpy(src, req->source, req->source_len);
+    src[req->source_len] = '\0';
+    nvrtc_headers hdr;
+    kh_status st = compile_nvrtc_headers_make(req, &hdr, err);
+    if (st) {
+        free(src);
+        return st;
+    }
+    if (req->isolate) {
+        /* the prefix holds only #include lines (allowlisted, unless trusted):
+         * it gets the longer of the deadline and two minutes */
+        double tw = kh_now();
+        int warm = pch && compile_warm_prefix(c, nv, src, req->source_len, req, name, o,
+                                              deadline > 120 ? deadline : 120);
+        a->t.warm = kh_now() - tw;
+        if (!warm)
+            compile_drop_pch_options(o);
+        st = compile_nvrtc_isolated(c, nv, src, name, &hdr, o, deadline, warm, no, err);
+    } else {
+        st = compile_nvrtc_run(c, nv, src, name, &hdr, o, deadline, pch, no, err);
+    }
+    free(src);
+    compile_nvrtc_headers_free(&hdr);
+    return st;
+}
+
+/* What NVRTC answered: KH_OK when it made a cubin; else the status the
+ * artifact is answered with (cancelled, a compile error, no cubin). */
+static kh_status nvrtc_verdict(const kh_nvrtc_api *nv, const nvrtc_out *no, kh_artifact *a,
+                               const char *name, double deadline, const char *arch,
+                               kh_err *err)
+{
+    if (no->r == NVRTC_ERROR_CANCELLED || no->why) {
+        if (no->why == 2)
+            return kh_err_set(err, KH_EINTR, "compile interrupted");
+        return kh_err_set(err, KH_ETIMEOUT, "compile of %s passed its deadline of %.1f s "
+                                            "(stopped after %.2f s)", name, deadline,
+                          no->compile);
+    }
+    if (no->r != NVRTC_SUCCESS) {
+        char line[600];
+        first_error(a->log, line, sizeof line);
+        kh_status st = kh_err_set(err, KH_ECOMPILE, "%s", no->r == NVRTC_ERROR_COMPILATION
+                                      ? line : nv->nvrtcGetErrorString(no->r));
+        if (no->r != NVRTC_ERROR_COMPILATION && !a->log_len) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "nvrtcCompileProgram: %s\n",
+                     nv->nvrtcGetErrorString(no->r));
+            set_log(a, msg, strlen(msg), NULL);
+        }
+        return st;
+    }
+    if (!no->cubin)
+        return kh_err_set(err, KH_ECOMPILE, "no cubin from NVRTC (arch %s must be a real sm_ "
+                                            "architecture, not compute_)", arch);
+    return KH_OK;
+}
+
+/* 4. the manifest's kernels must be symbols of the cubin: KH_ECOMPILE when
+ * one is not (the log says so, and the cubin is dropped). */
+static kh_status manifest_kernels(const kh_compile_req *req, kh_artifact *a, kh_err *err)
+{
+    for (size_t i = 0; i < req->n_kernels; i++) {
+        if (kh_cubin_find(&a->res, req->kernels[i]))
+            continue;
+        char have[512] = "";
+        for (size_t k = 0; k < a->res.n_kernels; k++) {
+            size_t hl = strlen(have);
+            snprintf(have + hl, sizeof have - hl, "%s%s", k ? ", " : "", a->res.kernels[k].name);
+        }
+        kh_status st = kh_err_set(err, KH_ECOMPILE, "kernel '%s' is not in the cubin (kernels: "
+                                  "%s); manifest kernels need extern \"C\" names",
+                                  req->kernels[i], have[0] ? have : "none");
+        char *msg = malloc(a->log_len + strlen(err->msg) + 2);
+        if (msg) {
+            sprintf(msg, "%s%s\n", a->log, err->msg);
+            set_log(a, msg, strlen(msg), NULL);
+            free(msg);
+        }
+        free(a->cubin);
+        a->cubin = NULL;
+        a->cubin_len = 0;
+        kh_cubin_info_free(&a->res);
+        return st;
+    }
+    return KH_OK;
 }
 
 kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifact **out,
@@ -1052,8 +729,6 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
 
     kh_artifact *a = calloc(1, sizeof *a);
     optlist o = {0};
-    char *src = NULL;
-    nvrtc_headers hdr = {0};
     nvrtc_out no = {0};
     if (!a)
         return kh_err_set(err, KH_ENOMEM, "out of memory");
@@ -1066,23 +741,13 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
 
     /* 1. header names, and static checks on model-written source */
     if (!req->trusted || req->n_headers) {
-        double tc = kh_now();
-        char *report = NULL;
-        st = kh_compile_check(c, req, &report, err);
-        a->t.check = kh_now() - tc;
+        st = build_check(c, req, a, err);
         if (st == KH_ECOMPILE) {
-            kh_status s2 = set_log(a, report, report ? strlen(report) : 0, err);
-            free(report);
-            if (s2) {
-                st = s2;
-                goto fail;
-            }
             a->t.total = kh_now() - t0;
             kh_err_prefix(err, "static check");
             *out = a;
             return KH_ECOMPILE;
         }
-        free(report);
         if (st)
             goto fail;
     }
@@ -1094,74 +759,21 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
               (req->isolate ||
                !kh_srccheck_pch_may_hold(req->source, req->source_len, req->headers,
                                          req->n_headers));
-    if ((st = build_options(c, req, arch, pch, &o, err)))
+    if ((st = build_key(c, req, arch, nv, pch, &o, a, err)))
         goto fail;
-    double tk = kh_now();
-    if ((st = key_with(c, req, arch, &o, nv, a->key, err)))
-        goto fail;
-    hexify(a->key, a->hash);
-    a->t.key = kh_now() - tk;
-    if (!req->no_cache) {
-        cache_entry *ce = cache_find(c, a->key);
-        if (ce) {
-            kh_artifact *hit = artifact_clone(ce->a);
-            if (hit) {
-                ce->last_use = ++c->tick;
-                c->hits++;
-                hit->cache_hit = 1;
-                hit->t = (kh_compile_timings){.check = a->t.check, .key = a->t.key};
-                hit->t.total = kh_now() - t0;
-                kh_artifact_free(a);
-                optlist_free(&o);
-                *out = hit;
-                return KH_OK;
-            }
-        }
-        c->misses++;
+    kh_artifact *hit = req->no_cache ? NULL : cache_take(c, a, t0);
+    if (hit) {
+        kh_artifact_free(a);
+        optlist_free(&o);
+        *out = hit;
+        return KH_OK;
     }
-    a->options = calloc(o.n, sizeof *a->options);
-    if (!a->options) {
-        st = kh_err_set(err, KH_ENOMEM, "out of memory");
+    if ((st = copy_options(a, &o, err)))
         goto fail;
-    }
-    for (; a->n_options < o.n; a->n_options++)
-        if (!(a->options[a->n_options] = kh_strdup(o.v[a->n_options]))) {
-            st = kh_err_set(err, KH_ENOMEM, "out of memory");
-            goto fail;
-        }
 
-    /* 3. NVRTC.  The source must be NUL-terminated for nvrtcCreateProgram, and
-     * an embedded NUL would silently cut it, so it is refused. */
-    if (memchr(req->source, '\0', req->source_len)) {
-        st = kh_err_set(err, KH_EINVAL, "compile: source contains a NUL byte");
-        goto fail;
-    }
-    if (!(src = malloc(req->source_len + 1))) {
-        st = kh_err_set(err, KH_ENOMEM, "out of memory");
-        goto fail;
-    }
-    memcpy(src, req->source, req->source_len);
-    src[req->source_len] = '\0';
-    if ((st = nvrtc_headers_make(req, &hdr, err)))
-        goto fail;
+    /* 3. NVRTC */
     double deadline = req->deadline_s > 0 ? req->deadline_s : KH_COMPILE_DEFAULT_DEADLINE;
-    if (req->isolate) {
-        /* the prefix holds only #include lines (allowlisted, unless trusted):
-         * it gets the longer of the deadline and two minutes */
-        double tw = kh_now();
-        int warm = pch && warm_prefix(c, nv, src, req->source_len, req, name, &o,
-                                      deadline > 120 ? deadline : 120);
-        a->t.warm = kh_now() - tw;
-        if (!warm)
-            drop_pch_options(&o);
-        child_job j = {c, nv, src, name, &hdr, &o, deadline, warm, ""};
-        st = nvrtc_run_isolated(&j, &no, err);
-    } else {
-        st = nvrtc_run(c, nv, src, name, &hdr, &o, deadline, pch, &no, err);
-    }
-    free(src);
-    src = NULL;
-    nvrtc_headers_free(&hdr);
+    st = build_nvrtc(c, nv, req, name, pch, deadline, &o, a, &no, err);
     optlist_free(&o);
     if (st)
         goto fail;
@@ -1171,37 +783,12 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
     a->pch = pch_word(no.pch);
     if (no.log_len && (st = set_log(a, no.log, no.log_len, err)))
         goto fail;
-    if (no.r == NVRTC_ERROR_CANCELLED || no.why) {
-        if (no.why == 2)
-            st = kh_err_set(err, KH_EINTR, "compile interrupted");
-        else
-            st = kh_err_set(err, KH_ETIMEOUT, "compile of %s passed its deadline of %.1f s "
-                                              "(stopped after %.2f s)", name, deadline,
-                            no.compile);
+    if ((st = nvrtc_verdict(nv, &no, a, name, deadline, arch, err)))
         goto partial;
-    }
-    if (no.r != NVRTC_SUCCESS) {
-        char line[600];
-        first_error(a->log, line, sizeof line);
-        st = kh_err_set(err, KH_ECOMPILE, "%s", no.r == NVRTC_ERROR_COMPILATION ? line
-                                                   : nv->nvrtcGetErrorString(no.r));
-        if (no.r != NVRTC_ERROR_COMPILATION && !a->log_len) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "nvrtcCompileProgram: %s\n",
-                     nv->nvrtcGetErrorString(no.r));
-            set_log(a, msg, strlen(msg), NULL);
-        }
-        goto partial;
-    }
-    if (!no.cubin) {
-        st = kh_err_set(err, KH_ECOMPILE, "no cubin from NVRTC (arch %s must be a real sm_ "
-                                          "architecture, not compute_)", arch);
-        goto partial;
-    }
     a->cubin = no.cubin;
     a->cubin_len = no.cubin_len;
     no.cubin = NULL;
-    nvrtc_out_free(&no);
+    compile_nvrtc_out_free(&no);
 
     /* 4. resources, and the manifest's kernels must be symbols of the cubin */
     double tp = kh_now();
@@ -1210,29 +797,8 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
         goto fail;
     }
     a->t.parse = kh_now() - tp;
-    for (size_t i = 0; i < req->n_kernels; i++) {
-        if (kh_cubin_find(&a->res, req->kernels[i]))
-            continue;
-        char have[512] = "";
-        for (size_t k = 0; k < a->res.n_kernels; k++) {
-            size_t hl = strlen(have);
-            snprintf(have + hl, sizeof have - hl, "%s%s", k ? ", " : "", a->res.kernels[k].name);
-        }
-        st = kh_err_set(err, KH_ECOMPILE, "kernel '%s' is not in the cubin (kernels: %s); "
-                        "manifest kernels need extern \"C\" names", req->kernels[i],
-                        have[0] ? have : "none");
-        char *msg = malloc(a->log_len + strlen(err->msg) + 2);
-        if (msg) {
-            sprintf(msg, "%s%s\n", a->log, err->msg);
-            set_log(a, msg, strlen(msg), NULL);
-            free(msg);
-        }
-        free(a->cubin);
-        a->cubin = NULL;
-        a->cubin_len = 0;
-        kh_cubin_info_free(&a->res);
+    if ((st = manifest_kernels(req, a, err)))
         goto partial;
-    }
     a->ok = 1;
     a->t.total = kh_now() - t0;
     if (!req->no_cache)
@@ -1240,15 +806,13 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
     *out = a;
     return KH_OK;
 partial:
-    nvrtc_out_free(&no);
+    compile_nvrtc_out_free(&no);
     a->t.total = kh_now() - t0;
     *out = a;
     return st;
 fail:
-    nvrtc_out_free(&no);
+    compile_nvrtc_out_free(&no);
     optlist_free(&o);
-    free(src);
-    nvrtc_headers_free(&hdr);
     kh_artifact_free(a);
     return st;
 }
