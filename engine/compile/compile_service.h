@@ -98,7 +98,7 @@ int kh_compile_service_server_pid(const kh_compile_service *s, size_t i);
  * Valid until the service is freed, which removes it. */
 const char *kh_compile_service_tmpdir(const kh_compile_service *s);
 
-/* ---- the wire form, shared with the compile role (role_compile.c) -------- */
+/* ---- the wire form (compile_wire.c), shared with the compile role (role_compile.c) */
 /* The request's fields as JSON; the texts travel as the payload
  * (kh_compile_req_payload), each header listed here as {name, bytes}. */
 json_t *kh_compile_req_to_json(const kh_compile_req *req);
