@@ -284,6 +284,77 @@ static kh_status stage(kh_hostcc_result *res, const char *const *argv, double en
     return KH_OK;
 }
 
+/* A fatal error deletes the preprocessor's list of the files it read: list
+ * them again (-M -MG: missing headers and all), keeping nothing it prints.
+ * KH_ECOMPILE, *rejected set, when even that leaves no list. */
+static kh_status list_again(kh_hostcc_result *res, const char *src_path, const char *dpath,
+                            double end, char **deps, int *rejected, kh_err *err)
+{
+    const char *mg[] = {res->compiler, "-std=c11", "-O2", "-fPIC", "-M", "-MG", "-MF", dpath,
+                        "-o", "/dev/null", "-xc", src_path, NULL};
+    char *mglog = kh_strdup("");
+    int mg_ok = 0;
+    kh_err merr = {KH_ENOMEM, "out of memory"};
+    kh_status ms = mglog ? stage(res, mg, end, &mglog, &mg_ok, &merr) : KH_ENOMEM;
+    free(mglog);
+    if (ms == KH_ETIMEOUT || ms == KH_ENOMEM)
+        return kh_err_set(err, ms, "%s", merr.msg);
+    if (kh_read_file(dpath, deps, NULL)) {
+        kh_status st = kh_err_set(err, KH_ECOMPILE,
+                                  "the preprocessor failed before it could list the files it "
+                                  "read, so its log is withheld");
+        *rejected = 1;
+        return st;
+    }
+    return KH_OK;
+}
+
+/* The last stage: assemble spath and link it into out_path, with flags
+ * (libraries) after it; res->ok when the shared object is there. */
+static kh_status link_stage(kh_hostcc_result *res, const char *out_path, const char *spath,
+                            const char *const *flags, size_t n_flags, double end, char **log,
+                            kh_err *err)
+{
+    const char *ld[48] = {res->compiler, "-shared", "-fPIC", "-O2", "-o",
+                          out_path,      "-x",      "assembler", spath, "-x", "none"};
+    size_t n = 11;
+    for (size_t i = 0; i < n_flags; i++)
+        ld[n++] = flags[i];
+    ld[n] = NULL;
+    int ok = 0;
+    kh_status st = stage(res, ld, end, log, &ok, err);
+    if (st || !ok)
+        return st ? st : KH_ECOMPILE;
+    struct stat sb;
+    if (stat(out_path, &sb) != 0)
+        return kh_err_set(err, KH_ECOMPILE, "hostcc: %s wrote no %s", res->compiler, out_path);
+    res->ok = 1;
+    return KH_OK;
+}
+
+/* res's log and command once the stages are over, and the status to answer
+ * with: what the compiler printed is kept (through the guard) only once
+ * every file the preprocessor read was allowed. */
+static kh_status candidate_result(kh_hostcc_result *res, kh_ccguard *g, const char *log,
+                                  int rejected, int log_released, kh_status st, kh_err *err)
+{
+    if (rejected) /* a rejection quotes nothing the compiler printed */
+        res->log = kh_strdup(err->msg);
+    else if (g && log && log_released)
+        res->log = kh_ccguard_log(g, log);
+    else
+        res->log = kh_strdup("");
+    if (!res->command)
+        res->command = kh_strdup("");
+    if (st == KH_ENOMEM || !res->log || !res->command) {
+        kh_hostcc_result_free(res); /* as kh_hostcc_build: nothing to free on KH_ENOMEM */
+        st = kh_err_set(err, KH_ENOMEM, "out of memory");
+    }
+    if (st)
+        res->ok = 0;
+    return st;
+}
+
 kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const char *out_path,
                                     const char *const *own, const char *const *flags,
                                     size_t n_flags, double deadline_s, kh_hostcc_result *res,
@@ -367,24 +438,8 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
     int missing_ok = 0;
     if (kh_read_file(dpath, &deps, NULL)) {
         /* a fatal error deletes the list: list again, missing headers and all */
-        const char *mg[] = {res->compiler, "-std=c11", "-O2", "-fPIC", "-M", "-MG", "-MF", dpath,
-                            "-o", "/dev/null", "-xc", src_path, NULL};
-        char *mglog = kh_strdup("");
-        int mg_ok = 0;
-        kh_err merr = {KH_ENOMEM, "out of memory"};
-        kh_status ms = mglog ? stage(res, mg, end, &mglog, &mg_ok, &merr) : KH_ENOMEM;
-        free(mglog);
-        if (ms == KH_ETIMEOUT || ms == KH_ENOMEM) {
-            st = kh_err_set(err, ms, "%s", merr.msg);
+        if ((st = list_again(res, src_path, dpath, end, &deps, &rejected, err)))
             goto out;
-        }
-        if (kh_read_file(dpath, &deps, NULL)) {
-            st = kh_err_set(err, KH_ECOMPILE,
-                            "the preprocessor failed before it could list the files it read, "
-                            "so its log is withheld");
-            rejected = 1;
-            goto out;
-        }
         missing_ok = 1;
     }
     if (pp_ok && kh_read_file(ipath, &pre, &pre_len)) {
@@ -420,36 +475,10 @@ kh_status kh_hostcc_build_candidate(kh_engine *e, const char *src_path, const ch
         goto out;
     }
     /* 3. assemble and link */
-    const char *ld[48] = {res->compiler, "-shared", "-fPIC", "-O2", "-o",
-                          out_path,      "-x",      "assembler", spath, "-x", "none"};
-    size_t n = 11;
-    for (size_t i = 0; i < n_flags; i++)
-        ld[n++] = flags[i];
-    ld[n] = NULL;
-    if ((st = stage(res, ld, end, &log, &ok, err)) || !ok) {
-        st = st ? st : KH_ECOMPILE;
-        goto out;
-    }
-    if (stat(out_path, &sb) != 0)
-        st = kh_err_set(err, KH_ECOMPILE, "hostcc: %s wrote no %s", res->compiler, out_path);
-    else
-        res->ok = 1;
+    st = link_stage(res, out_path, spath, flags, n_flags, end, &log, err);
 
 out:
-    if (rejected) /* a rejection quotes nothing the compiler printed */
-        res->log = kh_strdup(err->msg);
-    else if (g && log && log_released)
-        res->log = kh_ccguard_log(g, log);
-    else
-        res->log = kh_strdup("");
-    if (!res->command)
-        res->command = kh_strdup("");
-    if (st == KH_ENOMEM || !res->log || !res->command) {
-        kh_hostcc_result_free(res); /* as kh_hostcc_build: nothing to free on KH_ENOMEM */
-        st = kh_err_set(err, KH_ENOMEM, "out of memory");
-    }
-    if (st)
-        res->ok = 0;
+    st = candidate_result(res, g, log, rejected, log_released, st, err);
     const char *temps[] = {dpath, ipath, spath};
     for (size_t i = 0; i < KH_ARRAY_LEN(temps); i++)
         if (temps[i])
