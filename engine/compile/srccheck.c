@@ -464,6 +464,101 @@ kh_status kh_srccheck_names(const char *entry, const kh_source *headers, size_t 
     return finish_report(&pr, file, report, err);
 }
 
+/* An #include directive (t names it; lx is just after it): the header it
+ * names must be on the allowlist, among o's extra includes, or one of the
+ * candidate's own sources in quotes.  Returns the header's token. */
+static tok check_include(problems *pr, const char *file, lexer *lx, const tok *t,
+                         const kh_srccheck_opts *o)
+{
+    int line = t->line;
+    tok h = next(lx);
+    if (is(t, "include_next") || is(t, "import")) {
+        add(pr, file, line, "#%.*s is not allowed", (int)t->n, t->s);
+    } else if ((h.kind != T_HEADER && h.kind != T_STR) || h.n < 2 || h.line != line) {
+        add(pr, file, line, "#include must name a header in <> or \"\"");
+    } else {
+        char name[256];
+        size_t n = h.n - 2 < sizeof name - 1 ? h.n - 2 : sizeof name - 1;
+        memcpy(name, h.s + 1, n);
+        name[n] = '\0';
+        int ok = kh_srccheck_include_allowed(name);
+        for (size_t i = 0; !ok && i < o->n_extra_includes; i++)
+            ok = !strstr(name, "..") && include_match(name, o->extra_includes[i]);
+        /* one of the candidate's own sources, by its name, in quotes:
+         * that is how nvcc finds it beside the file too */
+        int own = is_header(o, h.s + 1, h.n - 2);
+        if (!ok && own && h.kind == T_STR)
+            ok = 1;
+        if (!ok && own)
+            add(pr, file, line, "#include <%s> names the candidate's own source: "
+                "include it as \"%s\"", name, name);
+        else if (!ok && h.kind == T_STR)
+            add(pr, file, line,
+                "#include \"%s\" is not on the allowlist (cuda_fp16.h, cuda_bf16.h, "
+                "cuda_fp8.h, cooperative_groups, cuda/std/*, cub/*) and is not one "
+                "of the candidate's sources", name);
+        else if (!ok)
+            add(pr, file, line,
+                "#include <%s> is not on the allowlist (cuda_fp16.h, cuda_bf16.h, "
+                "cuda_fp8.h, cooperative_groups, cuda/std/*, cub/*)", name);
+    }
+    return h;
+}
+
+/* A __global__ declaration (at: just after the keyword, on line `line`):
+ * its name into kd, with its linkage and whether it is a template.  The name
+ * is the identifier before the first '(' that is not an attribute's argument
+ * list.  -1 only when out of memory. */
+static int global_def(const lexer *at, const char *file, int line, int c_linkage,
+                      int templated, kdefs *kd)
+{
+    lexer lx = *at;
+    tok last = {0}, n2;
+    /* bounded: hostile input must not make this quadratic */
+    for (int budget = MAX_DECL_TOKENS; budget > 0; budget--) {
+        n2 = next(&lx);
+        if (n2.kind == T_EOF || (n2.kind == T_PUNCT && (is(&n2, ";") || is(&n2, "{"))))
+            break;
+        if (n2.kind == T_IDENT &&
+            (is(&n2, "__launch_bounds__") || is(&n2, "__maxnreg__") ||
+             is(&n2, "__cluster_dims__") || is(&n2, "__attribute__") ||
+             is(&n2, "alignas") || is(&n2, "__declspec"))) {
+            int par = 0;
+            do {
+                n2 = next(&lx);
+                if (n2.kind == T_PUNCT && is(&n2, "("))
+                    par++;
+                else if (n2.kind == T_PUNCT && is(&n2, ")"))
+                    par--;
+            } while (n2.kind != T_EOF && par > 0 && --budget > 0);
+            continue;
+        }
+        if (n2.kind == T_PUNCT && is(&n2, "(")) {
+            if (last.kind == T_IDENT) {
+                if (kd->n == kd->cap) {
+                    size_t cap = kd->cap ? 2 * kd->cap : 16;
+                    kdef *k2 = realloc(kd->v, cap * sizeof *k2);
+                    if (!k2)
+                        return -1;
+                    kd->v = k2;
+                    kd->cap = cap;
+                }
+                kdef *k = &kd->v[kd->n++];
+                size_t n = last.n < sizeof k->name - 1 ? last.n : sizeof k->name - 1;
+                memcpy(k->name, last.s, n);
+                k->name[n] = '\0';
+                k->file = file;
+                k->line = line;
+                k->c_linkage = c_linkage;
+                k->templated = templated;
+            }
+            break;
+        }
+        last = n2;
+    }
+    return 0;
+}
+
 /* The rules of one file (encoding, includes, device code only, launches);
  * the __global__ definitions it holds go to kd.  KH_ENOMEM only when out of
  * memory; problems go to pr. */
@@ -488,40 +583,7 @@ static kh_status check_file(problems *pr, const char *file, const char *src, siz
         if (t.directive) {
             if (t.kind == T_IDENT && t.dir_start &&
                 (is(&t, "include") || is(&t, "include_next") || is(&t, "import"))) {
-                int line = t.line;
-                tok h = next(&lx);
-                if (is(&t, "include_next") || is(&t, "import")) {
-                    add(pr, file, line, "#%.*s is not allowed", (int)t.n, t.s);
-                } else if ((h.kind != T_HEADER && h.kind != T_STR) || h.n < 2 ||
-                           h.line != line) {
-                    add(pr, file, line, "#include must name a header in <> or \"\"");
-                } else {
-                    char name[256];
-                    size_t n = h.n - 2 < sizeof name - 1 ? h.n - 2 : sizeof name - 1;
-                    memcpy(name, h.s + 1, n);
-                    name[n] = '\0';
-                    int ok = kh_srccheck_include_allowed(name);
-                    for (size_t i = 0; !ok && i < o->n_extra_includes; i++)
-                        ok = !strstr(name, "..") && include_match(name, o->extra_includes[i]);
-                    /* one of the candidate's own sources, by its name, in quotes:
-                     * that is how nvcc finds it beside the file too */
-                    int own = is_header(o, h.s + 1, h.n - 2);
-                    if (!ok && own && h.kind == T_STR)
-                        ok = 1;
-                    if (!ok && own)
-                        add(pr, file, line, "#include <%s> names the candidate's own source: "
-                            "include it as \"%s\"", name, name);
-                    else if (!ok && h.kind == T_STR)
-                        add(pr, file, line,
-                            "#include \"%s\" is not on the allowlist (cuda_fp16.h, cuda_bf16.h, "
-                            "cuda_fp8.h, cooperative_groups, cuda/std/*, cub/*) and is not one "
-                            "of the candidate's sources", name);
-                    else if (!ok)
-                        add(pr, file, line,
-                            "#include <%s> is not on the allowlist (cuda_fp16.h, cuda_bf16.h, "
-                            "cuda_fp8.h, cooperative_groups, cuda/std/*, cub/*)", name);
-                }
-                prev = h;
+                prev = check_include(pr, file, &lx, &t, o);
                 continue;
             }
         }
@@ -595,56 +657,9 @@ static kh_status check_file(problems *pr, const char *file, const char *src, siz
                 }
             }
         }
-        if (is(&t, "__global__") && !t.directive) {
-            /* the name is the identifier before the first '(' that is not an
-             * attribute's argument list */
-            lexer save = lx;
-            tok last = {0}, n2;
-            int line = t.line;
-            /* bounded: hostile input must not make this quadratic */
-            for (int budget = MAX_DECL_TOKENS; budget > 0; budget--) {
-                n2 = next(&lx);
-                if (n2.kind == T_EOF || (n2.kind == T_PUNCT && (is(&n2, ";") || is(&n2, "{"))))
-                    break;
-                if (n2.kind == T_IDENT &&
-                    (is(&n2, "__launch_bounds__") || is(&n2, "__maxnreg__") ||
-                     is(&n2, "__cluster_dims__") || is(&n2, "__attribute__") ||
-                     is(&n2, "alignas") || is(&n2, "__declspec"))) {
-                    int par = 0;
-                    do {
-                        n2 = next(&lx);
-                        if (n2.kind == T_PUNCT && is(&n2, "("))
-                            par++;
-                        else if (n2.kind == T_PUNCT && is(&n2, ")"))
-                            par--;
-                    } while (n2.kind != T_EOF && par > 0 && --budget > 0);
-                    continue;
-                }
-                if (n2.kind == T_PUNCT && is(&n2, "(")) {
-                    if (last.kind == T_IDENT) {
-                        if (kd->n == kd->cap) {
-                            size_t cap = kd->cap ? 2 * kd->cap : 16;
-                            kdef *k2 = realloc(kd->v, cap * sizeof *k2);
-                            if (!k2)
-                                return KH_ENOMEM;
-                            kd->v = k2;
-                            kd->cap = cap;
-                        }
-                        kdef *k = &kd->v[kd->n++];
-                        size_t n = last.n < sizeof k->name - 1 ? last.n : sizeof k->name - 1;
-                        memcpy(k->name, last.s, n);
-                        k->name[n] = '\0';
-                        k->file = file;
-                        k->line = line;
-                        k->c_linkage = pending_c || c_blocks > 0;
-                        k->templated = pending_template;
-                    }
-                    break;
-                }
-                last = n2;
-            }
-            lx = save;
-        }
+        if (is(&t, "__global__") && !t.directive &&
+            global_def(&lx, file, t.line, pending_c || c_blocks > 0, pending_template, kd))
+            return KH_ENOMEM;
     }
     return KH_OK;
 }
