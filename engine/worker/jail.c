@@ -1,22 +1,18 @@
 /* jail.c: the confined child of the host worker (see jail.h).  Owns both
  * sides of the handshake, the jail's process set-up (file descriptors,
- * limits, fault descriptions) and its seccomp-bpf filter. */
+ * limits, fault descriptions) and its seccomp-bpf filter; what it may read
+ * of the file system and its capabilities are jail_fs.c's. */
 #include "worker/jail.h"
+#include "worker/jail_int.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <linux/audit.h>
-#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/futex.h>
 #include <linux/seccomp.h>
-#if defined(__has_include)
-#if __has_include(<linux/landlock.h>)
-#include <linux/landlock.h>
-#endif
-#endif
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -685,119 +681,6 @@ static int install_filter(int stage)
 #endif
 }
 
-/* ---- the jail's side: the file system and capabilities ------------------- */
-#if defined(LANDLOCK_CREATE_RULESET_VERSION) && defined(__NR_landlock_create_ruleset)
-#ifndef LANDLOCK_ACCESS_FS_TRUNCATE
-#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14) /* ABI 3 */
-#endif
-#ifndef LANDLOCK_ACCESS_FS_IOCTL_DEV
-#define LANDLOCK_ACCESS_FS_IOCTL_DEV (1ULL << 15) /* ABI 5 */
-#endif
-
-/* Allow reading (and, for directories, mapping libraries as executable)
- * beneath path; a path that does not exist is skipped. */
-static void fs_allow(int rs, const char *path)
-{
-    int fd = open(path, O_PATH | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    struct stat sb;
-    __u64 acc = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_EXECUTE;
-    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode))
-        acc |= LANDLOCK_ACCESS_FS_READ_DIR;
-    struct landlock_path_beneath_attr pb = {.allowed_access = acc, .parent_fd = fd};
-    (void)syscall(__NR_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
-    close(fd);
-}
-#endif
-
-static long landlock_abi(void)
-{
-#if defined(LANDLOCK_CREATE_RULESET_VERSION) && defined(__NR_landlock_create_ruleset)
-    return syscall(__NR_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
-#else
-    errno = ENOSYS;
-    return -1;
-#endif
-}
-
-void kh_jail_describe_fs(char *buf, size_t n)
-{
-    long abi = landlock_abi();
-    if (abi >= 1)
-        snprintf(buf, n, "Landlock ABI %ld: while loading, reads beneath the library "
-                 "directories and /proc/self only; no writes", abi);
-    else
-        snprintf(buf, n, "no Landlock (%s): while loading, reads any file its uid may",
-                 strerror(errno));
-}
-
-/* Landlock: the jail may read beneath the library directories (the dynamic
- * loader's, and LD_LIBRARY_PATH's), its own /proc/self, the CPU topology
- * and a few system files, and create, write or remove nothing, whatever its
- * uid.  0 when that holds, or when the kernel has no Landlock (the warden
- * says so: kh_jail_describe_fs); -1 when it has and the jail could not. */
-static int restrict_fs(void)
-{
-#if defined(LANDLOCK_CREATE_RULESET_VERSION) && defined(__NR_landlock_create_ruleset)
-    long abi = landlock_abi();
-    if (abi < 1)
-        return 0;
-    struct landlock_ruleset_attr ra = {
-        .handled_access_fs =
-            LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE |
-            LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR |
-            LANDLOCK_ACCESS_FS_REMOVE_DIR | LANDLOCK_ACCESS_FS_REMOVE_FILE |
-            LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR |
-            LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK |
-            LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK |
-            LANDLOCK_ACCESS_FS_MAKE_SYM | (abi >= 2 ? LANDLOCK_ACCESS_FS_REFER : 0) |
-            (abi >= 3 ? LANDLOCK_ACCESS_FS_TRUNCATE : 0) |
-            (abi >= 5 ? LANDLOCK_ACCESS_FS_IOCTL_DEV : 0)};
-    int rs = (int)syscall(__NR_landlock_create_ruleset, &ra, sizeof ra.handled_access_fs, 0);
-    if (rs < 0)
-        return -1;
-    static const char *const allow[] = {
-        "/usr", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache", "/etc/localtime",
-        "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/sys/devices/system/cpu",
-        "/sys/devices/system/node", "/dev/null", "/dev/zero", "/dev/urandom",
-    };
-    for (size_t i = 0; i < sizeof allow / sizeof allow[0]; i++)
-        fs_allow(rs, allow[i]);
-    const char *lp = getenv("LD_LIBRARY_PATH");
-    char dir[4096];
-    while (lp && *lp) {
-        size_t l = strcspn(lp, ":");
-        if (l && l < sizeof dir) {
-            memcpy(dir, lp, l);
-            dir[l] = '\0';
-            fs_allow(rs, dir);
-        }
-        lp += l + (lp[l] == ':');
-    }
-    (void)prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-    int r = (int)syscall(__NR_landlock_restrict_self, rs, 0);
-    int e = errno;
-    close(rs);
-    errno = e;
-    return r ? -1 : 0;
-#else
-    return 0;
-#endif
-}
-
-/* No capability: a jail started by root keeps uid 0, but not CAP_SYS_PTRACE
- * (which opens the undumpable warden's /proc/<pid>/mem), CAP_DAC_OVERRIDE or
- * the others. */
-static int drop_capabilities(void)
-{
-    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-    struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
-    memset(d, 0, sizeof d);
-    (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-    return (int)syscall(SYS_capset, &h, d);
-}
-
 /* ---- the jail's side: the process ----------------------------------------- */
 typedef void (*entry_fn)(long, long, long, long, long, long, double, double, double, double,
                          double, double, double, double);
@@ -839,6 +722,63 @@ static uint32_t jail_wait(_Atomic uint32_t *p, _Atomic uint32_t *sleeping, uint3
             return v;
         if (getppid() == 1)
             _exit(1);
+    }
+}
+
+/* The call's arguments, as the C calling convention passes them: integers
+ * and pointers in iv (6 registers), floating values in fv (8). */
+static void load_args(const kh_jail_ctl *c, const unsigned char *arena, uint32_t slot, long iv[6],
+                      double fv[8])
+{
+    int ni = 0, nf = 0;
+    for (uint32_t k = 0; k < c->na && ni <= 6 && nf <= 8; k++) {
+        const kh_jail_arg *a = &c->a[k];
+        const unsigned char *d =
+            a->tensor >= 0 && a->tensor < (int)c->nt ? arena + c->data_off[slot][a->tensor]
+                                                     : NULL;
+        uint64_t bits = 0;
+        switch (a->kind) {
+        case KH_JARG_PTR: if (ni < 6) iv[ni++] = (long)(uintptr_t)d; break;
+        case KH_JARG_I32: if (ni < 6) iv[ni++] = (long)(int32_t)a->i; break;
+        case KH_JARG_I64: if (ni < 6) iv[ni++] = (long)a->i; break;
+        case KH_JARG_U32: if (ni < 6) iv[ni++] = (long)(uint32_t)a->i; break;
+        case KH_JARG_U64: if (ni < 6) iv[ni++] = (long)(uint64_t)a->i; break;
+        case KH_JARG_F64: if (nf < 8) fv[nf++] = a->f; break;
+        case KH_JARG_F32: {
+            /* a float travels in the low 32 bits of its vector register
+             * (SysV x86-64 and AAPCS64 alike): put its bits there */
+            float f = (float)a->f;
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            bits = u;
+            if (nf < 8)
+                memcpy(&fv[nf++], &bits, 8);
+            break;
+        }
+        case KH_JARG_SCALAR:
+            if (!d)
+                break;
+            if (a->scalar == KH_JSCALAR_F32) {
+                uint32_t u;
+                memcpy(&u, d, 4);
+                bits = u;
+                if (nf < 8)
+                    memcpy(&fv[nf++], &bits, 8);
+            } else if (a->scalar == KH_JSCALAR_I32) {
+                int32_t v;
+                memcpy(&v, d, 4);
+                if (ni < 6)
+                    iv[ni++] = v;
+            } else if (a->scalar == KH_JSCALAR_I64) {
+                int64_t v;
+                memcpy(&v, d, 8);
+                if (ni < 6)
+                    iv[ni++] = (long)v;
+            } else if (ni < 6) {
+                iv[ni++] = d[0] != 0;
+            }
+            break;
+        }
     }
 }
 
@@ -904,9 +844,9 @@ int kh_jail_main(void)
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         sigaction(sigs[i], &sa, NULL);
 
-    if (restrict_fs())
+    if (kh_jail_restrict_fs())
         load_failed(c, "cannot confine the candidate (Landlock): ", strerror(errno));
-    if (drop_capabilities())
+    if (kh_jail_drop_capabilities())
         load_failed(c, "cannot drop the jail's capabilities: ", strerror(errno));
     if (install_filter(0))
         load_failed(c, "cannot confine the candidate (seccomp): ", strerror(errno));
@@ -946,56 +886,7 @@ int kh_jail_main(void)
         jail_wait(&c->go, &c->go_sleeping, seq - 1, 1.0);
         long iv[6] = {0};
         double fv[8] = {0};
-        int ni = 0, nf = 0;
-        for (uint32_t k = 0; k < c->na && ni <= 6 && nf <= 8; k++) {
-            const kh_jail_arg *a = &c->a[k];
-            const unsigned char *d =
-                a->tensor >= 0 && a->tensor < (int)c->nt ? arena + c->data_off[slot][a->tensor]
-                                                         : NULL;
-            uint64_t bits = 0;
-            switch (a->kind) {
-            case KH_JARG_PTR: if (ni < 6) iv[ni++] = (long)(uintptr_t)d; break;
-            case KH_JARG_I32: if (ni < 6) iv[ni++] = (long)(int32_t)a->i; break;
-            case KH_JARG_I64: if (ni < 6) iv[ni++] = (long)a->i; break;
-            case KH_JARG_U32: if (ni < 6) iv[ni++] = (long)(uint32_t)a->i; break;
-            case KH_JARG_U64: if (ni < 6) iv[ni++] = (long)(uint64_t)a->i; break;
-            case KH_JARG_F64: if (nf < 8) fv[nf++] = a->f; break;
-            case KH_JARG_F32: {
-                /* a float travels in the low 32 bits of its vector register
-                 * (SysV x86-64 and AAPCS64 alike): put its bits there */
-                float f = (float)a->f;
-                uint32_t u;
-                memcpy(&u, &f, 4);
-                bits = u;
-                if (nf < 8)
-                    memcpy(&fv[nf++], &bits, 8);
-                break;
-            }
-            case KH_JARG_SCALAR:
-                if (!d)
-                    break;
-                if (a->scalar == KH_JSCALAR_F32) {
-                    uint32_t u;
-                    memcpy(&u, d, 4);
-                    bits = u;
-                    if (nf < 8)
-                        memcpy(&fv[nf++], &bits, 8);
-                } else if (a->scalar == KH_JSCALAR_I32) {
-                    int32_t v;
-                    memcpy(&v, d, 4);
-                    if (ni < 6)
-                        iv[ni++] = v;
-                } else if (a->scalar == KH_JSCALAR_I64) {
-                    int64_t v;
-                    memcpy(&v, d, 8);
-                    if (ni < 6)
-                        iv[ni++] = (long)v;
-                } else if (ni < 6) {
-                    iv[ni++] = d[0] != 0;
-                }
-                break;
-            }
-        }
+        load_args(c, arena, slot, iv, fv);
         fn(iv[0], iv[1], iv[2], iv[3], iv[4], iv[5], fv[0], fv[1], fv[2], fv[3], fv[4], fv[5],
            fv[6], fv[7]);
         post(&c->done, &c->done_sleeping, seq);
