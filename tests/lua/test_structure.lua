@@ -22,7 +22,6 @@ local ALLOW = {
     ["engine/eval/check.c"] = 1004,             -- issue 20
     ["engine/gpu/gpu_eval.c"] = 1250,           -- issue 20
     ["engine/task/fib_export.c"] = 1115,        -- issue 20
-    ["engine/worker/role_host.c"] = 1139,       -- issue 20
     ["engine/worker/supervisor.c"] = 1007,      -- issue 20
   },
   -- C functions over 150 lines, "file:function"
