@@ -1,7 +1,9 @@
 /* supervisor.c: worker processes under deadlines (see supervisor.h).  Owns
  * process start, pipes, deadlines, kills, reaping and respawn policy; the
- * meaning of requests belongs to the callers and the roles. */
+ * command line a launch template makes is supervisor_launch.c's, the meaning
+ * of requests belongs to the callers and the roles. */
 #include "worker/supervisor.h"
+#include "worker/supervisor_int.h"
 
 #include "core/scrub.h"
 
@@ -173,131 +175,62 @@ static void describe_status(int st, char *buf, size_t n)
     }
 }
 
-/* s with {exe} {role} {index} {gpu} {host} filled, into tok[n]. */
-static void expand(const kh_wproc_opts *o, const char *exe, const char *s, size_t len, char *tok,
-                   size_t n)
+/* Wait for the worker's hello (o->hello_timeout_s, else 30 s) and check
+ * the role it names.  w; or NULL with err set, w stopped.  Frees argv. */
+static kh_wproc *await_hello(kh_wproc *w, const kh_wproc_opts *o, char **argv, kh_err *err)
 {
-    char idx[32];
-    snprintf(idx, sizeof idx, "%d", o->index);
-    const char *gpu = o->gpu ? o->gpu : "", *host = o->host ? o->host : "localhost";
-    size_t tl = 0;
-    for (const char *p = s; p < s + len && tl < n - 1;) {
-        const char *rep = NULL;
-        size_t skip = 0;
-        if (!strncmp(p, "{exe}", 5)) { rep = exe; skip = 5; }
-        else if (!strncmp(p, "{role}", 6)) { rep = o->role; skip = 6; }
-        else if (!strncmp(p, "{index}", 7)) { rep = idx; skip = 7; }
-        else if (!strncmp(p, "{gpu}", 5)) { rep = gpu; skip = 5; }
-        else if (!strncmp(p, "{host}", 6)) { rep = host; skip = 6; }
-        if (rep) {
-            tl += (size_t)snprintf(tok + tl, n - tl, "%s", rep);
-            if (tl >= n)
-                tl = n - 1;
-            p += skip;
-        } else {
-            tok[tl++] = *p++;
-        }
-    }
-    tok[tl] = '\0';
-}
-
-/* The env entries with placeholders filled; entries whose value is empty
- * (CUDA_VISIBLE_DEVICES={gpu} on an unplaced slot) are left out.  A
- * malloc'ed NULL-terminated array of malloc'ed strings; NULL when out of
- * memory. */
-static char **build_env(const kh_wproc_opts *o, const char *exe, int remote)
-{
-    size_t n = 0;
-    while (o->env && o->env[n])
-        n++;
-    char **env = calloc(n + 2, sizeof *env);
-    size_t k = 0;
-    for (size_t i = 0; env && i < n; i++) {
-        char buf[2048];
-        expand(o, exe, o->env[i], strlen(o->env[i]), buf, sizeof buf);
-        const char *eq = strchr(buf, '=');
-        if (!eq || !eq[1])
-            continue;
-        if (!(env[k++] = kh_strdup(buf))) {
-            for (size_t j = 0; j < k; j++)
-                free(env[j]);
-            free(env);
+    double deadline = kh_now() + (o->hello_timeout_s > 0 ? o->hello_timeout_s : 30.0);
+    kh_msg hello = {0};
+    for (;;) {
+        int done = 0;
+        kh_err rerr;
+        kh_status st = kh_wire_read_some(&w->reader, w->from_fd, &hello, &done, &rerr);
+        drain_stderr(w);
+        if (st == KH_OK && done)
+            break;
+        if (st || kh_now() > deadline) {
+            char line[400];
+            if (st)
+                kill_and_reap(w, 1.0);
+            else
+                kill_and_reap(w, 0);
+            char how[64];
+            describe_status(w->status, how, sizeof how);
+            last_line(w, line, sizeof line);
+            kh_err_set(err, st ? KH_ECHILD : KH_ETIMEOUT,
+                       "worker '%s' (%s) %s before saying hello (%s)%s%s", o->role, argv[0],
+                       st ? how : "did not answer", st ? rerr.msg : "timeout",
+                       line[0] ? "; last stderr: " : "", line);
+            kh_wproc_free_argv(argv);
+            kh_wproc_stop(w, 0);
             return NULL;
         }
+        struct pollfd p[2] = {{.fd = w->from_fd, .events = POLLIN},
+                              {.fd = w->err_fd, .events = POLLIN}};
+        poll(p, w->err_fd >= 0 ? 2 : 1, 50);
     }
-    /* srun's slurmstepd forwards output at newlines: the worker adds one
-     * after each frame (wire.h) */
-    if (env && remote && !(env[k++] = kh_strdup("KHLUA_WIRE_NEWLINE=1"))) {
-        for (size_t j = 0; j < k; j++)
-            free(env[j]);
-        free(env);
+    kh_wproc_free_argv(argv);
+    json_t *h = json_object_get(hello.head, "hello");
+    w->worker_pid = (int)json_integer_value(json_object_get(h, "pid"));
+    const char *hh = json_string_value(json_object_get(h, "host"));
+    const char *hj = json_string_value(json_object_get(h, "slurm_job"));
+    snprintf(w->worker_host, sizeof w->worker_host, "%s", hh ? hh : "");
+    snprintf(w->slurm_job, sizeof w->slurm_job, "%s", hj ? hj : "");
+    json_t *herr = json_object_get(hello.head, "error");
+    const char *role = json_string_value(json_object_get(h, "role"));
+    if (herr || !role || strcmp(role, o->role)) {
+        if (herr)
+            kh_err_set(err, KH_ECHILD, "worker '%s' could not start: %s", o->role,
+                       json_string_value(json_object_get(herr, "message")));
+        else
+            kh_err_set(err, KH_EPARSE, "worker answered hello as role '%s', expected '%s'",
+                       role ? role : "(none)", o->role);
+        kh_msg_free(&hello);
+        kh_wproc_stop(w, 1.0);
         return NULL;
     }
-    return env;
-}
-
-/* Split the template into argv with placeholders filled.  Returns a
- * malloc'ed array of malloc'ed strings (NULL-terminated). */
-static char **build_argv(const kh_wproc_opts *o, const char *exe, char *const *env)
-{
-    const char *tpl = o->launch && o->launch[0] ? o->launch : KH_LAUNCH_LOCAL;
-    size_t cap = 8, n = 0;
-    char **argv = calloc(cap, sizeof *argv);
-    const char *s = tpl;
-    while (argv && *s) {
-        while (*s == ' ' || *s == '\t')
-            s++;
-        if (!*s)
-            break;
-        const char *e = s;
-        while (*e && *e != ' ' && *e != '\t')
-            e++;
-        if (e - s == 5 && !strncmp(s, "{env}", 5)) {
-            /* one argument per env entry */
-            for (size_t k = 0; env && env[k] && argv; k++) {
-                if (n + 2 > cap) {
-                    cap *= 2;
-                    char **na = realloc(argv, cap * sizeof *na);
-                    if (!na)
-                        goto oom;
-                    argv = na;
-                }
-                argv[n++] = kh_strdup(env[k]);
-                argv[n] = NULL;
-            }
-            s = e;
-            continue;
-        }
-        /* expand placeholders inside the token */
-        char tok[1024];
-        expand(o, exe, s, (size_t)(e - s), tok, sizeof tok);
-        if (n + 2 > cap) {
-            cap *= 2;
-            char **na = realloc(argv, cap * sizeof *na);
-            if (!na)
-                goto oom;
-            argv = na;
-        }
-        argv[n++] = kh_strdup(tok);
-        argv[n] = NULL;
-        s = e;
-    }
-    for (size_t k = 0; argv && k < n; k++)
-        if (!argv[k])
-            goto oom;
-    return argv;
-oom:
-    for (size_t k = 0; argv && k < n; k++)
-        free(argv[k]);
-    free(argv);
-    return NULL;
-}
-
-static void free_argv(char **argv)
-{
-    for (size_t i = 0; argv && argv[i]; i++)
-        free(argv[i]);
-    free(argv);
+    kh_msg_free(&hello);
+    return w;
 }
 
 kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
@@ -324,13 +257,13 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
     while (*tpl == ' ' || *tpl == '\t')
         tpl++;
     int remote = strncmp(tpl, "{exe}", 5) != 0;
-    char **env = build_env(o, exe, remote);
-    char **argv = env ? build_argv(o, exe, env) : NULL;
+    char **env = kh_wproc_build_env(o, exe, remote);
+    char **argv = env ? kh_wproc_build_argv(o, exe, env) : NULL;
     if (!argv || !argv[0]) {
         kh_err_set(err, argv ? KH_EINVAL : KH_ENOMEM,
                    argv ? "empty worker launch template" : "out of memory");
-        free_argv(argv);
-        free_argv(env);
+        kh_wproc_free_argv(argv);
+        kh_wproc_free_argv(env);
         return NULL;
     }
     /* Workers run candidate code: they get this environment without the
@@ -343,8 +276,8 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
                                     env);
     if (!child_env) {
         kh_err_set(err, KH_ENOMEM, "out of memory");
-        free_argv(argv);
-        free_argv(env);
+        kh_wproc_free_argv(argv);
+        kh_wproc_free_argv(env);
         return NULL;
     }
     kh_wproc *w = calloc(1, sizeof *w);
@@ -377,7 +310,7 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
     }
     setpgid(pid, pid);
     free(child_env);
-    free_argv(env); /* the child has its copy */
+    kh_wproc_free_argv(env); /* the child has its copy */
     env = NULL;
     close(in[0]);
     close(out[1]);
@@ -402,64 +335,13 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
     if (got == (ssize_t)sizeof child_errno) {
         kh_err_set(err, KH_ENOTFOUND, "cannot start worker '%s' (%s): %s", o->role, argv[0],
                    strerror(child_errno));
-        free_argv(argv);
+        kh_wproc_free_argv(argv);
         kh_wproc_stop(w, 0);
         return NULL;
     }
 
     /* The hello. */
-    double deadline = kh_now() + (o->hello_timeout_s > 0 ? o->hello_timeout_s : 30.0);
-    kh_msg hello = {0};
-    for (;;) {
-        int done = 0;
-        kh_err rerr;
-        kh_status st = kh_wire_read_some(&w->reader, w->from_fd, &hello, &done, &rerr);
-        drain_stderr(w);
-        if (st == KH_OK && done)
-            break;
-        if (st || kh_now() > deadline) {
-            char line[400];
-            if (st)
-                kill_and_reap(w, 1.0);
-            else
-                kill_and_reap(w, 0);
-            char how[64];
-            describe_status(w->status, how, sizeof how);
-            last_line(w, line, sizeof line);
-            kh_err_set(err, st ? KH_ECHILD : KH_ETIMEOUT,
-                       "worker '%s' (%s) %s before saying hello (%s)%s%s", o->role, argv[0],
-                       st ? how : "did not answer", st ? rerr.msg : "timeout",
-                       line[0] ? "; last stderr: " : "", line);
-            free_argv(argv);
-            kh_wproc_stop(w, 0);
-            return NULL;
-        }
-        struct pollfd p[2] = {{.fd = w->from_fd, .events = POLLIN},
-                              {.fd = w->err_fd, .events = POLLIN}};
-        poll(p, w->err_fd >= 0 ? 2 : 1, 50);
-    }
-    free_argv(argv);
-    json_t *h = json_object_get(hello.head, "hello");
-    w->worker_pid = (int)json_integer_value(json_object_get(h, "pid"));
-    const char *hh = json_string_value(json_object_get(h, "host"));
-    const char *hj = json_string_value(json_object_get(h, "slurm_job"));
-    snprintf(w->worker_host, sizeof w->worker_host, "%s", hh ? hh : "");
-    snprintf(w->slurm_job, sizeof w->slurm_job, "%s", hj ? hj : "");
-    json_t *herr = json_object_get(hello.head, "error");
-    const char *role = json_string_value(json_object_get(h, "role"));
-    if (herr || !role || strcmp(role, o->role)) {
-        if (herr)
-            kh_err_set(err, KH_ECHILD, "worker '%s' could not start: %s", o->role,
-                       json_string_value(json_object_get(herr, "message")));
-        else
-            kh_err_set(err, KH_EPARSE, "worker answered hello as role '%s', expected '%s'",
-                       role ? role : "(none)", o->role);
-        kh_msg_free(&hello);
-        kh_wproc_stop(w, 1.0);
-        return NULL;
-    }
-    kh_msg_free(&hello);
-    return w;
+    return await_hello(w, o, argv, err);
 
 fail_pipes:
     for (int i = 0; i < 2; i++) {
@@ -470,8 +352,8 @@ fail_pipes:
     }
     free(w);
     free(child_env);
-    free_argv(argv);
-    free_argv(env);
+    kh_wproc_free_argv(argv);
+    kh_wproc_free_argv(env);
     return NULL;
 }
 
@@ -786,39 +668,6 @@ const char *kh_pool_slot_host(const kh_pool *p, size_t slot)
 const kh_wproc *kh_pool_slot_worker(const kh_pool *p, size_t slot)
 {
     return slot < p->n && p->w[slot] && p->w[slot]->alive ? p->w[slot] : NULL;
-}
-
-/* ---- launch presets ------------------------------------------------------- */
-#define LAUNCH_SRUN "srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 --quiet"
-#define LAUNCH_TAIL " {exe} worker --role {role}"
-
-const char *kh_launch_kind(const char *spec)
-{
-    if (!spec || !*spec || !strcmp(spec, "local"))
-        return "local";
-    if (!strcmp(spec, "srun") || !strcmp(spec, "ssh"))
-        return spec;
-    return "template";
-}
-
-kh_status kh_launch_template(const char *spec, const char *role, const char **out, kh_err *err)
-{
-    int gpu = role && (!strcmp(role, "gpu") || !strcmp(role, "profile"));
-    const char *k = kh_launch_kind(spec);
-    if (!strcmp(k, "local"))
-        *out = KH_LAUNCH_LOCAL;
-    else if (!strcmp(k, "srun"))
-        *out = gpu ? LAUNCH_SRUN " --gres=gpu:1" LAUNCH_TAIL : LAUNCH_SRUN LAUNCH_TAIL;
-    else if (!strcmp(k, "ssh"))
-        *out = "ssh -T -o BatchMode=yes {host} env {env}" LAUNCH_TAIL;
-    else if (strstr(spec, "{exe}") || strstr(spec, " worker "))
-        *out = spec;
-    else
-        return kh_err_set(err, KH_EINVAL,
-                          "launch '%s' is neither a preset (local, srun, ssh) nor a template "
-                          "(a command line with {exe}, e.g. \"srun -N1 {exe} worker --role "
-                          "{role}\")", spec);
-    return KH_OK;
 }
 
 /* An idle live worker (the one in slot prefer if it qualifies), starting one

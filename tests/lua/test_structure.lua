@@ -22,7 +22,6 @@ local ALLOW = {
     ["engine/eval/check.c"] = 1004,             -- issue 20
     ["engine/gpu/gpu_eval.c"] = 1250,           -- issue 20
     ["engine/task/fib_export.c"] = 1115,        -- issue 20
-    ["engine/worker/supervisor.c"] = 1007,      -- issue 20
   },
   -- C functions over 150 lines, "file:function"
   function_lines = {
@@ -38,7 +37,6 @@ local ALLOW = {
     ["engine/llm/llm_wire.c:kh_llm_serialize"] = 212,        -- issue 20
     ["engine/profile/rprof.c:kh_rprof_run"] = 214,           -- issue 20
     ["engine/task/fib_export.c:emit_entry"] = 271,           -- issue 20
-    ["engine/worker/supervisor.c:kh_wproc_start"] = 174,     -- issue 20
   },
   -- policies that still write records through tx:put / db:put / :put_blob: none
   -- (the engine's writers took them over, issue 20)
