@@ -270,6 +270,60 @@ static int find_runner(char *out, size_t n)
     return access(out, R_OK) == 0;
 }
 
+/* The runner's outputs, one file per seed in dir, into res (its tensors
+ * checked against the definition's dtypes and shapes). */
+static kh_status read_outputs(const kh_task_def *d, const kh_task_workload *w, const char *dir,
+                              const uint64_t *seeds, size_t n, kh_pyref_result *res, kh_err *err)
+{
+    kh_status st = KH_OK;
+    res->nseeds = n;
+    res->noutputs = d->noutputs;
+    res->out = calloc(n * d->noutputs + 1, sizeof *res->out);
+    if (!res->out)
+        st = kh_err_set(err, KH_ENOMEM, "out of memory");
+    for (size_t s = 0; s < n && !st; s++) {
+        char op[4200];
+        snprintf(op, sizeof op, "%s/out_%zu.safetensors", dir, s);
+        kh_st_file *f = NULL;
+        if ((st = kh_st_open(op, &f, err))) {
+            kh_err_prefix(err, "the Python reference's outputs for seed %llu",
+                          (unsigned long long)seeds[s]);
+            break;
+        }
+        for (size_t k = 0; k < d->noutputs && !st; k++) {
+            int nd;
+            int64_t shape[KH_TENSOR_MAX_DIMS];
+            kh_dtype dt;
+            kh_tensor *t = NULL;
+            if ((st = tensor_shape(&d->outputs[k], w->axes, &nd, shape, &dt, err)))
+                break;
+            if ((st = kh_st_get(f, d->outputs[k].name, &t, err))) {
+                char why[sizeof err->msg];
+                memcpy(why, err->msg, sizeof why);
+                st = kh_err_set(err, KH_ECORRUPT, "the Python reference of '%s' wrote no output "
+                                "'%s': %s", d->name, d->outputs[k].name, why);
+                break;
+            }
+            int same = t->dtype == dt && t->ndim == nd;
+            for (int i = 0; same && i < nd; i++)
+                same = t->shape[i] == shape[i];
+            if (!same) {
+                char a[128], b[128];
+                st = kh_err_set(err, KH_ECORRUPT, "the Python reference of '%s' returned output "
+                                "'%s' as %s %s; the definition says %s %s", d->name,
+                                d->outputs[k].name, kh_dtype_name(t->dtype),
+                                kh_tensor_shape_str(t->ndim, t->shape, a, sizeof a),
+                                kh_dtype_name(dt), kh_tensor_shape_str(nd, shape, b, sizeof b));
+            } else {
+                st = kh_tensor_clone(&res->out[s * d->noutputs + k], t, err);
+            }
+            kh_tensor_free(t);
+        }
+        kh_st_close(f);
+    }
+    return st;
+}
+
 kh_status kh_pyref_run(kh_engine *e, const kh_task_def *d, const kh_task_workload *w,
                        const char *base, const uint64_t *seeds, size_t n, int dsa_kcache,
                        double timeout_s, kh_pyref_result *res, kh_err *err)
@@ -375,53 +429,8 @@ kh_status kh_pyref_run(kh_engine *e, const kh_task_def *d, const kh_task_workloa
     }
     kh_child_result_free(&cr);
     /* the outputs */
-    if (!st) {
-        res->nseeds = n;
-        res->noutputs = d->noutputs;
-        res->out = calloc(n * d->noutputs + 1, sizeof *res->out);
-        if (!res->out)
-            st = kh_err_set(err, KH_ENOMEM, "out of memory");
-    }
-    for (size_t s = 0; s < n && !st; s++) {
-        char op[4200];
-        snprintf(op, sizeof op, "%s/out_%zu.safetensors", dir, s);
-        kh_st_file *f = NULL;
-        if ((st = kh_st_open(op, &f, err))) {
-            kh_err_prefix(err, "the Python reference's outputs for seed %llu",
-                          (unsigned long long)seeds[s]);
-            break;
-        }
-        for (size_t k = 0; k < d->noutputs && !st; k++) {
-            int nd;
-            int64_t shape[KH_TENSOR_MAX_DIMS];
-            kh_dtype dt;
-            kh_tensor *t = NULL;
-            if ((st = tensor_shape(&d->outputs[k], w->axes, &nd, shape, &dt, err)))
-                break;
-            if ((st = kh_st_get(f, d->outputs[k].name, &t, err))) {
-                char why[sizeof err->msg];
-                memcpy(why, err->msg, sizeof why);
-                st = kh_err_set(err, KH_ECORRUPT, "the Python reference of '%s' wrote no output "
-                                "'%s': %s", d->name, d->outputs[k].name, why);
-                break;
-            }
-            int same = t->dtype == dt && t->ndim == nd;
-            for (int i = 0; same && i < nd; i++)
-                same = t->shape[i] == shape[i];
-            if (!same) {
-                char a[128], b[128];
-                st = kh_err_set(err, KH_ECORRUPT, "the Python reference of '%s' returned output "
-                                "'%s' as %s %s; the definition says %s %s", d->name,
-                                d->outputs[k].name, kh_dtype_name(t->dtype),
-                                kh_tensor_shape_str(t->ndim, t->shape, a, sizeof a),
-                                kh_dtype_name(dt), kh_tensor_shape_str(nd, shape, b, sizeof b));
-            } else {
-                st = kh_tensor_clone(&res->out[s * d->noutputs + k], t, err);
-            }
-            kh_tensor_free(t);
-        }
-        kh_st_close(f);
-    }
+    if (!st)
+        st = read_outputs(d, w, dir, seeds, n, res, err);
     rmtree_flat(dir, n);
     if (st)
         kh_pyref_result_free(res);

@@ -30,7 +30,6 @@ local ALLOW = {
     ["cli/cmd_llm.c:ask"] = 278,                             -- issue 20
     ["cli/cmd_profile.c:kh_cmd_profile"] = 274,              -- issue 20
     ["cli/cmd_task_new.c:kh_cmd_task_new"] = 200,            -- issue 20
-    ["engine/eval/pyref.c:kh_pyref_run"] = 157,              -- issue 20
     ["engine/gpu/gpu_eval.c:kh_gpu_evaluate"] = 274,         -- issue 20
     ["engine/llm/llm_client.c:end_attempt"] = 159,           -- issue 20
     ["engine/llm/llm_wire.c:kh_llm_serialize"] = 212,        -- issue 20
