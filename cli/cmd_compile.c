@@ -151,13 +151,20 @@ static void print_table(const char *file, const kh_artifact *a)
         printf("log:\n%s%s", a->log, a->log[a->log_len - 1] == '\n' ? "" : "\n");
 }
 
-int kh_cmd_compile(kh_engine *e, int argc, char **argv)
-{
-    const char *file = NULL, *arch = NULL, *outp = NULL;
+/* What the command line asks for. */
+typedef struct compile_args {
+    const char *file, *arch, *outp;
     const char *kernels[64], *options[64], *hpaths[64];
-    size_t nk = 0, no = 0, nh = 0;
-    int json = 0, trusted = 0, no_pch = 0, no_store = 0, in_process = 0;
-    double deadline = 0;
+    size_t nk, no, nh;
+    int json, trusted, no_pch, no_store, in_process;
+    double deadline;
+} compile_args;
+
+/* argv into a: -1 to go on, else the exit code (0 after --help, 2 on a
+ * usage error, said on stderr). */
+static int parse_args(int argc, char **argv, compile_args *a)
+{
+    memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *v;
@@ -165,42 +172,42 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
-            json = 1;
+            a->json = 1;
         } else if (!strcmp(argv[i], "--trusted")) {
-            trusted = 1;
+            a->trusted = 1;
         } else if (!strcmp(argv[i], "--no-pch")) {
-            no_pch = 1;
+            a->no_pch = 1;
         } else if (!strcmp(argv[i], "--no-store")) {
-            no_store = 1;
+            a->no_store = 1;
         } else if (!strcmp(argv[i], "--in-process")) {
-            in_process = 1;
+            a->in_process = 1;
         } else if ((v = arg_value(argc, argv, &i, "--arch", &missing))) {
-            arch = v;
+            a->arch = v;
         } else if ((v = arg_value(argc, argv, &i, "--out", &missing))) {
-            outp = v;
+            a->outp = v;
         } else if ((v = arg_value(argc, argv, &i, "--kernel", &missing))) {
-            if (nk == KH_ARRAY_LEN(kernels)) {
+            if (a->nk == KH_ARRAY_LEN(a->kernels)) {
                 fprintf(stderr, "khlua compile: too many --kernel\n");
                 return 2;
             }
-            kernels[nk++] = v;
+            a->kernels[a->nk++] = v;
         } else if ((v = arg_value(argc, argv, &i, "--header", &missing))) {
-            if (nh == KH_ARRAY_LEN(hpaths)) {
+            if (a->nh == KH_ARRAY_LEN(a->hpaths)) {
                 fprintf(stderr, "khlua compile: too many --header (at most %zu)\n",
-                        KH_ARRAY_LEN(hpaths));
+                        KH_ARRAY_LEN(a->hpaths));
                 return 2;
             }
-            hpaths[nh++] = v;
+            a->hpaths[a->nh++] = v;
         } else if ((v = arg_value(argc, argv, &i, "--option", &missing))) {
-            if (no == KH_ARRAY_LEN(options)) {
+            if (a->no == KH_ARRAY_LEN(a->options)) {
                 fprintf(stderr, "khlua compile: too many --option\n");
                 return 2;
             }
-            options[no++] = v;
+            a->options[a->no++] = v;
         } else if ((v = arg_value(argc, argv, &i, "--deadline", &missing))) {
             char *end;
-            deadline = strtod(v, &end);
-            if (*end || deadline <= 0 || deadline > 3600) {
+            a->deadline = strtod(v, &end);
+            if (*end || a->deadline <= 0 || a->deadline > 3600) {
                 fprintf(stderr, "khlua compile: --deadline wants seconds in (0, 3600]\n");
                 return 2;
             }
@@ -211,54 +218,107 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
             fprintf(stderr, "khlua compile: unknown option '%s'\n", argv[i]);
             usage(stderr);
             return 2;
-        } else if (file) {
-            fprintf(stderr, "khlua compile: one file at a time ('%s' and '%s')\n", file,
+        } else if (a->file) {
+            fprintf(stderr, "khlua compile: one file at a time ('%s' and '%s')\n", a->file,
                     argv[i]);
             return 2;
         } else {
-            file = argv[i];
+            a->file = argv[i];
         }
     }
-    if (!file) {
+    if (!a->file) {
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+/* The headers a->hpaths names, read into headers (their texts the caller's
+ * to free); 0, or -1 with what failed said on stderr and nothing kept. */
+static int read_headers(const compile_args *a, kh_source *headers)
+{
     char why[512];
-    size_t len = 0;
-    char *src = read_file(file, &len, why, sizeof why);
-    if (!src) {
-        fprintf(stderr, "khlua compile: %s\n", why);
-        return 1;
-    }
-    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
-    kh_source headers[KH_ARRAY_LEN(hpaths)];
-    for (size_t h = 0; h < nh; h++) {
-        const char *hn = header_name(file, hpaths[h]);
+    for (size_t h = 0; h < a->nh; h++) {
+        const char *hn = header_name(a->file, a->hpaths[h]);
         char *text = NULL;
         size_t hl = 0;
         if (!hn)
             snprintf(why, sizeof why, "--header %s: not in %s's folder (%.*s); a header is "
-                     "named by its path from there, as #include names it", hpaths[h], file,
-                     (int)(strrchr(file, '/') - file), file);
+                     "named by its path from there, as #include names it", a->hpaths[h],
+                     a->file, (int)(strrchr(a->file, '/') - a->file), a->file);
         else
-            text = read_file(hpaths[h], &hl, why, sizeof why);
+            text = read_file(a->hpaths[h], &hl, why, sizeof why);
         if (!text) {
             fprintf(stderr, "khlua compile: %s\n", why);
             for (size_t k = 0; k < h; k++)
                 free((char *)headers[k].text);
-            free(src);
-            return 1;
+            return -1;
         }
         headers[h] = (kh_source){.name = hn, .text = text, .len = hl};
     }
-    kh_compile_req req = {.source = src, .source_len = len, .name = base, .arch = arch,
-                          .options = options, .n_options = no, .kernels = kernels,
-                          .n_kernels = nk, .deadline_s = deadline, .trusted = trusted,
-                          .isolate = !trusted, .no_pch = no_pch, .no_cache = no_store,
-                          .headers = headers, .n_headers = nh};
+    return 0;
+}
+
+/* The result on stdout (the table, or --json's object), what failed on
+ * stderr, and the cubin to --out; returns the exit code. */
+static int report(const compile_args *a, kh_status st, const kh_artifact *art, const kh_err *err)
+{
+    int rc = st == KH_OK ? 0 : st == KH_EINTR ? 130 : 1;
+    if (a->json) {
+        json_t *j = art ? kh_artifact_to_json(art) : json_object();
+        if (j && st) {
+            json_object_set_new(j, "ok", json_false());
+            json_object_set_new(j, "error", json_string(err->msg));
+            json_object_set_new(j, "code", json_string(kh_status_name(st)));
+        }
+        char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+        if (s)
+            puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        if (art)
+            print_table(a->file, art);
+        if (st)
+            fprintf(stderr, "khlua compile: %s: %s\n", kh_status_name(st), err->msg);
+    }
+    if (st == KH_OK && a->outp) {
+        FILE *f = fopen(a->outp, "wb");
+        if (!f || fwrite(art->cubin, 1, art->cubin_len, f) != art->cubin_len || fclose(f)) {
+            fprintf(stderr, "khlua compile: cannot write %s: %s\n", a->outp, strerror(errno));
+            rc = 1;
+        }
+    }
+    return rc;
+}
+
+int kh_cmd_compile(kh_engine *e, int argc, char **argv)
+{
+    compile_args ca;
+    int prc = parse_args(argc, argv, &ca);
+    if (prc >= 0)
+        return prc;
+    char why[512];
+    size_t len = 0;
+    char *src = read_file(ca.file, &len, why, sizeof why);
+    if (!src) {
+        fprintf(stderr, "khlua compile: %s\n", why);
+        return 1;
+    }
+    const char *base = strrchr(ca.file, '/') ? strrchr(ca.file, '/') + 1 : ca.file;
+    kh_source headers[KH_ARRAY_LEN(ca.hpaths)];
+    if (read_headers(&ca, headers)) {
+        free(src);
+        return 1;
+    }
+    kh_compile_req req = {.source = src, .source_len = len, .name = base, .arch = ca.arch,
+                          .options = ca.options, .n_options = ca.no, .kernels = ca.kernels,
+                          .n_kernels = ca.nk, .deadline_s = ca.deadline, .trusted = ca.trusted,
+                          .isolate = !ca.trusted, .no_pch = ca.no_pch, .no_cache = ca.no_store,
+                          .headers = headers, .n_headers = ca.nh};
     kh_err err;
     kh_store *store = NULL;
-    if (!no_store) {
+    if (!ca.no_store) {
         kh_store_opts so = {0};
         if (kh_store_open(kh_engine_store_path(e), &so, &store, &err)) {
             fprintf(stderr, "khlua compile: not using the store %s: %s\n",
@@ -267,11 +327,11 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
         }
     }
     /* one job needs one server */
-    kh_compile_service_opts o = {.servers = 1, .in_process = in_process};
+    kh_compile_service_opts o = {.servers = 1, .in_process = ca.in_process};
     kh_compile_service *svc = kh_compile_service_new(e, &o, &err);
     if (!svc) {
         kh_store_close(store);
-        for (size_t h = 0; h < nh; h++)
+        for (size_t h = 0; h < ca.nh; h++)
             free((char *)headers[h].text);
         free(src);
         fprintf(stderr, "khlua compile: %s\n", err.msg);
@@ -285,34 +345,9 @@ int kh_cmd_compile(kh_engine *e, int argc, char **argv)
         fprintf(stderr, "khlua compile: store: %s\n", sst.last_store_error);
     kh_compile_service_free(svc);
     kh_store_close(store);
-    int rc = st == KH_OK ? 0 : st == KH_EINTR ? 130 : 1;
-    if (json) {
-        json_t *j = a ? kh_artifact_to_json(a) : json_object();
-        if (j && st) {
-            json_object_set_new(j, "ok", json_false());
-            json_object_set_new(j, "error", json_string(err.msg));
-            json_object_set_new(j, "code", json_string(kh_status_name(st)));
-        }
-        char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-        if (s)
-            puts(s);
-        free(s);
-        json_decref(j);
-    } else {
-        if (a)
-            print_table(file, a);
-        if (st)
-            fprintf(stderr, "khlua compile: %s: %s\n", kh_status_name(st), err.msg);
-    }
-    if (st == KH_OK && outp) {
-        FILE *f = fopen(outp, "wb");
-        if (!f || fwrite(a->cubin, 1, a->cubin_len, f) != a->cubin_len || fclose(f)) {
-            fprintf(stderr, "khlua compile: cannot write %s: %s\n", outp, strerror(errno));
-            rc = 1;
-        }
-    }
+    int rc = report(&ca, st, a, &err);
     kh_artifact_free(a);
-    for (size_t h = 0; h < nh; h++)
+    for (size_t h = 0; h < ca.nh; h++)
         free((char *)headers[h].text);
     free(src);
     return rc;
