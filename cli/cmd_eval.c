@@ -309,38 +309,41 @@ static int print_traces(const json_t *traces, int as_json)
     return all_ok;
 }
 
-int kh_cmd_eval(kh_engine *e, int argc, char **argv)
-{
-    if (kh_cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return 0;
-    }
+/* What the command line asks for. */
+typedef struct eval_args {
     kh_eval_opts o;
-    kh_eval_opts_default(&o);
-    const char *task = NULL, *sol = NULL, *inc = NULL;
-    int as_json = 0, reps = 0, protocol_given = 0;
+    const char *task, *sol, *inc;
+    int as_json, reps, protocol_given;
+} eval_args;
+
+/* argv into ea (its o from kh_eval_opts_default): -1 to go on, else the
+ * exit code of a usage error (2, said on stderr). */
+static int parse_args(int argc, char **argv, eval_args *ea)
+{
+    memset(ea, 0, sizeof *ea);
+    kh_eval_opts_default(&ea->o);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
         int takes = 1;
         if (!strcmp(a, "--json")) {
-            as_json = 1;
+            ea->as_json = 1;
             takes = 0;
         } else if (!strcmp(a, "--parity")) {
-            o.parity = 1;
+            ea->o.parity = 1;
             takes = 0;
         } else if (!strcmp(a, "--no-store")) {
-            o.record = 0;
+            ea->o.record = 0;
             takes = 0;
         } else if (!strcmp(a, "--warm")) {
-            o.cold = 0;
+            ea->o.cold = 0;
             takes = 0;
         } else if (!strcmp(a, "--no-timing")) {
-            o.timing = 0;
+            ea->o.timing = 0;
             takes = 0;
         } else if (!strcmp(a, "--no-reference-timing")) {
-            o.time_reference = 0;
+            ea->o.time_reference = 0;
             takes = 0;
         } else if (!v) {
             fprintf(stderr, "khlua eval: %s: %s\n", a,
@@ -348,25 +351,25 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
             usage(stderr);
             return 2;
         } else if (!strcmp(a, "--task"))
-            task = v;
+            ea->task = v;
         else if (!strcmp(a, "--solution"))
-            sol = v;
+            ea->sol = v;
         else if (!strcmp(a, "--incumbent"))
-            inc = v;
+            ea->inc = v;
         else if (!strcmp(a, "--workloads"))
-            o.workloads = v;
+            ea->o.workloads = v;
         else if (!strcmp(a, "--protocol")) {
-            o.protocol = v;
-            protocol_given = 1;
+            ea->o.protocol = v;
+            ea->protocol_given = 1;
         }
         else if (!strcmp(a, "--sanitize"))
-            o.sanitize = v;
+            ea->o.sanitize = v;
         else if (!strcmp(a, "--gpus"))
-            o.gpus = v;
+            ea->o.gpus = v;
         else if (!strcmp(a, "--launch"))
-            o.launch = v;
+            ea->o.launch = v;
         else if (!strcmp(a, "--hosts"))
-            o.hosts = v;
+            ea->o.hosts = v;
         else if (!strcmp(a, "--seed")) {
             /* exact: a seed past 2^53 must not round */
             char *end;
@@ -377,7 +380,7 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
                         "(a trace's khlua.base_seed), got '%s'\n", v);
                 return 2;
             }
-            o.seed = (uint64_t)sv;
+            ea->o.seed = (uint64_t)sv;
         } else if (!num_arg(v, &x)) {
             fprintf(stderr, "khlua eval: %s: expected a number, got '%s'\n", a, v);
             return 2;
@@ -387,44 +390,45 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
                         "'%s'\n", v);
                 return 2;
             }
-            o.shapes = (int)x;
+            ea->o.shapes = (int)x;
         } else if (!in_range(a, v, x, RANGES, KH_ARRAY_LEN(RANGES))) {
             return 2;
         } else if (!strcmp(a, "--trials"))
-            o.trials = (int)x;
+            ea->o.trials = (int)x;
         else if (!strcmp(a, "--reps"))
-            reps = (int)x;
+            ea->reps = (int)x;
         else if (!strcmp(a, "--max-iters"))
-            o.max_iters = (int)x;
+            ea->o.max_iters = (int)x;
         else if (!strcmp(a, "--warmup"))
-            o.warmup = (int)x;
+            ea->o.warmup = (int)x;
         else if (!strcmp(a, "--iters"))
-            o.iters = (int)x;
+            ea->o.iters = (int)x;
         else if (!strcmp(a, "--timing-trials"))
-            o.timing_trials = (int)x;
+            ea->o.timing_trials = (int)x;
         else if (!strcmp(a, "--rotate"))
-            o.rotate_inputs = (int)x;
+            ea->o.rotate_inputs = (int)x;
         else if (!strcmp(a, "--verify"))
-            o.verify_timed_fraction = x;
+            ea->o.verify_timed_fraction = x;
         else if (!strcmp(a, "--host-memory"))
-            o.host_memory_bytes = (uint64_t)(x * 1048576.0);
+            ea->o.host_memory_bytes = (uint64_t)(x * 1048576.0);
         else if (!strcmp(a, "--deadline"))
-            o.deadline_s = x;
+            ea->o.deadline_s = x;
         else if (!strcmp(a, "--atol"))
-            o.atol = x;
+            ea->o.atol = x;
         else if (!strcmp(a, "--rtol"))
-            o.rtol = x;
+            ea->o.rtol = x;
         else if (!strcmp(a, "--ratio"))
-            o.required_matched_ratio = x;
+            ea->o.required_matched_ratio = x;
         else if (!strcmp(a, "--sanitize-deadline"))
-            o.sanitize_deadline_s = x;
+            ea->o.sanitize_deadline_s = x;
         else if (!strcmp(a, "--workers-per-gpu") || !strcmp(a, "--host-workers")) {
             if (x < 1 || x > 256 || x != (int)x) {
                 fprintf(stderr, "khlua eval: %s: expected a count from 1 to 256, got '%s'\n", a,
                         v);
                 return 2;
             }
-            *(!strcmp(a, "--host-workers") ? &o.host_workers : &o.workers_per_gpu) = (int)x;
+            *(!strcmp(a, "--host-workers") ? &ea->o.host_workers : &ea->o.workers_per_gpu) =
+                (int)x;
         }
         else {
             fprintf(stderr, "khlua eval: unknown option %s\n", a);
@@ -433,36 +437,49 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         }
         i += takes;
     }
-    if (!task || !sol) {
+    if (!ea->task || !ea->sol) {
         fprintf(stderr, "khlua eval: --task and --solution are required\n");
         usage(stderr);
         return 2;
     }
-    if (strcmp(o.protocol, "official") && strcmp(o.protocol, "screen") &&
-        strcmp(o.protocol, "precise")) {
+    if (strcmp(ea->o.protocol, "official") && strcmp(ea->o.protocol, "screen") &&
+        strcmp(ea->o.protocol, "precise")) {
         fprintf(stderr, "khlua eval: --protocol: expected official, screen or precise\n");
         return 2;
     }
-    if (reps && !inc) {
+    if (ea->reps && !ea->inc) {
         fprintf(stderr, "khlua eval: --reps is the paired comparison's (--incumbent)\n");
         return 2;
     }
-    if (inc) {
-        if (!protocol_given) /* each measurement a screen, unless told */
-            o.protocol = "screen";
-        return kh_cmd_eval_paired(e, task, sol, inc, &o, reps, as_json);
+    return -1;
+}
+
+int kh_cmd_eval(kh_engine *e, int argc, char **argv)
+{
+    if (kh_cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    eval_args ea;
+    int prc = parse_args(argc, argv, &ea);
+    if (prc >= 0)
+        return prc;
+    if (ea.inc) {
+        if (!ea.protocol_given) /* each measurement a screen, unless told */
+            ea.o.protocol = "screen";
+        return kh_cmd_eval_paired(e, ea.task, ea.sol, ea.inc, &ea.o, ea.reps, ea.as_json);
     }
     kh_err err;
-    if (kh_cmd_eval_check_file(sol, "") < 0)
+    if (kh_cmd_eval_check_file(ea.sol, "") < 0)
         return 1;
     progress pg = {.t0 = kh_now()};
-    if (!as_json && isatty(STDERR_FILENO)) {
-        o.progress = show_progress;
-        o.progress_ud = &pg;
+    if (!ea.as_json && isatty(STDERR_FILENO)) {
+        ea.o.progress = show_progress;
+        ea.o.progress_ud = &pg;
     }
     kh_eval *ev = kh_eval_new(e, NULL, &err);
     json_t *traces = NULL;
-    kh_status st = ev ? kh_eval_run(ev, task, sol, &o, &traces, &err) : err.code;
+    kh_status st = ev ? kh_eval_run(ev, ea.task, ea.sol, &ea.o, &traces, &err) : err.code;
     kh_eval_free(ev);
     if (pg.shown) /* the table starts on a clean line */
         fprintf(stderr, "\r\033[K");
@@ -470,7 +487,7 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         fprintf(stderr, "khlua eval: %s\n", err.msg);
         return st == KH_EINTR ? 130 : 1;
     }
-    int all_ok = print_traces(traces, as_json);
+    int all_ok = print_traces(traces, ea.as_json);
     json_decref(traces);
     return all_ok ? 0 : 1;
 }
