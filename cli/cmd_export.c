@@ -179,7 +179,15 @@ static void print_export(const kh_fib_export *x, const kh_task_solution *sol, co
     }
 }
 
-int kh_cmd_export(kh_engine *e, int argc, char **argv)
+/* What the command line asks for. */
+typedef struct export_args {
+    const char *what, *task, *out, *name, *arch;
+    int as_json, source_only;
+} export_args;
+
+/* argv into a: -1 to go on, else the exit code (0 after --help, 2 on a
+ * usage error, said on stderr). */
+static int parse_args(int argc, char **argv, export_args *a)
 {
     if (argc < 2 || kh_cli_wants_help(argc, argv)) {
         usage(argc < 2 ? stderr : stdout);
@@ -190,44 +198,54 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    const char *what = NULL, *task = NULL, *out = NULL, *name = NULL, *arch = NULL;
-    int as_json = 0, source_only = 0;
+    memset(a, 0, sizeof *a);
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
-            as_json = 1;
+            a->as_json = 1;
         } else if (!strcmp(argv[i], "--source-only")) {
-            source_only = 1;
+            a->source_only = 1;
         } else if (!strcmp(argv[i], "--arch") && i + 1 < argc) {
-            arch = argv[++i];
+            a->arch = argv[++i];
         } else if ((!strcmp(argv[i], "--task") || !strcmp(argv[i], "--out") ||
                     !strcmp(argv[i], "--name")) && i + 1 < argc) {
-            const char **slot = argv[i][2] == 't' ? &task : argv[i][2] == 'o' ? &out : &name;
+            const char **slot = argv[i][2] == 't'   ? &a->task
+                                : argv[i][2] == 'o' ? &a->out
+                                                    : &a->name;
             *slot = argv[++i];
-        } else if (argv[i][0] == '-' || what) {
+        } else if (argv[i][0] == '-' || a->what) {
             fprintf(stderr, P ": unexpected argument '%s'%s\n", argv[i],
                     argv[i][0] == '-' && i + 1 == argc ? " (it needs a value)" : "");
             usage(stderr);
             return 2;
         } else {
-            what = argv[i];
+            a->what = argv[i];
         }
     }
-    if (arch && source_only) {
+    if (a->arch && a->source_only) {
         fprintf(stderr, P ": --arch names the embedded cubin's architecture; --source-only "
                 "embeds none\n");
         usage(stderr);
         return 2;
     }
-    if (!what || !task || !out) {
-        fprintf(stderr, P ": %s\n", !what ? "which solution? (a run, a candidate, a Solution "
-                                             "file or a solution name)"
-                                          : !task ? "--task DIR is required: the package or "
-                                                    "dataset that holds its definition"
-                                                  : "--out DIR is required");
+    if (!a->what || !a->task || !a->out) {
+        fprintf(stderr, P ": %s\n", !a->what ? "which solution? (a run, a candidate, a Solution "
+                                                "file or a solution name)"
+                                     : !a->task ? "--task DIR is required: the package or "
+                                                  "dataset that holds its definition"
+                                                : "--out DIR is required");
         usage(stderr);
         return 2;
     }
+    return -1;
+}
 
+int kh_cmd_export(kh_engine *e, int argc, char **argv)
+{
+    export_args ea;
+    int prc = parse_args(argc, argv, &ea);
+    if (prc >= 0)
+        return prc;
+    const char *what = ea.what, *task = ea.task, *out = ea.out;
     int rc = 1;
     kh_err err;
     kh_task_set *T = NULL, *S = NULL;
@@ -307,12 +325,12 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
         fail(msg);
         goto done;
     }
-    kh_fib_export_opts xo = {.name = name};
+    kh_fib_export_opts xo = {.name = ea.name};
     char about[200] = "";
     /* what the export refuses (no manifest, host, cuda_so) it refuses below */
     const kh_task_manifest *man = sol->manifest;
-    if (!source_only && man && !man->host && !man->so && man->nlaunches) {
-        if (compile_image(e, sol, arch, &art, &err)) {
+    if (!ea.source_only && man && !man->host && !man->so && man->nlaunches) {
+        if (compile_image(e, sol, ea.arch, &art, &err)) {
             snprintf(msg, sizeof msg, "%s: %s", what, err.msg);
             fail(msg);
             goto done;
@@ -330,7 +348,7 @@ int kh_cmd_export(kh_engine *e, int argc, char **argv)
         goto done;
     }
 
-    print_export(&x, sol, path, out, kind, what, &b, art, about, as_json);
+    print_export(&x, sol, path, out, kind, what, &b, art, about, ea.as_json);
     rc = 0;
 done:
     if (tmpfile[0])
