@@ -121,17 +121,25 @@ static int save_transcript(const char *dir, const json_t *rec, const char *raw, 
     return rc;
 }
 
-static int ask(kh_engine *e, int argc, char **argv)
+/* What `khlua llm ask` is asked: the options, the prompt as given ("-":
+ * stdin) and where the agent command line starts (after "--"). */
+typedef struct ask_args {
+    const char *provider, *base, *model, *system, *prompt;
+    const char *replay_dir, *tdir, *effort;
+    const char *store_path, *run, *replay_run;
+    int no_store;
+    long max_tokens, max_retries;
+    double temperature, timeout;
+    int json, cmd_at;
+} ask_args;
+
+/* argv into a: -1 to go on, else the exit code of a usage error (2, said
+ * on stderr). */
+static int parse_ask(int argc, char **argv, ask_args *a)
 {
-    const char *provider = "replay", *base = NULL, *model = NULL, *system = NULL, *prompt = NULL;
-    const char *replay_dir = NULL, *tdir = NULL, *effort = NULL;
-    const char *store_path = NULL, *run = NULL, *replay_run = NULL;
-    int no_store = 0;
-    long max_tokens = 0, max_retries = -1;
-    double temperature = -1, timeout = 0;
-    int json = 0, cmd_at = -1;
+    *a = (ask_args){.provider = "replay", .max_retries = -1, .temperature = -1, .cmd_at = -1};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define TAKE(name)                                                                           \
     if (!v) {                                                                                \
@@ -139,103 +147,200 @@ static int ask(kh_engine *e, int argc, char **argv)
         return 2;                                                                            \
     }                                                                                        \
     i++
-        if (!strcmp(a, "--")) {
-            cmd_at = i + 1;
+        if (!strcmp(o, "--")) {
+            a->cmd_at = i + 1;
             break;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--no-store")) {
-            no_store = 1;
-        } else if (!strcmp(a, "--store")) {
-            TAKE(a);
-            store_path = v;
-        } else if (!strcmp(a, "--run")) {
-            TAKE(a);
-            run = v;
-        } else if (!strcmp(a, "--replay-run")) {
-            TAKE(a);
-            replay_run = v;
-        } else if (!strcmp(a, "--provider")) {
-            TAKE(a);
-            provider = v;
-        } else if (!strcmp(a, "--base-url")) {
-            TAKE(a);
-            base = v;
-        } else if (!strcmp(a, "--model")) {
-            TAKE(a);
-            model = v;
-        } else if (!strcmp(a, "--system")) {
-            TAKE(a);
-            system = v;
-        } else if (!strcmp(a, "--replay-dir")) {
-            TAKE(a);
-            replay_dir = v;
-        } else if (!strcmp(a, "--transcript-dir")) {
-            TAKE(a);
-            tdir = v;
-        } else if (!strcmp(a, "--reasoning-effort")) {
-            TAKE(a);
-            effort = v;
-        } else if (!strcmp(a, "--max-tokens") || !strcmp(a, "--max-retries") ||
-                   !strcmp(a, "--temperature") || !strcmp(a, "--timeout")) {
-            TAKE(a);
+        } else if (!strcmp(o, "--json")) {
+            a->json = 1;
+        } else if (!strcmp(o, "--no-store")) {
+            a->no_store = 1;
+        } else if (!strcmp(o, "--store")) {
+            TAKE(o);
+            a->store_path = v;
+        } else if (!strcmp(o, "--run")) {
+            TAKE(o);
+            a->run = v;
+        } else if (!strcmp(o, "--replay-run")) {
+            TAKE(o);
+            a->replay_run = v;
+        } else if (!strcmp(o, "--provider")) {
+            TAKE(o);
+            a->provider = v;
+        } else if (!strcmp(o, "--base-url")) {
+            TAKE(o);
+            a->base = v;
+        } else if (!strcmp(o, "--model")) {
+            TAKE(o);
+            a->model = v;
+        } else if (!strcmp(o, "--system")) {
+            TAKE(o);
+            a->system = v;
+        } else if (!strcmp(o, "--replay-dir")) {
+            TAKE(o);
+            a->replay_dir = v;
+        } else if (!strcmp(o, "--transcript-dir")) {
+            TAKE(o);
+            a->tdir = v;
+        } else if (!strcmp(o, "--reasoning-effort")) {
+            TAKE(o);
+            a->effort = v;
+        } else if (!strcmp(o, "--max-tokens") || !strcmp(o, "--max-retries") ||
+                   !strcmp(o, "--temperature") || !strcmp(o, "--timeout")) {
+            TAKE(o);
             char *end;
             double d = strtod(v, &end);
             if (end == v || *end || d < 0) {
-                fprintf(stderr, "khlua llm ask: %s wants a non-negative number, got '%s'\n", a, v);
+                fprintf(stderr, "khlua llm ask: %s wants a non-negative number, got '%s'\n", o, v);
                 return 2;
             }
-            if (!strcmp(a, "--max-tokens"))
-                max_tokens = (long)d;
-            else if (!strcmp(a, "--max-retries"))
-                max_retries = (long)d;
-            else if (!strcmp(a, "--temperature"))
-                temperature = d;
+            if (!strcmp(o, "--max-tokens"))
+                a->max_tokens = (long)d;
+            else if (!strcmp(o, "--max-retries"))
+                a->max_retries = (long)d;
+            else if (!strcmp(o, "--temperature"))
+                a->temperature = d;
             else
-                timeout = d;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "khlua llm ask: unknown option '%s'\n", a);
+                a->timeout = d;
+        } else if (o[0] == '-' && o[1]) {
+            fprintf(stderr, "khlua llm ask: unknown option '%s'\n", o);
             usage(stderr);
             return 2;
-        } else if (!prompt) {
-            prompt = a;
+        } else if (!a->prompt) {
+            a->prompt = o;
         } else {
-            fprintf(stderr, "khlua llm ask: one PROMPT only (quote it); extra '%s'\n", a);
+            fprintf(stderr, "khlua llm ask: one PROMPT only (quote it); extra '%s'\n", o);
             return 2;
         }
 #undef TAKE
     }
-    if (!prompt) {
+    if (!a->prompt) {
         fprintf(stderr, "khlua llm ask: PROMPT is missing\n");
         usage(stderr);
         return 2;
     }
-    if (!strcmp(provider, "command") && (cmd_at < 0 || cmd_at >= argc)) {
+    if (!strcmp(a->provider, "command") && (a->cmd_at < 0 || a->cmd_at >= argc)) {
         fprintf(stderr, "khlua llm ask: --provider command needs the agent command line after "
                         "-- (e.g. -- claude -p)\n");
         return 2;
     }
-    if (replay_run && strcmp(provider, "replay")) {
+    if (a->replay_run && strcmp(a->provider, "replay")) {
         fprintf(stderr, "khlua llm ask: --replay-run goes with --provider replay\n");
         return 2;
     }
-    if (replay_run && replay_dir) {
+    if (a->replay_run && a->replay_dir) {
         fprintf(stderr, "khlua llm ask: --replay-run or --replay-dir, not both\n");
         return 2;
     }
-    if (no_store && run) {
+    if (a->no_store && a->run) {
         fprintf(stderr, "khlua llm ask: --no-store contradicts --run\n");
         return 2;
     }
     const char *env_dir = getenv("KHLUA_REPLAY_DIR");
-    if (!replay_dir && env_dir && *env_dir)
-        replay_dir = env_dir;
-    if (!strcmp(provider, "replay") && !replay_run && !replay_dir) {
+    if (!a->replay_dir && env_dir && *env_dir)
+        a->replay_dir = env_dir;
+    if (!strcmp(a->provider, "replay") && !a->replay_run && !a->replay_dir) {
         fprintf(stderr, "khlua llm ask: --provider replay (the default) answers from recorded "
                         "replies: give --replay-dir DIR (or set KHLUA_REPLAY_DIR) or --replay-run "
                         "RUN, or choose a live --provider\n");
         return 2;
     }
+    return -1;
+}
+
+/* The request kh_llm_submit takes for a, prompt its text. */
+static json_t *ask_request(const ask_args *a, const char *prompt, int argc, char **argv)
+{
+    json_t *req = json_pack("{s:s, s:[]}", "provider", a->provider, "messages");
+    json_t *msgs = json_object_get(req, "messages");
+    if (a->system)
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content",
+                                              a->system));
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", prompt));
+    if (a->model)
+        json_object_set_new(req, "model", json_string(a->model));
+    if (a->base)
+        json_object_set_new(req, "base_url", json_string(a->base));
+    if (a->max_tokens)
+        json_object_set_new(req, "max_tokens", json_integer(a->max_tokens));
+    if (a->temperature >= 0)
+        json_object_set_new(req, "temperature", json_real(a->temperature));
+    if (a->effort)
+        json_object_set_new(req, "reasoning_effort", json_string(a->effort));
+    json_t *opts = json_object();
+    if (a->max_retries >= 0)
+        json_object_set_new(opts, "max_retries", json_integer(a->max_retries));
+    if (a->timeout > 0)
+        json_object_set_new(opts, "total_timeout", json_real(a->timeout));
+    json_object_set_new(req, "options", opts);
+    if (a->run)
+        json_object_set_new(req, "run", json_string(a->run));
+    if (a->replay_run) {
+        json_object_set_new(req, "replay", json_pack("{s:b, s:s}", "store", 1, "run",
+                                                     a->replay_run));
+    } else if (!strcmp(a->provider, "replay")) {
+        json_object_set_new(req, "replay", json_pack("{s:s}", "dir", a->replay_dir));
+    }
+    if (!strcmp(a->provider, "command")) {
+        json_t *av = json_array();
+        for (int i = a->cmd_at; i < argc; i++)
+            json_array_append_new(av, json_string(argv[i]));
+        json_object_set_new(req, "command", json_pack("{s:o}", "argv", av));
+    }
+    return req;
+}
+
+/* The call's record: --json's object on stdout, else the notes on stderr
+ * after the reply streamed to stdout. */
+static void print_reply(const json_t *rec, int json)
+{
+    int ok = json_is_true(json_object_get(rec, "ok"));
+    if (json) {
+        static const char *const keep[] = {
+            "ok",  "provider", "model", "replay", "text", "reasoning", "finish_reason",
+            "truncated", "usage", "retries", "attempts", "latency_s", "first_token_s",
+            "request_id", "warnings", "error", "http_status", "replay_file", "command", "files",
+            "replay_of", "replay_run", "store_id", "store_error",
+        };
+        json_t *o = json_object();
+        for (size_t i = 0; i < KH_ARRAY_LEN(keep); i++) {
+            json_t *v = json_object_get(rec, keep[i]);
+            if (v)
+                json_object_set(o, keep[i], v);
+        }
+        char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+        if (s)
+            puts(s);
+        free(s);
+        json_decref(o);
+        return;
+    }
+    const char *t = json_string_value(json_object_get(rec, "text"));
+    if (t && *t && t[strlen(t) - 1] != '\n')
+        putchar('\n');
+    fflush(stdout); /* the reply before the notes on stderr */
+    const char *ws = json_string_value(
+        json_object_get(json_object_get(rec, "command"), "workspace"));
+    if (ws)
+        fprintf(stderr, "[khlua llm: the agent's workspace is %s]\n", ws);
+    const char *from = json_string_value(json_object_get(rec, "replay_of"));
+    if (json_is_true(json_object_get(rec, "replay")) && from)
+        fprintf(stderr, "[khlua llm: replayed from %s of %s in the store, not a live model]\n",
+                from, json_string_value(json_object_get(rec, "replay_run")));
+    else if (json_is_true(json_object_get(rec, "replay")) && ok)
+        fprintf(stderr, "[khlua llm: replayed from %s, not a live model]\n",
+                json_string_value(json_object_get(rec, "replay_file")));
+    if (!ok)
+        fprintf(stderr, "khlua llm: %s\n",
+                json_string_value(json_object_get(json_object_get(rec, "error"), "message")));
+}
+
+static int ask(kh_engine *e, int argc, char **argv)
+{
+    ask_args aa;
+    int prc = parse_ask(argc, argv, &aa);
+    if (prc >= 0)
+        return prc;
+    const char *prompt = aa.prompt;
     char *stdin_prompt = NULL;
     if (!strcmp(prompt, "-")) {
         stdin_prompt = slurp_stdin();
@@ -245,40 +350,7 @@ static int ask(kh_engine *e, int argc, char **argv)
         }
         prompt = stdin_prompt;
     }
-    json_t *req = json_pack("{s:s, s:[]}", "provider", provider, "messages");
-    json_t *msgs = json_object_get(req, "messages");
-    if (system)
-        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system));
-    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", prompt));
-    if (model)
-        json_object_set_new(req, "model", json_string(model));
-    if (base)
-        json_object_set_new(req, "base_url", json_string(base));
-    if (max_tokens)
-        json_object_set_new(req, "max_tokens", json_integer(max_tokens));
-    if (temperature >= 0)
-        json_object_set_new(req, "temperature", json_real(temperature));
-    if (effort)
-        json_object_set_new(req, "reasoning_effort", json_string(effort));
-    json_t *opts = json_object();
-    if (max_retries >= 0)
-        json_object_set_new(opts, "max_retries", json_integer(max_retries));
-    if (timeout > 0)
-        json_object_set_new(opts, "total_timeout", json_real(timeout));
-    json_object_set_new(req, "options", opts);
-    if (run)
-        json_object_set_new(req, "run", json_string(run));
-    if (replay_run) {
-        json_object_set_new(req, "replay", json_pack("{s:b, s:s}", "store", 1, "run", replay_run));
-    } else if (!strcmp(provider, "replay")) {
-        json_object_set_new(req, "replay", json_pack("{s:s}", "dir", replay_dir));
-    }
-    if (!strcmp(provider, "command")) {
-        json_t *av = json_array();
-        for (int i = cmd_at; i < argc; i++)
-            json_array_append_new(av, json_string(argv[i]));
-        json_object_set_new(req, "command", json_pack("{s:o}", "argv", av));
-    }
+    json_t *req = ask_request(&aa, prompt, argc, argv);
 
     kh_err err;
     /* The store opens before the call: a call that cannot be recorded is
@@ -286,14 +358,14 @@ static int ask(kh_engine *e, int argc, char **argv)
     kh_store *store = NULL;
     kh_llm_recorder recorder;
     memset(&recorder, 0, sizeof recorder);
-    if (!no_store || replay_run) {
-        kh_store_opts so = {.readonly = no_store};
-        const char *sp = store_path ? store_path : kh_engine_store_path(e);
+    if (!aa.no_store || aa.replay_run) {
+        kh_store_opts so = {.readonly = aa.no_store};
+        const char *sp = aa.store_path ? aa.store_path : kh_engine_store_path(e);
         if (kh_store_open(sp, &so, &store, &err)) {
             json_decref(req);
             free(stdin_prompt);
             fprintf(stderr, "khlua llm ask: the store %s: %s%s\n", sp, err.msg,
-                    no_store ? "" : " (--no-store: do not record the call)");
+                    aa.no_store ? "" : " (--no-store: do not record the call)");
             return 1;
         }
     }
@@ -305,9 +377,9 @@ static int ask(kh_engine *e, int argc, char **argv)
         fprintf(stderr, "khlua llm: %s\n", err.msg);
         return 1;
     }
-    kh_llm_set_delta(c, on_delta, &json);
+    kh_llm_set_delta(c, on_delta, &aa.json);
     kh_llm_set_store(c, store);
-    if (!no_store) {
+    if (!aa.no_store) {
         recorder.store = store;
         kh_llm_set_sink(c, kh_llm_store_sink, &recorder);
     }
@@ -339,57 +411,19 @@ static int ask(kh_engine *e, int argc, char **argv)
         }
     }
     json_t *rec = rs[0].record;
-    int ok = json_is_true(json_object_get(rec, "ok"));
-    int rc = ok ? 0 : 1;
+    int rc = json_is_true(json_object_get(rec, "ok")) ? 0 : 1;
     const char *serr = json_string_value(json_object_get(rec, "store_error"));
     if (serr) {
         fprintf(stderr, "khlua llm: the call was not recorded in the store %s: %s\n",
                 kh_store_path(store), serr);
         rc = 1;
     }
-    if (tdir && save_transcript(tdir, rec, rs[0].raw, rs[0].raw_len) != 0) {
-        fprintf(stderr, "khlua llm: cannot write the transcript to %s: %s\n", tdir,
+    if (aa.tdir && save_transcript(aa.tdir, rec, rs[0].raw, rs[0].raw_len) != 0) {
+        fprintf(stderr, "khlua llm: cannot write the transcript to %s: %s\n", aa.tdir,
                 strerror(errno));
         rc = 1;
     }
-    if (json) {
-        static const char *const keep[] = {
-            "ok",  "provider", "model", "replay", "text", "reasoning", "finish_reason",
-            "truncated", "usage", "retries", "attempts", "latency_s", "first_token_s",
-            "request_id", "warnings", "error", "http_status", "replay_file", "command", "files",
-            "replay_of", "replay_run", "store_id", "store_error",
-        };
-        json_t *o = json_object();
-        for (size_t i = 0; i < KH_ARRAY_LEN(keep); i++) {
-            json_t *v = json_object_get(rec, keep[i]);
-            if (v)
-                json_object_set(o, keep[i], v);
-        }
-        char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
-        if (s)
-            puts(s);
-        free(s);
-        json_decref(o);
-    } else {
-        const char *t = json_string_value(json_object_get(rec, "text"));
-        if (t && *t && t[strlen(t) - 1] != '\n')
-            putchar('\n');
-        fflush(stdout); /* the reply before the notes on stderr */
-        const char *ws = json_string_value(
-            json_object_get(json_object_get(rec, "command"), "workspace"));
-        if (ws)
-            fprintf(stderr, "[khlua llm: the agent's workspace is %s]\n", ws);
-        const char *from = json_string_value(json_object_get(rec, "replay_of"));
-        if (json_is_true(json_object_get(rec, "replay")) && from)
-            fprintf(stderr, "[khlua llm: replayed from %s of %s in the store, not a live model]\n",
-                    from, json_string_value(json_object_get(rec, "replay_run")));
-        else if (json_is_true(json_object_get(rec, "replay")) && ok)
-            fprintf(stderr, "[khlua llm: replayed from %s, not a live model]\n",
-                    json_string_value(json_object_get(rec, "replay_file")));
-        if (!ok)
-            fprintf(stderr, "khlua llm: %s\n",
-                    json_string_value(json_object_get(json_object_get(rec, "error"), "message")));
-    }
+    print_reply(rec, aa.json);
     for (size_t i = 0; i < n; i++) {
         json_decref(rs[i].record);
         free(rs[i].raw);
