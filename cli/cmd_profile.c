@@ -190,16 +190,24 @@ static void print_report(const json_t *rep)
     }
 }
 
-int kh_cmd_profile(kh_engine *e, int argc, char **argv)
+/* What the command line asks for; o gets the options kh_profile_opts
+ * takes as they are. */
+typedef struct profile_args {
+    kh_profile_opts o;
+    const char *cubin_path, *spec_path, *metrics, *replay;
+    const char *task, *solution, *ncu_path, *sections, *out_dir;
+    const char *store_path, *candidate, *evaluation, *workload;
+    int trusted, have_min_bytes, have_flops, dry_run;
+    unsigned long long seed;
+    int json, ncu, run_only, no_store;
+} profile_args;
+
+/* argv into pa: -1 to go on, else the exit code (0 after --help, 2 on a
+ * usage error, said on stderr). */
+static int parse_args(int argc, char **argv, profile_args *pa)
 {
-    const char *cubin_path = NULL, *spec_path = NULL, *metrics = NULL, *replay = "user";
-    const char *task = NULL, *solution = NULL, *ncu_path = NULL, *sections = NULL,
-               *out_dir = NULL;
-    const char *store_path = NULL, *candidate = NULL, *evaluation = NULL, *workload = NULL;
-    int trusted = 0, have_min_bytes = 0, have_flops = 0, dry_run = 0;
-    unsigned long long seed = 0;
-    int json = 0, ncu = 0, run_only = 0, no_store = 0;
-    kh_profile_opts o = {0};
+    memset(pa, 0, sizeof *pa);
+    pa->replay = "user";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -208,57 +216,57 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            pa->json = 1;
         } else if (!strcmp(a, "--ncu")) {
-            ncu = 1;
+            pa->ncu = 1;
         } else if (!strcmp(a, "--no-store")) {
-            no_store = 1;
+            pa->no_store = 1;
         } else if (!strcmp(a, "--remeasure-peaks")) {
-            o.remeasure_peaks = 1;
+            pa->o.remeasure_peaks = 1;
         } else if (!strcmp(a, "--store") && has) {
-            store_path = argv[++i];
+            pa->store_path = argv[++i];
         } else if (!strcmp(a, "--candidate") && has) {
-            candidate = argv[++i];
+            pa->candidate = argv[++i];
         } else if (!strcmp(a, "--evaluation") && has) {
-            evaluation = argv[++i];
+            pa->evaluation = argv[++i];
         } else if (!strcmp(a, "--peaks-max-age") && has) {
             if (!num_arg(argv[i + 1], &v) || v <= 0) {
                 fprintf(stderr, "khlua profile: --peaks-max-age wants seconds > 0, not '%s'\n",
                         argv[i + 1]);
                 return 2;
             }
-            o.peaks_max_age_s = v;
+            pa->o.peaks_max_age_s = v;
             i++;
         } else if (!strcmp(a, "--run-only")) {
-            run_only = 1;
+            pa->run_only = 1;
         } else if (!strcmp(a, "--cubin") && has) {
-            cubin_path = argv[++i];
+            pa->cubin_path = argv[++i];
         } else if (!strcmp(a, "--spec") && has) {
-            spec_path = argv[++i];
+            pa->spec_path = argv[++i];
         } else if (!strcmp(a, "--metrics") && has) {
-            metrics = argv[++i];
+            pa->metrics = argv[++i];
         } else if (!strcmp(a, "--replay") && has) {
-            replay = argv[++i];
+            pa->replay = argv[++i];
         } else if (!strcmp(a, "--ncu-path") && has) {
-            ncu_path = argv[++i];
+            pa->ncu_path = argv[++i];
         } else if (!strcmp(a, "--sections") && has) {
-            sections = argv[++i];
+            pa->sections = argv[++i];
         } else if (!strcmp(a, "--out") && has) {
-            out_dir = argv[++i];
+            pa->out_dir = argv[++i];
         } else if (!strcmp(a, "--task") && has) {
-            task = argv[++i];
+            pa->task = argv[++i];
         } else if (!strcmp(a, "--solution") && has) {
-            solution = argv[++i];
+            pa->solution = argv[++i];
         } else if (!strcmp(a, "--workload") && has) {
-            workload = argv[++i];
+            pa->workload = argv[++i];
         } else if (!strcmp(a, "--dry-run")) {
-            dry_run = 1;
+            pa->dry_run = 1;
         } else if (!strcmp(a, "--trusted")) {
-            trusted = 1;
+            pa->trusted = 1;
         } else if (!strcmp(a, "--seed") && has) {
             char *end;
             errno = 0;
-            seed = strtoull(argv[i + 1], &end, 10);
+            pa->seed = strtoull(argv[i + 1], &end, 10);
             if (errno || end == argv[i + 1] || *end || argv[i + 1][0] == '-') {
                 fprintf(stderr, "khlua profile: --seed wants a non-negative integer, not '%s'\n",
                         argv[i + 1]);
@@ -274,182 +282,133 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
             }
             i++;
             if (!strcmp(a, "--min-bytes"))
-                o.ctx.min_bytes = v, have_min_bytes = 1;
+                pa->o.ctx.min_bytes = v, pa->have_min_bytes = 1;
             else if (!strcmp(a, "--flops"))
-                o.ctx.flops = v, have_flops = 1;
+                pa->o.ctx.flops = v, pa->have_flops = 1;
             else
-                o.ctx.measured_ns = v;
+                pa->o.ctx.measured_ns = v;
         } else {
             fprintf(stderr, "khlua profile: unknown or incomplete argument '%s'\n", a);
             usage(stderr);
             return 2;
         }
     }
-    if (task || solution) {
-        if (!task || !solution) {
+    if (pa->task || pa->solution) {
+        if (!pa->task || !pa->solution) {
             fprintf(stderr, "khlua profile: --task and --solution go together\n");
             return 2;
         }
-        if (cubin_path || spec_path) {
+        if (pa->cubin_path || pa->spec_path) {
             fprintf(stderr, "khlua profile: --task/--solution exclude --cubin/--spec\n");
             return 2;
         }
-    } else if (workload || trusted || seed || dry_run) {
+    } else if (pa->workload || pa->trusted || pa->seed || pa->dry_run) {
         fprintf(stderr, "khlua profile: --workload, --seed, --trusted and --dry-run need "
                         "--task\n");
         return 2;
-    } else if (!cubin_path || !spec_path) {
+    } else if (!pa->cubin_path || !pa->spec_path) {
         fprintf(stderr, "khlua profile: --cubin and --spec are required\n");
         usage(stderr);
         return 2;
     }
-    if (strcmp(replay, "user") && strcmp(replay, "kernel")) {
-        fprintf(stderr, "khlua profile: --replay is user or kernel, not '%s'\n", replay);
+    if (strcmp(pa->replay, "user") && strcmp(pa->replay, "kernel")) {
+        fprintf(stderr, "khlua profile: --replay is user or kernel, not '%s'\n", pa->replay);
         return 2;
     }
+    return -1;
+}
+
+/* --task/--solution: the cubin and the launch list from the task's
+ * candidate, into *cubin, *n and *spec (the caller's then), its context
+ * into pa->o.  -1 to go on, else the exit code (--dry-run ends here,
+ * printing what it would profile). */
+static int from_task(kh_engine *e, profile_args *pa, kh_profile_task *pt, unsigned char **cubin,
+                     size_t *n, json_t **spec)
+{
     kh_err err = {0};
-    size_t n = 0;
-    unsigned char *cubin = NULL;
-    json_t *spec = NULL;
-    kh_profile_task pt = {0};
-    if (task) {
-        if (run_only) {
-            fprintf(stderr, "khlua profile: --run-only takes --cubin and --spec\n");
-            return 2;
-        }
-        kh_profile_task_opts to = {.task_path = task, .solution = solution,
-                                   .workload = workload, .seed = seed, .trusted = trusted};
-        kh_status pst = kh_profile_task_prepare(e, &to, &pt, &err);
-        if (pst) {
-            fprintf(stderr, "khlua profile: %s (%s)\n", err.msg, kh_status_name(pst));
-            return 1;
-        }
-        /* the prepared task owns these until kh_profile_task_free */
-        cubin = pt.cubin;
-        n = pt.cubin_len;
-        pt.cubin = NULL;
-        spec = pt.spec;
-        pt.spec = NULL;
-        if (!have_min_bytes)
-            o.ctx.min_bytes = pt.ctx.min_bytes;
-        if (!have_flops)
-            o.ctx.flops = pt.ctx.flops;
-        o.context = pt.context;
-        if (dry_run) {
-            kh_hash h;
-            char hex[33];
-            kh_hash_bytes(cubin, n, &h);
-            kh_hash_hex(&h, hex);
-            json_t *d = json_pack("{s:O, s:O, s:O, s:f, s:f, s:I, s:s, s:s, s:s}", "spec", spec,
-                                  "context", pt.context, "compile", pt.compile, "min_bytes",
-                                  o.ctx.min_bytes, "flops", o.ctx.flops, "cubin_bytes",
-                                  (json_int_t)n, "cubin_hash", hex, "task", pt.task_id,
-                                  "candidate", pt.candidate_id);
-            char *txt = json_dumps(d, JSON_INDENT(2) | JSON_SORT_KEYS);
-            if (txt)
-                puts(txt);
-            free(txt);
-            json_decref(d);
-            json_decref(spec);
-            free(cubin);
-            kh_profile_task_free(&pt);
-            return 0;
-        }
-    } else {
-        cubin = slurp(cubin_path, &n);
-        if (!cubin || !n) {
-            fprintf(stderr, "khlua profile: cannot read %s%s%s\n", cubin_path,
-                    cubin ? ": empty" : ": ", cubin ? "" : strerror(errno));
-            free(cubin);
-            return 1;
-        }
-        json_error_t je;
-        spec = json_load_file(spec_path, 0, &je);
-        if (!json_is_object(spec)) {
-            fprintf(stderr, "khlua profile: %s:%d: %s\n", spec_path, je.line,
-                    spec ? "not a JSON object" : je.text);
-            json_decref(spec);
-            free(cubin);
-            return 1;
-        }
-        if (run_only) {
-            /* ncu's target: no output of our own on stdout (ncu's CSV may share it). */
-            kh_status st = kh_profile_target(cubin, n, spec, &err);
-            json_decref(spec);
-            free(cubin);
-            if (st)
-                fprintf(stderr, "khlua profile --run-only: %s\n", err.msg);
-            return st ? 1 : 0;
-        }
-    }
-    json_t *mlist = NULL;
-    if (metrics) {
-        mlist = json_array();
-        char *copy = kh_strdup(metrics), *save = NULL;
-        for (char *t = copy ? strtok_r(copy, ", ", &save) : NULL; t;
-             t = strtok_r(NULL, ", ", &save))
-            json_array_append_new(mlist, json_string(t));
-        free(copy);
-    }
-    o.cubin = cubin;
-    o.cubin_len = n;
-    o.spec = spec;
-    o.metrics = mlist;
-    o.kernel_replay = !strcmp(replay, "kernel");
-    o.ncu = ncu;
-    o.ncu_path = ncu_path;
-    o.ncu_sections = sections;
-    o.out_dir = out_dir;
-    json_t *rep = NULL;
-    if (no_store && (store_path || candidate || evaluation)) {
-        fprintf(stderr, "khlua profile: --no-store excludes --store, --candidate and "
-                        "--evaluation\n");
-        json_decref(spec);
-        json_decref(mlist);
-        free(cubin);
-        kh_profile_task_free(&pt);
+    if (pa->run_only) {
+        fprintf(stderr, "khlua profile: --run-only takes --cubin and --spec\n");
         return 2;
     }
-    kh_store *store = NULL;
-    if (!no_store) {
-        kh_store_opts so = {0};
-        const char *sp = store_path ? store_path : kh_engine_store_path(e);
-        if (kh_store_open(sp, &so, &store, &err)) {
-            fprintf(stderr, "khlua profile: cannot open the store %s: %s (--no-store to "
-                            "profile without one)\n", sp, err.msg);
-            json_decref(spec);
-            json_decref(mlist);
-            free(cubin);
-            kh_profile_task_free(&pt);
-            return 1;
-        }
-    }
-    o.store = store;
-    o.candidate = candidate;
-    o.evaluation = evaluation;
-    if (task && store) {
-        /* link what khlua eval recorded: the task and this very candidate */
-        json_t *r = NULL;
-        kh_err lerr;
-        if (!kh_store_get(store, pt.task_id, &r, &lerr))
-            o.task = pt.task_id;
-        json_decref(r);
-        r = NULL;
-        if (!candidate && !kh_store_get(store, pt.candidate_id, &r, &lerr))
-            o.candidate = pt.candidate_id;
-        json_decref(r);
-    }
-    kh_status st = kh_profile_run(e, &o, &rep, &err);
-    kh_store_close(store);
-    json_decref(spec);
-    json_decref(mlist);
-    free(cubin);
-    kh_profile_task_free(&pt);
-    if (st) {
-        fprintf(stderr, "khlua profile: %s (%s)\n", err.msg, kh_status_name(st));
+    kh_profile_task_opts to = {.task_path = pa->task, .solution = pa->solution,
+                               .workload = pa->workload, .seed = pa->seed,
+                               .trusted = pa->trusted};
+    kh_status pst = kh_profile_task_prepare(e, &to, pt, &err);
+    if (pst) {
+        fprintf(stderr, "khlua profile: %s (%s)\n", err.msg, kh_status_name(pst));
         return 1;
     }
-    if (json) {
+    /* the prepared task owns these until kh_profile_task_free */
+    *cubin = pt->cubin;
+    *n = pt->cubin_len;
+    pt->cubin = NULL;
+    *spec = pt->spec;
+    pt->spec = NULL;
+    if (!pa->have_min_bytes)
+        pa->o.ctx.min_bytes = pt->ctx.min_bytes;
+    if (!pa->have_flops)
+        pa->o.ctx.flops = pt->ctx.flops;
+    pa->o.context = pt->context;
+    if (!pa->dry_run)
+        return -1;
+    kh_hash h;
+    char hex[33];
+    kh_hash_bytes(*cubin, *n, &h);
+    kh_hash_hex(&h, hex);
+    json_t *d = json_pack("{s:O, s:O, s:O, s:f, s:f, s:I, s:s, s:s, s:s}", "spec", *spec,
+                          "context", pt->context, "compile", pt->compile, "min_bytes",
+                          pa->o.ctx.min_bytes, "flops", pa->o.ctx.flops, "cubin_bytes",
+                          (json_int_t)*n, "cubin_hash", hex, "task", pt->task_id,
+                          "candidate", pt->candidate_id);
+    char *txt = json_dumps(d, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (txt)
+        puts(txt);
+    free(txt);
+    json_decref(d);
+    json_decref(*spec);
+    free(*cubin);
+    kh_profile_task_free(pt);
+    return 0;
+}
+
+/* --cubin/--spec: the files into *cubin, *n and *spec (the caller's then).
+ * -1 to go on, else the exit code (--run-only ends here, having run the
+ * list for ncu). */
+static int from_files(const profile_args *pa, unsigned char **cubin, size_t *n, json_t **spec)
+{
+    kh_err err = {0};
+    *cubin = slurp(pa->cubin_path, n);
+    if (!*cubin || !*n) {
+        fprintf(stderr, "khlua profile: cannot read %s%s%s\n", pa->cubin_path,
+                *cubin ? ": empty" : ": ", *cubin ? "" : strerror(errno));
+        free(*cubin);
+        return 1;
+    }
+    json_error_t je;
+    *spec = json_load_file(pa->spec_path, 0, &je);
+    if (!json_is_object(*spec)) {
+        fprintf(stderr, "khlua profile: %s:%d: %s\n", pa->spec_path, je.line,
+                *spec ? "not a JSON object" : je.text);
+        json_decref(*spec);
+        free(*cubin);
+        return 1;
+    }
+    if (!pa->run_only)
+        return -1;
+    /* ncu's target: no output of our own on stdout (ncu's CSV may share it). */
+    kh_status st = kh_profile_target(*cubin, *n, *spec, &err);
+    json_decref(*spec);
+    free(*cubin);
+    if (st)
+        fprintf(stderr, "khlua profile --run-only: %s\n", err.msg);
+    return st ? 1 : 0;
+}
+
+/* The report on stdout (a table, or --json's object), what went wrong on
+ * stderr; returns the exit code. */
+static int print_result(const profile_args *pa, const json_t *rep)
+{
+    if (pa->json) {
         char *s = json_dumps(rep, JSON_INDENT(2) | JSON_SORT_KEYS);
         if (s)
             puts(s);
@@ -460,7 +419,93 @@ int kh_cmd_profile(kh_engine *e, int argc, char **argv)
     if (json_object_get(rep, "store_error"))
         fprintf(stderr, "khlua profile: not recorded: %s\n",
                 json_string_value(json_object_get(rep, "store_error")));
-    int bad_ncu = ncu && json_object_get(json_object_get(rep, "ncu"), "error") != NULL;
+    return pa->ncu && json_object_get(json_object_get(rep, "ncu"), "error") != NULL ? 1 : 0;
+}
+
+int kh_cmd_profile(kh_engine *e, int argc, char **argv)
+{
+    profile_args pa;
+    int prc = parse_args(argc, argv, &pa);
+    if (prc >= 0)
+        return prc;
+    kh_profile_opts *o = &pa.o;
+    kh_err err = {0};
+    size_t n = 0;
+    unsigned char *cubin = NULL;
+    json_t *spec = NULL;
+    kh_profile_task pt = {0};
+    prc = pa.task ? from_task(e, &pa, &pt, &cubin, &n, &spec)
+                  : from_files(&pa, &cubin, &n, &spec);
+    if (prc >= 0)
+        return prc;
+    json_t *mlist = NULL;
+    if (pa.metrics) {
+        mlist = json_array();
+        char *copy = kh_strdup(pa.metrics), *save = NULL;
+        for (char *t = copy ? strtok_r(copy, ", ", &save) : NULL; t;
+             t = strtok_r(NULL, ", ", &save))
+            json_array_append_new(mlist, json_string(t));
+        free(copy);
+    }
+    o->cubin = cubin;
+    o->cubin_len = n;
+    o->spec = spec;
+    o->metrics = mlist;
+    o->kernel_replay = !strcmp(pa.replay, "kernel");
+    o->ncu = pa.ncu;
+    o->ncu_path = pa.ncu_path;
+    o->ncu_sections = pa.sections;
+    o->out_dir = pa.out_dir;
+    json_t *rep = NULL;
+    if (pa.no_store && (pa.store_path || pa.candidate || pa.evaluation)) {
+        fprintf(stderr, "khlua profile: --no-store excludes --store, --candidate and "
+                        "--evaluation\n");
+        json_decref(spec);
+        json_decref(mlist);
+        free(cubin);
+        kh_profile_task_free(&pt);
+        return 2;
+    }
+    kh_store *store = NULL;
+    if (!pa.no_store) {
+        kh_store_opts so = {0};
+        const char *sp = pa.store_path ? pa.store_path : kh_engine_store_path(e);
+        if (kh_store_open(sp, &so, &store, &err)) {
+            fprintf(stderr, "khlua profile: cannot open the store %s: %s (--no-store to "
+                            "profile without one)\n", sp, err.msg);
+            json_decref(spec);
+            json_decref(mlist);
+            free(cubin);
+            kh_profile_task_free(&pt);
+            return 1;
+        }
+    }
+    o->store = store;
+    o->candidate = pa.candidate;
+    o->evaluation = pa.evaluation;
+    if (pa.task && store) {
+        /* link what khlua eval recorded: the task and this very candidate */
+        json_t *r = NULL;
+        kh_err lerr;
+        if (!kh_store_get(store, pt.task_id, &r, &lerr))
+            o->task = pt.task_id;
+        json_decref(r);
+        r = NULL;
+        if (!pa.candidate && !kh_store_get(store, pt.candidate_id, &r, &lerr))
+            o->candidate = pt.candidate_id;
+        json_decref(r);
+    }
+    kh_status st = kh_profile_run(e, o, &rep, &err);
+    kh_store_close(store);
+    json_decref(spec);
+    json_decref(mlist);
+    free(cubin);
+    kh_profile_task_free(&pt);
+    if (st) {
+        fprintf(stderr, "khlua profile: %s (%s)\n", err.msg, kh_status_name(st));
+        return 1;
+    }
+    int rc = print_result(&pa, rep);
     json_decref(rep);
-    return bad_ncu ? 1 : 0;
+    return rc;
 }
