@@ -180,30 +180,169 @@ static char *dataset_workloads(const char *def_path, const char *name)
     return access(path, R_OK) ? NULL : kh_strdup(path);
 }
 
-int kh_cmd_task_new(int argc, char **argv)
+/* The reference solution, solutions/<ref_name>.json under dir: the relu one
+ * without from, else a stub with def's arguments.  1 when written. */
+static int write_reference(const char *sdir, const json_t *def, const char *def_name,
+                           const char *fn, const char *ref_name, const char *from)
 {
-    const char *dir = NULL, *from = NULL, *name = NULL;
+    char *src = NULL;
+    json_t *man = NULL;
+    if (!from) {
+        src = kh_strdup("#include <stdint.h>\n\n/* The trusted reference: y = relu(x). */\n"
+                        "void REF(const float *x, float *y, int64_t n)\n{\n"
+                        "    for (int64_t i = 0; i < n; i++)\n"
+                        "        y[i] = x[i] > 0.0f ? x[i] : 0.0f;\n}\n");
+        char *at = strstr(src, "REF");
+        char *full = malloc(strlen(src) + strlen(fn) + 1);
+        snprintf(full, strlen(src) + strlen(fn) + 1, "%.*s%s%s", (int)(at - src), src, fn, at + 3);
+        free(src);
+        src = full;
+        man = json_pack("{s:s, s:s, s:[{s:s}, {s:s}, {s:s, s:s}]}", "backend", "host",
+                        "function", fn, "args", "input", "x", "output", "y", "axis", "n", "type",
+                        "int64");
+    } else {
+        stub_for(def, fn, &src, &man);
+    }
+    json_t *sol = solution_json(ref_name, def_name, fn, src, man,
+                                from ? "the trusted reference: a stub to write (see the "
+                                       "definition's Python reference)"
+                                     : "the trusted reference");
+    free(src);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.json", sdir, ref_name);
+    int ok = write_json(path, sol, 1);
+    json_decref(sol);
+    return ok;
+}
+
+/* The dataset's workloads file ds copied to path, each line under this
+ * package's definition name; *nw counts them, *blobs is set when one reads
+ * safetensors files.  1 when written. */
+static int copy_workloads(const char *ds, const char *path, const char *def_name, int *nw,
+                          int *blobs)
+{
+    int ok = 1;
+    FILE *in = fopen(ds, "r"), *out = fopen(path, "w");
+    char *line = NULL;
+    size_t lcap = 0;
+    while (in && out && getline(&line, &lcap, in) > 0) {
+        json_t *w = json_loads(line, JSON_PRESERVE_ORDER, NULL);
+        if (!json_is_object(w)) {
+            json_decref(w);
+            continue;
+        }
+        json_object_set_new(w, "definition", json_string(def_name));
+        char *t = json_dumps(w, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        *blobs |= t && strstr(t, "safetensors") != NULL;
+        ok &= t && fprintf(out, "%s\n", t) > 0;
+        free(t);
+        json_decref(w);
+        (*nw)++;
+    }
+    free(line);
+    if (in)
+        fclose(in);
+    ok &= out && fclose(out) == 0;
+    return ok;
+}
+
+/* Workloads to edit written to path, random inputs and fresh uuids: three
+ * of growing size for the relu template, one with every var axis 1 with
+ * from; *nw counts them.  1 when written. */
+static int make_workloads(const char *path, const json_t *def, const char *def_name,
+                          const char *from, int *nw)
+{
+    kh_err err;
+    FILE *out = fopen(path, "w");
+    int ok = out != NULL;
+    const long sizes[] = {1000, 65536, 1 << 20};
+    for (int i = 0; out && i < (from ? 1 : 3); i++) {
+        char u[37];
+        if (!uuid4(u, &err)) {
+            fprintf(stderr, P ": %s\n", err.msg);
+            ok = 0;
+            break;
+        }
+        json_t *axes = json_object(), *inputs = json_object();
+        const char *k;
+        json_t *a;
+        json_object_foreach(json_object_get(def, "axes"), k, a) {
+            if (!strcmp(str_or(a, "type", ""), "var"))
+                json_object_set_new(axes, k, json_integer(from ? 1 : sizes[i]));
+        }
+        json_object_foreach(json_object_get(def, "inputs"), k, a)
+            json_object_set_new(inputs, k, json_pack("{s:s}", "type", "random"));
+        json_t *w = json_pack("{s:s, s:n, s:n, s:{s:s, s:o, s:o}}", "definition", def_name,
+                              "solution", "evaluation", "workload", "uuid", u, "axes", axes,
+                              "inputs", inputs);
+        char *t = json_dumps(w, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        ok &= t && fprintf(out, "%s\n", t) > 0;
+        free(t);
+        json_decref(w);
+        (*nw)++;
+    }
+    if (out)
+        ok &= fclose(out) == 0;
+    return ok;
+}
+
+/* What was written, and what to do next, on stdout. */
+static void print_made(const char *dir, const char *def_name, int nw, const char *ds, int blobs,
+                       const char *ref_name, const char *from)
+{
+    printf("%s: definition.json (%s), workloads.jsonl (%d workload%s%s%s), "
+           "solutions/%s.json\n",
+           dir, def_name, nw, nw == 1 ? "" : "s", ds ? " from " : "", ds ? ds : "", ref_name);
+    if (blobs)
+        printf("note: some workloads read safetensors blobs by paths relative to the dataset; "
+               "copy those files into %s or drop those workloads\n", dir);
+    if (from)
+        printf("next: write the reference in solutions/%s.json (the definition's Python "
+               "reference says what it computes), set its var axes in workloads.jsonl if they "
+               "are 1, add \"khlua\": {\"reference\": \"%s\"} to definition.json, then:\n",
+               ref_name, ref_name);
+    else
+        printf("next: edit definition.json, the reference and workloads.jsonl (it works as it "
+               "is), then:\n");
+    printf("  khlua task check %s\n  khlua eval --task %s --solution %s\n", dir, dir, ref_name);
+}
+
+/* argv (after "task new") into *dir, *from and *name: -1 to go on, else
+ * the exit code (0 after --help, 2 on a usage error, said on stderr). */
+static int parse_new(int argc, char **argv, const char **dir, const char **from,
+                     const char **name)
+{
+    *dir = *from = *name = NULL;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage_new(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--from") && i + 1 < argc) {
-            from = argv[++i];
+            *from = argv[++i];
         } else if (!strcmp(argv[i], "--name") && i + 1 < argc) {
-            name = argv[++i];
-        } else if (argv[i][0] == '-' || dir) {
+            *name = argv[++i];
+        } else if (argv[i][0] == '-' || *dir) {
             fprintf(stderr, P ": unexpected argument '%s'\n", argv[i]);
             usage_new(stderr);
             return 2;
         } else {
-            dir = argv[i];
+            *dir = argv[i];
         }
     }
-    if (!dir) {
+    if (!*dir) {
         fprintf(stderr, P ": which folder?\n");
         usage_new(stderr);
         return 2;
     }
+    return -1;
+}
+
+int kh_cmd_task_new(int argc, char **argv)
+{
+    const char *dir, *from, *name;
+    int prc = parse_new(argc, argv, &dir, &from, &name);
+    if (prc >= 0)
+        return prc;
     char path[4200];
     snprintf(path, sizeof path, "%s/definition.json", dir);
     if (!access(path, F_OK)) {
@@ -265,118 +404,21 @@ int kh_cmd_task_new(int argc, char **argv)
         json_decref(def);
         return 1;
     }
-    int ok = 1;
-    kh_err err;
-    /* the reference */
-    char *src = NULL;
-    json_t *man = NULL;
-    if (!from) {
-        src = kh_strdup("#include <stdint.h>\n\n/* The trusted reference: y = relu(x). */\n"
-                        "void REF(const float *x, float *y, int64_t n)\n{\n"
-                        "    for (int64_t i = 0; i < n; i++)\n"
-                        "        y[i] = x[i] > 0.0f ? x[i] : 0.0f;\n}\n");
-        char *at = strstr(src, "REF");
-        char *full = malloc(strlen(src) + strlen(fn) + 1);
-        snprintf(full, strlen(src) + strlen(fn) + 1, "%.*s%s%s", (int)(at - src), src, fn, at + 3);
-        free(src);
-        src = full;
-        man = json_pack("{s:s, s:s, s:[{s:s}, {s:s}, {s:s, s:s}]}", "backend", "host",
-                        "function", fn, "args", "input", "x", "output", "y", "axis", "n", "type",
-                        "int64");
-    } else {
-        stub_for(def, fn, &src, &man);
-    }
-    json_t *sol = solution_json(ref_name, def_name, fn, src, man,
-                                from ? "the trusted reference: a stub to write (see the "
-                                       "definition's Python reference)"
-                                     : "the trusted reference");
-    free(src);
-    snprintf(path, sizeof path, "%s/%s.json", sdir, ref_name);
-    ok &= write_json(path, sol, 1);
-    json_decref(sol);
+    int ok = write_reference(sdir, def, def_name, fn, ref_name, from);
     /* the definition */
     snprintf(path, sizeof path, "%s/definition.json", dir);
     ok &= write_json(path, def, 1);
     /* the workloads */
     snprintf(path, sizeof path, "%s/workloads.jsonl", dir);
     char *ds = from ? dataset_workloads(from, orig) : NULL;
-    int nw = 0;
-    int blobs = 0;
-    if (ds) {
-        /* each line as it is, under this package's definition name */
-        FILE *in = fopen(ds, "r"), *out = fopen(path, "w");
-        char *line = NULL;
-        size_t lcap = 0;
-        while (in && out && getline(&line, &lcap, in) > 0) {
-            json_t *w = json_loads(line, JSON_PRESERVE_ORDER, NULL);
-            if (!json_is_object(w)) {
-                json_decref(w);
-                continue;
-            }
-            json_object_set_new(w, "definition", json_string(def_name));
-            char *t = json_dumps(w, JSON_COMPACT | JSON_PRESERVE_ORDER);
-            blobs |= t && strstr(t, "safetensors") != NULL;
-            ok &= t && fprintf(out, "%s\n", t) > 0;
-            free(t);
-            json_decref(w);
-            nw++;
-        }
-        free(line);
-        if (in)
-            fclose(in);
-        ok &= out && fclose(out) == 0;
-    } else {
-        FILE *out = fopen(path, "w");
-        ok &= out != NULL;
-        const long sizes[] = {1000, 65536, 1 << 20};
-        for (int i = 0; out && i < (from ? 1 : 3); i++) {
-            char u[37];
-            if (!uuid4(u, &err)) {
-                fprintf(stderr, P ": %s\n", err.msg);
-                ok = 0;
-                break;
-            }
-            json_t *axes = json_object(), *inputs = json_object();
-            const char *k;
-            json_t *a;
-            json_object_foreach(json_object_get(def, "axes"), k, a) {
-                if (!strcmp(str_or(a, "type", ""), "var"))
-                    json_object_set_new(axes, k, json_integer(from ? 1 : sizes[i]));
-            }
-            json_object_foreach(json_object_get(def, "inputs"), k, a)
-                json_object_set_new(inputs, k, json_pack("{s:s}", "type", "random"));
-            json_t *w = json_pack("{s:s, s:n, s:n, s:{s:s, s:o, s:o}}", "definition", def_name,
-                                  "solution", "evaluation", "workload", "uuid", u, "axes", axes,
-                                  "inputs", inputs);
-            char *t = json_dumps(w, JSON_COMPACT | JSON_PRESERVE_ORDER);
-            ok &= t && fprintf(out, "%s\n", t) > 0;
-            free(t);
-            json_decref(w);
-            nw++;
-        }
-        if (out)
-            ok &= fclose(out) == 0;
-    }
-    json_decref(def);
-    if (!ok) {
-        free(ds);
-        return 1;
-    }
-    printf("%s: definition.json (%s), workloads.jsonl (%d workload%s%s%s), "
-           "solutions/%s.json\n",
-           dir, def_name, nw, nw == 1 ? "" : "s", ds ? " from " : "", ds ? ds : "", ref_name);
-    if (blobs)
-        printf("note: some workloads read safetensors blobs by paths relative to the dataset; "
-               "copy those files into %s or drop those workloads\n", dir);
-    if (from)
-        printf("next: write the reference in solutions/%s.json (the definition's Python "
-               "reference says what it computes), set its var axes in workloads.jsonl if they "
-               "are 1, add \"khlua\": {\"reference\": \"%s\"} to definition.json, then:\n",
-               ref_name, ref_name);
+    int nw = 0, blobs = 0;
+    if (ds)
+        ok &= copy_workloads(ds, path, def_name, &nw, &blobs);
     else
-        printf("next: edit definition.json, the reference and workloads.jsonl (it works as it "
-               "is), then:\n");
-    printf("  khlua task check %s\n  khlua eval --task %s --solution %s\n", dir, dir, ref_name);
+        ok &= make_workloads(path, def, def_name, from, &nw);
+    json_decref(def);
+    if (ok)
+        print_made(dir, def_name, nw, ds, blobs, ref_name, from);
     free(ds);
-    return 0;
+    return ok ? 0 : 1;
 }
