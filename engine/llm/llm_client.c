@@ -551,80 +551,84 @@ static kh_status start_attempt(kh_llm *c, llm_job *j, kh_err *err)
     return KH_OK;
 }
 
-/* Decide what an ended attempt means: finish the job or schedule a retry. */
-static void end_attempt(kh_llm *c, llm_job *j, CURLcode cc)
+/* What an ended attempt's outcome says (v->kind NULL: it succeeded), for
+ * end_attempt to act on.  v->etype may point into v->body, which the caller
+ * frees, or into j->st.error. */
+typedef struct attempt_verdict {
+    const char *kind, *etype;
+    kh_status code;
+    int retry, quota, counts_for_breaker;
+    char msg[1024];
+    json_t *body;
+} attempt_verdict;
+
+/* The verdict on j's ended attempt: cc is curl's result, status the HTTP
+ * status, partial set when the stream was cut inside an event. */
+static void classify(llm_job *j, CURLcode cc, long status, int partial, attempt_verdict *v)
 {
-    long status = 0;
-    if (curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK)
-        status = 0;
-    int partial = j->sse ? kh_sse_finish(j->sse) : 0;
-    char msg[1024] = "";
-    const char *kind = NULL, *etype = NULL;
-    kh_status code = KH_ENET;
-    int retry = 0, quota = 0, counts_for_breaker = 0;
-    const char *after_ms = json_string_value(json_object_get(j->resp_headers, "retry-after-ms"));
-    const char *after = json_string_value(json_object_get(j->resp_headers, "retry-after"));
     const char *xsr = json_string_value(json_object_get(j->resp_headers, "x-should-retry"));
     int should = xsr ? (!strcmp(xsr, "true") ? 1 : !strcmp(xsr, "false") ? 0 : -1) : -1;
-    json_t *body = NULL;
-
+    *v = (attempt_verdict){.code = KH_ENET};
     if (j->cancelled) {
-        kind = "cancelled";
-        code = KH_EINTR;
-        snprintf(msg, sizeof msg, "cancelled");
+        v->kind = "cancelled";
+        v->code = KH_EINTR;
+        snprintf(v->msg, sizeof v->msg, "cancelled");
     } else if (cc != CURLE_OK) {
-        kind = "timeout";
-        code = KH_ETIMEOUT;
+        v->kind = "timeout";
+        v->code = KH_ETIMEOUT;
         if (j->idle_expired)
-            snprintf(msg, sizeof msg, "no data for %.1f s (idle timeout)", j->o.idle_timeout);
+            snprintf(v->msg, sizeof v->msg, "no data for %.1f s (idle timeout)",
+                     j->o.idle_timeout);
         else if (cc == CURLE_OPERATION_TIMEDOUT)
-            snprintf(msg, sizeof msg, "%s", curl_easy_strerror(cc));
+            snprintf(v->msg, sizeof v->msg, "%s", curl_easy_strerror(cc));
         else if (j->raw_overflow)
-            kind = "stream", code = KH_EPARSE,
-            snprintf(msg, sizeof msg, "response larger than %zu bytes", RAW_MAX);
+            v->kind = "stream", v->code = KH_EPARSE,
+            snprintf(v->msg, sizeof v->msg, "response larger than %zu bytes", RAW_MAX);
         else
-            kind = "stream", snprintf(msg, sizeof msg, "transfer failed: %s", curl_easy_strerror(cc));
-        retry = !j->raw_overflow && kh_llm_retryable(0, -1, NULL, &quota);
-        counts_for_breaker = 1;
+            v->kind = "stream",
+            snprintf(v->msg, sizeof v->msg, "transfer failed: %s", curl_easy_strerror(cc));
+        v->retry = !j->raw_overflow && kh_llm_retryable(0, -1, NULL, &v->quota);
+        v->counts_for_breaker = 1;
     } else if (status / 100 != 2) {
-        body = json_loadb(j->raw.p ? j->raw.p : "", j->raw.len, 0, NULL);
-        const json_t *e = json_object_get(body, "error");
+        v->body = json_loadb(j->raw.p ? j->raw.p : "", j->raw.len, 0, NULL);
+        const json_t *e = json_object_get(v->body, "error");
         if (!json_is_object(e))
-            e = body;
+            e = v->body;
         const char *m = json_string_value(json_object_get(e, "message"));
-        etype = json_string_value(json_object_get(e, "type"));
-        if (!etype)
-            etype = json_string_value(json_object_get(e, "code"));
-        retry = kh_llm_retryable(status, should, body, &quota);
-        kind = quota ? "quota" : "http";
-        code = KH_ENET;
+        v->etype = json_string_value(json_object_get(e, "type"));
+        if (!v->etype)
+            v->etype = json_string_value(json_object_get(e, "code"));
+        v->retry = kh_llm_retryable(status, should, v->body, &v->quota);
+        v->kind = v->quota ? "quota" : "http";
+        v->code = KH_ENET;
         char snippet[300];
         if (!m)
             snprintf(snippet, sizeof snippet, "%.200s", j->raw.p ? j->raw.p : "");
-        snprintf(msg, sizeof msg, "HTTP %ld from %s: %s", status, j->provider,
+        snprintf(v->msg, sizeof v->msg, "HTTP %ld from %s: %s", status, j->provider,
                  m ? m : snippet);
         /* llama.cpp answers 503 "Loading model" while it starts: waiting is
          * the cure, so it does not count toward the breaker. */
         int loading = status == 503 && m && strstr(m, "Loading model");
-        counts_for_breaker = (status >= 500 || status == 0) && !loading;
+        v->counts_for_breaker = (status >= 500 || status == 0) && !loading;
     } else if (j->st.error) {
         const json_t *e = j->st.error;
         const char *m = json_string_value(json_object_get(e, "message"));
-        etype = json_string_value(json_object_get(e, "type"));
-        if (!etype || !strcmp(etype, "error")) /* Responses: {"type":"error","code":...} */
-            etype = json_string_value(json_object_get(e, "code"));
-        kind = "stream";
-        snprintf(msg, sizeof msg, "error event after HTTP %ld from %s: %s%s%s", status,
-                 j->provider, etype ? etype : "", etype ? ": " : "", m ? m : "(no message)");
+        v->etype = json_string_value(json_object_get(e, "type"));
+        if (!v->etype || !strcmp(v->etype, "error")) /* Responses: {"type":"error","code":...} */
+            v->etype = json_string_value(json_object_get(e, "code"));
+        v->kind = "stream";
+        snprintf(v->msg, sizeof v->msg, "error event after HTTP %ld from %s: %s%s%s", status,
+                 j->provider, v->etype ? v->etype : "", v->etype ? ": " : "",
+                 m ? m : "(no message)");
         static const char *const transient[] = {"overloaded_error", "api_error",
                                                 "server_is_overloaded", "server_error",
                                                 "rate_limit_error", "internal_error",
                                                 "timeout_error"};
-        retry = 0;
-        for (size_t i = 0; etype && i < KH_ARRAY_LEN(transient); i++)
-            if (!strcmp(etype, transient[i]))
-                retry = 1;
-        counts_for_breaker = retry;
+        v->retry = 0;
+        for (size_t i = 0; v->etype && i < KH_ARRAY_LEN(transient); i++)
+            if (!strcmp(v->etype, transient[i]))
+                v->retry = 1;
+        v->counts_for_breaker = v->retry;
     } else if (!j->st.terminal) {
         const char *ct = json_string_value(json_object_get(j->resp_headers, "content-type"));
         if (ct && strstr(ct, "application/json") &&
@@ -633,34 +637,47 @@ static void end_attempt(kh_llm *c, llm_job *j, CURLcode cc)
                                   json_string("the server answered with one JSON object, not "
                                               "a stream"));
         } else {
-            kind = "stream";
-            code = KH_EPARSE;
-            snprintf(msg, sizeof msg, "stream from %s ended before its end event%s%s",
+            v->kind = "stream";
+            v->code = KH_EPARSE;
+            snprintf(v->msg, sizeof v->msg, "stream from %s ended before its end event%s%s",
                      j->provider, partial ? " (cut inside an event)" : "",
                      j->st.malformed ? "; it also held malformed data" : "");
-            retry = 1;
-            counts_for_breaker = 1;
+            v->retry = 1;
+            v->counts_for_breaker = 1;
         }
     } else if (j->st.malformed) {
-        kind = "stream";
-        code = KH_EPARSE;
-        snprintf(msg, sizeof msg, "malformed stream from %s: %s", j->provider, j->st.malformed_msg);
-        retry = 1;
+        v->kind = "stream";
+        v->code = KH_EPARSE;
+        snprintf(v->msg, sizeof v->msg, "malformed stream from %s: %s", j->provider,
+                 j->st.malformed_msg);
+        v->retry = 1;
     }
+}
 
+/* Decide what an ended attempt means: finish the job or schedule a retry. */
+static void end_attempt(kh_llm *c, llm_job *j, CURLcode cc)
+{
+    long status = 0;
+    if (curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK)
+        status = 0;
+    int partial = j->sse ? kh_sse_finish(j->sse) : 0;
+    const char *after_ms = json_string_value(json_object_get(j->resp_headers, "retry-after-ms"));
+    const char *after = json_string_value(json_object_get(j->resp_headers, "retry-after"));
+    attempt_verdict v;
+    classify(j, cc, status, partial, &v);
     double latency = kh_now() - j->t_attempt;
     llm_provider *p = j->prov;
-    if (!kind) { /* success */
+    if (!v.kind) { /* success */
         p->consecutive = 0;
         attempt_cleanup(j);
         http_finish(j, NULL, status);
-        json_decref(body);
+        json_decref(v.body);
         return;
     }
-    if (counts_for_breaker && ++p->consecutive >= j->o.breaker_threshold)
+    if (v.counts_for_breaker && ++p->consecutive >= j->o.breaker_threshold)
         p->open_until = kh_now() + j->o.breaker_cooldown;
     double delay = -1;
-    if (retry && !quota && j->attempt <= j->o.max_retries && !j->cancelled) {
+    if (v.retry && !v.quota && j->attempt <= j->o.max_retries && !j->cancelled) {
         delay = kh_llm_retry_after(after_ms, after, j->o.retry_after_cap);
         if (delay < 0)
             delay = kh_llm_backoff(j->attempt - 1, j->o.backoff_base, j->o.backoff_cap,
@@ -671,8 +688,8 @@ static void end_attempt(kh_llm *c, llm_job *j, CURLcode cc)
         delay = -1; /* the retry could not start before the deadline */
         past_deadline = 1;
     }
-    json_t *a = json_pack("{s:I, s:s, s:s, s:f}", "http_status", (json_int_t)status, "kind", kind,
-                          "error", msg, "latency_s", latency);
+    json_t *a = json_pack("{s:I, s:s, s:s, s:f}", "http_status", (json_int_t)status, "kind", v.kind,
+                          "error", v.msg, "latency_s", latency);
     if (delay >= 0)
         json_object_set_new(a, "delay_s", json_real(delay));
     if (j->st.text.len)
@@ -684,32 +701,32 @@ static void end_attempt(kh_llm *c, llm_job *j, CURLcode cc)
         attempt_cleanup(j);
         j->queued = 1;
         j->wake_at = kh_now() + delay;
-        json_decref(body);
+        json_decref(v.body);
         return;
     }
-    if (quota) {
+    if (v.quota) {
         char qm[1200];
         snprintf(qm, sizeof qm, "%s: quota or spend limit reached, not retrying; add credit or "
-                                "raise the limit, then run again", msg);
+                                "raise the limit, then run again", v.msg);
         free(p->quota_msg);
         p->quota_msg = kh_strdup(qm);
-        snprintf(msg, sizeof msg, "%.1000s", qm);
+        snprintf(v.msg, sizeof v.msg, "%.1000s", qm);
     } else if (past_deadline) {
-        kind = "timeout";
-        code = KH_ETIMEOUT;
+        v.kind = "timeout";
+        v.code = KH_ETIMEOUT;
         char m2[1100];
         snprintf(m2, sizeof m2, "the call's deadline of %.1f s would pass before the next "
-                                "attempt: %s", j->o.deadline, msg);
-        snprintf(msg, sizeof msg, "%.1000s", m2);
-    } else if (retry && !j->cancelled && j->attempt > 1) {
-        kind = "retries";
+                                "attempt: %s", j->o.deadline, v.msg);
+        snprintf(v.msg, sizeof v.msg, "%.1000s", m2);
+    } else if (v.retry && !j->cancelled && j->attempt > 1) {
+        v.kind = "retries";
         char m2[1100];
-        snprintf(m2, sizeof m2, "gave up after %d attempts: %s", j->attempt, msg);
-        snprintf(msg, sizeof msg, "%.1000s", m2);
+        snprintf(m2, sizeof m2, "gave up after %d attempts: %s", j->attempt, v.msg);
+        snprintf(v.msg, sizeof v.msg, "%.1000s", m2);
     }
     attempt_cleanup(j);
-    http_finish(j, llm_error_json(kind, code, msg, status, etype), status);
-    json_decref(body);
+    http_finish(j, llm_error_json(v.kind, v.code, v.msg, status, v.etype), status);
+    json_decref(v.body);
 }
 
 /* ---- the loop ------------------------------------------------------------- */
