@@ -160,6 +160,209 @@ static kh_status num_field(const json_t *req, const char *k, double lo, double h
     return KH_OK;
 }
 
+/* A request's fields, checked: what each dialect's body is made of.  The
+ * numbers and extra are req's (NULL when absent); stops (the stop
+ * sequences as an array) and msgs (norm_messages') are new references. */
+typedef struct wire_req {
+    const char *model, *effort;
+    json_t *maxt, *temp, *topp, *topk, *seed, *budget;
+    json_t *stops, *extra, *msgs;
+} wire_req;
+
+/* req's fields into r, checked for dialect d; on an error nothing is kept. */
+static kh_status check_request(const json_t *req, int d, int compat, wire_req *r, kh_err *err)
+{
+    memset(r, 0, sizeof *r);
+    if (!json_is_object(req))
+        return kh_err_set(err, KH_EINVAL, "a request must be an object");
+    if (check_fields(req, err))
+        return err->code;
+    r->model = json_string_value(json_object_get(req, "model"));
+    if (!r->model || !*r->model)
+        return kh_err_set(err, KH_EINVAL, "request.model is required (a string)");
+    if (num_field(req, "max_tokens", 1, 1e9, 1, &r->maxt, err) ||
+        num_field(req, "temperature", 0, 2, 0, &r->temp, err) ||
+        num_field(req, "top_p", 0, 1, 0, &r->topp, err) ||
+        num_field(req, "top_k", 1, 1e6, 1, &r->topk, err) ||
+        num_field(req, "seed", -9.2e18, 9.2e18, 1, &r->seed, err) ||
+        num_field(req, "thinking_budget", 1, 1e9, 1, &r->budget, err))
+        return err->code;
+    json_t *stop = json_object_get(req, "stop");
+    if (stop && !json_is_null(stop)) {
+        if (json_is_string(stop)) {
+            r->stops = json_pack("[O]", stop);
+        } else if (json_is_array(stop)) {
+            size_t i;
+            json_t *s;
+            json_array_foreach(stop, i, s) if (!json_is_string(s))
+                return kh_err_set(err, KH_EINVAL, "request.stop must be a string or strings");
+            r->stops = json_incref(stop);
+        } else {
+            return kh_err_set(err, KH_EINVAL, "request.stop must be a string or strings");
+        }
+    }
+    json_t *ev = json_object_get(req, "reasoning_effort");
+    if (ev && !json_is_null(ev)) {
+        r->effort = json_string_value(ev);
+        if (!r->effort || (strcmp(r->effort, "minimal") && strcmp(r->effort, "low") &&
+                           strcmp(r->effort, "medium") && strcmp(r->effort, "high"))) {
+            json_decref(r->stops);
+            return kh_err_set(err, KH_EINVAL, "request.reasoning_effort must be \"minimal\", "
+                              "\"low\", \"medium\" or \"high\"");
+        }
+    }
+    r->extra = json_object_get(req, "extra");
+    if (r->extra && !json_is_object(r->extra)) {
+        json_decref(r->stops);
+        return kh_err_set(err, KH_EINVAL, "request.extra must be an object");
+    }
+    const char *bad = NULL;
+    if (d != D_ANTHROPIC && r->budget)
+        bad = "thinking_budget is Anthropic's knob; use reasoning_effort";
+    else if (d != D_ANTHROPIC && !compat && r->topk)
+        bad = "top_k is not an OpenAI parameter";
+    else if (d == D_RESPONSES && r->stops)
+        bad = "stop sequences are not supported by the OpenAI Responses API";
+    else if (d == D_RESPONSES && r->seed)
+        bad = "seed is not supported by the OpenAI Responses API";
+    else if (d == D_ANTHROPIC && r->seed)
+        bad = "seed is not supported by Anthropic";
+    if (bad) {
+        json_decref(r->stops);
+        return kh_err_set(err, KH_EINVAL, "%s", bad);
+    }
+    r->msgs = norm_messages(json_object_get(req, "messages"), err);
+    if (!r->msgs) {
+        json_decref(r->stops);
+        return err->code;
+    }
+    return KH_OK;
+}
+
+/* OpenAI Chat Completions (compat: an OpenAI-compatible server). */
+static void chat_body(json_t *body, const wire_req *r, int compat)
+{
+    size_t i;
+    json_t *m;
+    json_t *arr = json_array();
+    json_array_foreach(r->msgs, i, m) {
+        char *t = join_parts(json_object_get(m, "parts"), NULL);
+        json_array_append_new(arr, json_pack("{s:O, s:s}", "role", json_object_get(m, "role"),
+                                             "content", t ? t : ""));
+        free(t);
+    }
+    json_object_set_new(body, "messages", arr);
+    json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    if (r->maxt)
+        json_object_set(body, compat ? "max_tokens" : "max_completion_tokens", r->maxt);
+    if (r->seed)
+        json_object_set(body, "seed", r->seed);
+    if (r->stops)
+        json_object_set(body, "stop", r->stops);
+    if (r->effort)
+        json_object_set_new(body, "reasoning_effort", json_string(r->effort));
+    if (r->topk)
+        json_object_set(body, "top_k", r->topk);
+}
+
+/* OpenAI Responses: system messages become the instructions. */
+static void responses_body(json_t *body, const wire_req *r)
+{
+    size_t i;
+    json_t *m;
+    json_t *input = json_array();
+    llm_buf instr = {0};
+    json_array_foreach(r->msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        char *t = join_parts(json_object_get(m, "parts"), NULL);
+        if (!strcmp(role, "system")) {
+            if (instr.len)
+                llm_buf_add(&instr, "\n\n", 2);
+            llm_buf_add(&instr, t ? t : "", t ? strlen(t) : 0);
+        } else {
+            int user = !strcmp(role, "user");
+            json_array_append_new(
+                input, json_pack("{s:s, s:[{s:s, s:s}]}", "role", role, "content", "type",
+                                 user ? "input_text" : "output_text", "text", t ? t : ""));
+        }
+        free(t);
+    }
+    if (instr.len)
+        json_object_set_new(body, "instructions", json_string(instr.p));
+    llm_buf_free(&instr);
+    json_object_set_new(body, "input", input);
+    if (r->maxt)
+        json_object_set(body, "max_output_tokens", r->maxt);
+    if (r->effort)
+        json_object_set_new(body, "reasoning", json_pack("{s:s}", "effort", r->effort));
+}
+
+/* Anthropic Messages: text blocks with their cache marks, the system
+ * blocks apart.  NULL, or why Anthropic would refuse the body. */
+static const char *anthropic_body(json_t *body, const wire_req *r)
+{
+    const char *bad = NULL;
+    size_t i;
+    json_t *m;
+    json_t *system = json_array(), *arr = json_array();
+    int marks = 0, seen_5m = 0;
+    json_array_foreach(r->msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *blocks = json_array();
+        size_t k;
+        json_t *p;
+        json_array_foreach(json_object_get(m, "parts"), k, p) {
+            const char *t = json_string_value(json_object_get(p, "text"));
+            const char *mark = json_string_value(json_object_get(p, "cache"));
+            if (!*t)
+                continue; /* Anthropic rejects empty text blocks */
+            json_t *b = json_pack("{s:s, s:s}", "type", "text", "text", t);
+            if (mark) {
+                marks++;
+                if (!strcmp(mark, "1h") && seen_5m)
+                    bad = "a 1h cache breakpoint must come before every 5m one (Anthropic)";
+                if (!strcmp(mark, "5m"))
+                    seen_5m = 1;
+                json_t *cc = json_pack("{s:s}", "type", "ephemeral");
+                if (!strcmp(mark, "1h"))
+                    json_object_set_new(cc, "ttl", json_string("1h"));
+                json_object_set_new(b, "cache_control", cc);
+            }
+            json_array_append_new(blocks, b);
+        }
+        if (!strcmp(role, "system")) {
+            json_array_extend(system, blocks);
+            json_decref(blocks);
+        } else if (json_array_size(blocks) == 0) {
+            json_decref(blocks);
+            if (!bad)
+                bad = "a user or assistant message has no text (Anthropic rejects it)";
+        } else {
+            json_array_append_new(arr, json_pack("{s:s, s:o}", "role", role, "content",
+                                                 blocks));
+        }
+    }
+    if (marks > 4 && !bad)
+        bad = "more than 4 cache breakpoints (Anthropic allows at most 4)";
+    if (json_array_size(system))
+        json_object_set(body, "system", system);
+    json_decref(system);
+    json_object_set_new(body, "messages", arr);
+    json_object_set_new(body, "max_tokens", r->maxt ? json_incref(r->maxt) : json_integer(8192));
+    if (r->topk)
+        json_object_set(body, "top_k", r->topk);
+    if (r->stops)
+        json_object_set(body, "stop_sequences", r->stops);
+    long long tb = r->budget ? json_integer_value(r->budget) : 0;
+    if (!tb && r->effort)
+        tb = !strcmp(r->effort, "minimal") ? 1024 : !strcmp(r->effort, "low") ? 2048
+           : !strcmp(r->effort, "medium") ? 8192 : 24576;
+    if (tb)
+        json_object_set_new(body, "thinking",
+                            json_pack("{s:s, s:I}", "type", "enabled", "budget_tokens", tb));
+    return bad;
+}
+
 json_t *kh_llm_serialize(const json_t *req, const char *dialect_name, int compat, kh_err *err)
 {
     int d;
@@ -173,203 +376,30 @@ json_t *kh_llm_serialize(const json_t *req, const char *dialect_name, int compat
         kh_err_set(err, KH_EINVAL, "unknown dialect '%s'", dialect_name);
         return NULL;
     }
-    if (!json_is_object(req)) {
-        kh_err_set(err, KH_EINVAL, "a request must be an object");
+    wire_req r;
+    if (check_request(req, d, compat, &r, err))
         return NULL;
-    }
-    if (check_fields(req, err))
-        return NULL;
-    const char *model = json_string_value(json_object_get(req, "model"));
-    if (!model || !*model) {
-        kh_err_set(err, KH_EINVAL, "request.model is required (a string)");
-        return NULL;
-    }
-    json_t *maxt, *temp, *topp, *topk, *seed, *budget;
-    if (num_field(req, "max_tokens", 1, 1e9, 1, &maxt, err) ||
-        num_field(req, "temperature", 0, 2, 0, &temp, err) ||
-        num_field(req, "top_p", 0, 1, 0, &topp, err) ||
-        num_field(req, "top_k", 1, 1e6, 1, &topk, err) ||
-        num_field(req, "seed", -9.2e18, 9.2e18, 1, &seed, err) ||
-        num_field(req, "thinking_budget", 1, 1e9, 1, &budget, err))
-        return NULL;
-    json_t *stop = json_object_get(req, "stop");
-    json_t *stops = NULL;
-    if (stop && !json_is_null(stop)) {
-        if (json_is_string(stop)) {
-            stops = json_pack("[O]", stop);
-        } else if (json_is_array(stop)) {
-            size_t i;
-            json_t *s;
-            json_array_foreach(stop, i, s) if (!json_is_string(s)) {
-                kh_err_set(err, KH_EINVAL, "request.stop must be a string or strings");
-                return NULL;
-            }
-            stops = json_incref(stop);
-        } else {
-            kh_err_set(err, KH_EINVAL, "request.stop must be a string or strings");
-            return NULL;
-        }
-    }
-    const char *effort = NULL;
-    json_t *ev = json_object_get(req, "reasoning_effort");
-    if (ev && !json_is_null(ev)) {
-        effort = json_string_value(ev);
-        if (!effort || (strcmp(effort, "minimal") && strcmp(effort, "low") &&
-                        strcmp(effort, "medium") && strcmp(effort, "high"))) {
-            json_decref(stops);
-            kh_err_set(err, KH_EINVAL,
-                       "request.reasoning_effort must be \"minimal\", \"low\", \"medium\" or \"high\"");
-            return NULL;
-        }
-    }
-    json_t *extra = json_object_get(req, "extra");
-    if (extra && !json_is_object(extra)) {
-        json_decref(stops);
-        kh_err_set(err, KH_EINVAL, "request.extra must be an object");
-        return NULL;
-    }
+    json_t *body = json_pack("{s:s, s:b}", "model", r.model, "stream", 1);
     const char *bad = NULL;
-    if (d != D_ANTHROPIC && budget)
-        bad = "thinking_budget is Anthropic's knob; use reasoning_effort";
-    else if (d != D_ANTHROPIC && !compat && topk)
-        bad = "top_k is not an OpenAI parameter";
-    else if (d == D_RESPONSES && stops)
-        bad = "stop sequences are not supported by the OpenAI Responses API";
-    else if (d == D_RESPONSES && seed)
-        bad = "seed is not supported by the OpenAI Responses API";
-    else if (d == D_ANTHROPIC && seed)
-        bad = "seed is not supported by Anthropic";
-    if (bad) {
-        json_decref(stops);
-        kh_err_set(err, KH_EINVAL, "%s", bad);
-        return NULL;
-    }
-    json_t *msgs = norm_messages(json_object_get(req, "messages"), err);
-    if (!msgs) {
-        json_decref(stops);
-        return NULL;
-    }
-
-    json_t *body = json_pack("{s:s, s:b}", "model", model, "stream", 1);
-    size_t i;
-    json_t *m;
-    if (d == D_CHAT) {
-        json_t *arr = json_array();
-        json_array_foreach(msgs, i, m) {
-            char *t = join_parts(json_object_get(m, "parts"), NULL);
-            json_array_append_new(arr, json_pack("{s:O, s:s}", "role", json_object_get(m, "role"),
-                                                 "content", t ? t : ""));
-            free(t);
-        }
-        json_object_set_new(body, "messages", arr);
-        json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
-        if (maxt)
-            json_object_set(body, compat ? "max_tokens" : "max_completion_tokens", maxt);
-        if (seed)
-            json_object_set(body, "seed", seed);
-        if (stops)
-            json_object_set(body, "stop", stops);
-        if (effort)
-            json_object_set_new(body, "reasoning_effort", json_string(effort));
-        if (topk)
-            json_object_set(body, "top_k", topk);
-    } else if (d == D_RESPONSES) {
-        json_t *input = json_array();
-        llm_buf instr = {0};
-        json_array_foreach(msgs, i, m) {
-            const char *role = json_string_value(json_object_get(m, "role"));
-            char *t = join_parts(json_object_get(m, "parts"), NULL);
-            if (!strcmp(role, "system")) {
-                if (instr.len)
-                    llm_buf_add(&instr, "\n\n", 2);
-                llm_buf_add(&instr, t ? t : "", t ? strlen(t) : 0);
-            } else {
-                int user = !strcmp(role, "user");
-                json_array_append_new(
-                    input, json_pack("{s:s, s:[{s:s, s:s}]}", "role", role, "content", "type",
-                                     user ? "input_text" : "output_text", "text", t ? t : ""));
-            }
-            free(t);
-        }
-        if (instr.len)
-            json_object_set_new(body, "instructions", json_string(instr.p));
-        llm_buf_free(&instr);
-        json_object_set_new(body, "input", input);
-        if (maxt)
-            json_object_set(body, "max_output_tokens", maxt);
-        if (effort)
-            json_object_set_new(body, "reasoning", json_pack("{s:s}", "effort", effort));
-    } else {
-        json_t *system = json_array(), *arr = json_array();
-        int marks = 0, seen_5m = 0;
-        json_array_foreach(msgs, i, m) {
-            const char *role = json_string_value(json_object_get(m, "role"));
-            json_t *blocks = json_array();
-            size_t k;
-            json_t *p;
-            json_array_foreach(json_object_get(m, "parts"), k, p) {
-                const char *t = json_string_value(json_object_get(p, "text"));
-                const char *mark = json_string_value(json_object_get(p, "cache"));
-                if (!*t)
-                    continue; /* Anthropic rejects empty text blocks */
-                json_t *b = json_pack("{s:s, s:s}", "type", "text", "text", t);
-                if (mark) {
-                    marks++;
-                    if (!strcmp(mark, "1h") && seen_5m)
-                        bad = "a 1h cache breakpoint must come before every 5m one (Anthropic)";
-                    if (!strcmp(mark, "5m"))
-                        seen_5m = 1;
-                    json_t *cc = json_pack("{s:s}", "type", "ephemeral");
-                    if (!strcmp(mark, "1h"))
-                        json_object_set_new(cc, "ttl", json_string("1h"));
-                    json_object_set_new(b, "cache_control", cc);
-                }
-                json_array_append_new(blocks, b);
-            }
-            if (!strcmp(role, "system")) {
-                json_array_extend(system, blocks);
-                json_decref(blocks);
-            } else if (json_array_size(blocks) == 0) {
-                json_decref(blocks);
-                if (!bad)
-                    bad = "a user or assistant message has no text (Anthropic rejects it)";
-            } else {
-                json_array_append_new(arr, json_pack("{s:s, s:o}", "role", role, "content",
-                                                     blocks));
-            }
-        }
-        if (marks > 4 && !bad)
-            bad = "more than 4 cache breakpoints (Anthropic allows at most 4)";
-        if (json_array_size(system))
-            json_object_set(body, "system", system);
-        json_decref(system);
-        json_object_set_new(body, "messages", arr);
-        json_object_set_new(body, "max_tokens", maxt ? json_incref(maxt) : json_integer(8192));
-        if (topk)
-            json_object_set(body, "top_k", topk);
-        if (stops)
-            json_object_set(body, "stop_sequences", stops);
-        long long tb = budget ? json_integer_value(budget) : 0;
-        if (!tb && effort)
-            tb = !strcmp(effort, "minimal") ? 1024 : !strcmp(effort, "low") ? 2048
-               : !strcmp(effort, "medium") ? 8192 : 24576;
-        if (tb)
-            json_object_set_new(body, "thinking",
-                                json_pack("{s:s, s:I}", "type", "enabled", "budget_tokens", tb));
-    }
-    if (temp)
-        json_object_set(body, "temperature", temp);
-    if (topp)
-        json_object_set(body, "top_p", topp);
-    json_decref(stops);
-    json_decref(msgs);
+    if (d == D_CHAT)
+        chat_body(body, &r, compat);
+    else if (d == D_RESPONSES)
+        responses_body(body, &r);
+    else
+        bad = anthropic_body(body, &r);
+    if (r.temp)
+        json_object_set(body, "temperature", r.temp);
+    if (r.topp)
+        json_object_set(body, "top_p", r.topp);
+    json_decref(r.stops);
+    json_decref(r.msgs);
     if (bad) {
         json_decref(body);
         kh_err_set(err, KH_EINVAL, "%s", bad);
         return NULL;
     }
-    if (extra)
-        json_object_update(body, extra);
+    if (r.extra)
+        json_object_update(body, r.extra);
     return body;
 }
 
