@@ -2,7 +2,8 @@
  * (fib_export.h).  Owns which source goes where and the C++ of the
  * generated entry file (binding.cu), written from the launch manifest.
  * Expression arithmetic is expr.c's (kh_expr_to_cpp), the kernels and the
- * embedded cubin fib_export_image.c's, writing the export to a folder
+ * embedded cubin fib_export_image.c's, the C++ that does not depend on the
+ * manifest fib_export_support.c's, writing the export to a folder
  * fib_export_write.c's, loading and checking the solution task.c's, the
  * command line cmd_export.c's. */
 #include "task/fib_export.h"
@@ -300,181 +301,12 @@ static void emit_header(gen *g)
     }
 }
 
-/* What does not depend on the manifest: the checks, the device guard, the
- * workspace cache, the launcher. */
-static const char support[] =
-    "using tvm::ffi::TensorView;\n"
-    "\n"
-    "constexpr int kMaxDevices = 64;\n"
-    "\n"
-    "// One manifest expression, evaluated with khlua's checked arithmetic; a\n"
-    "// failure names where the manifest uses it.\n"
-    "template <typename F>\n"
-    "int64_t value(const char *what, const char *text, F f)\n"
-    "{\n"
-    "    try {\n"
-    "        return f();\n"
-    "    } catch (const khx::expr_error &e) {\n"
-    "        TVM_FFI_THROW(ValueError) << kSolution << \": \" << what << \" '\" << text\n"
-    "                                  << \"': column \" << e.column << \": \" << e.message;\n"
-    "    }\n"
-    "    return 0;\n"
-    "}\n"
-    "\n"
-    "void check_cuda(cudaError_t e, const char *what)\n"
-    "{\n"
-    "    if (e != cudaSuccess)\n"
-    "        TVM_FFI_THROW(RuntimeError) << kSolution << \": \" << what << \": \"\n"
-    "                                    << cudaGetErrorName(e) << \": \" << cudaGetErrorString(e);\n"
-    "}\n"
-    "\n"
-    "// A tensor as the kernels read it: of the definition's rank and dtype (code\n"
-    "// < 0: not checked), dense and row-major.\n"
-    "void check_tensor(const TensorView &t, const char *what, int32_t rank, const char *dtype,\n"
-    "                  int code, int alt_code, int bits)\n"
-    "{\n"
-    "    if (t.ndim() != rank)\n"
-    "        TVM_FFI_THROW(ValueError) << kSolution << \": \" << what << \": expected \" << rank\n"
-    "                                  << \" dimensions, got \" << t.ndim();\n"
-    "    DLDataType dt = t.dtype();\n"
-    "    if (code >= 0 && !((dt.code == code || dt.code == alt_code) && dt.bits == bits &&\n"
-    "                       dt.lanes == 1))\n"
-    "        TVM_FFI_THROW(TypeError) << kSolution << \": \" << what << \": expected dtype \" << dtype\n"
-    "                                 << \" (DLPack code \" << code << \", \" << bits\n"
-    "                                 << \" bits), got code \" << int(dt.code) << \", \"\n"
-    "                                 << int(dt.bits) << \" bits, \" << int(dt.lanes) << \" lanes\";\n"
-    "    if (!t.IsContiguous())\n"
-    "        TVM_FFI_THROW(ValueError) << kSolution << \": \" << what\n"
-    "                                  << \": expected a contiguous tensor (the kernels index it \"\n"
-    "                                     \"densely, row-major)\";\n"
-    "}\n"
-    "\n"
-    "// On the GPU of the call: checked last, right before anything is launched.\n"
-    "void check_device(const TensorView &t, const char *what, int device)\n"
-    "{\n"
-    "    DLDevice dev = t.device();\n"
-    "    if (dev.device_type != kDLCUDA || dev.device_id != device)\n"
-    "        TVM_FFI_THROW(ValueError) << kSolution << \": \" << what << \": expected a CUDA tensor \"\n"
-    "                                  << \"on device \" << device << \", got device type \"\n"
-    "                                  << dev.device_type << \" id \" << dev.device_id;\n"
-    "}\n"
-    "\n"
-    "void check_dim(const TensorView &t, const char *what, int k, int64_t want, const char *axis)\n"
-    "{\n"
-    "    if (t.size(k) != want)\n"
-    "        TVM_FFI_THROW(ValueError) << kSolution << \": \" << what << \": dimension \" << k << \" (\"\n"
-    "                                  << axis << \") expected \" << want << \", got \" << t.size(k);\n"
-    "}\n"
-    "\n"
-    "// The call's device is current while it runs (the kernels launch on it).\n"
-    "struct DeviceGuard {\n"
-    "    int prev = -1, dev;\n"
-    "    explicit DeviceGuard(int d) : dev(d)\n"
-    "    {\n"
-    "        check_cuda(cudaGetDevice(&prev), \"cudaGetDevice\");\n"
-    "        if (prev != dev)\n"
-    "            check_cuda(cudaSetDevice(dev), \"cudaSetDevice\");\n"
-    "    }\n"
-    "    ~DeviceGuard()\n"
-    "    {\n"
-    "        if (prev >= 0 && prev != dev)\n"
-    "            cudaSetDevice(prev);\n"
-    "    }\n"
-    "};\n"
-    "\n"
-    "// An argument in an 8-byte slot, its bytes at the start (little-endian,\n"
-    "// zero-extended): how khlua's launcher passes kernel parameters.\n"
-    "template <typename T>\n"
-    "void put(uint64_t &slot, T v)\n"
-    "{\n"
-    "    static_assert(sizeof(T) <= sizeof(uint64_t), \"a kernel argument wider than 8 bytes\");\n"
-    "    std::memcpy(&slot, &v, sizeof v);\n"
-    "}\n"
-    "\n"
-    "// Launch dimensions within the device's limits (khlua checks the same).\n"
-    "void check_launch(int index, const char *kernel, const int64_t grid[3],\n"
-    "                  const int64_t block[3], int64_t shared)\n"
-    "{\n"
-    "    static const char *const xyz[3] = {\"x\", \"y\", \"z\"};\n"
-    "    const int64_t grid_max[3] = {2147483647, 65535, 65535}, block_max[3] = {1024, 1024, 64};\n"
-    "    for (int i = 0; i < 3; i++) {\n"
-    "        if (grid[i] < 1 || grid[i] > grid_max[i])\n"
-    "            TVM_FFI_THROW(ValueError) << kSolution << \": launch \" << index << \" (\" << kernel\n"
-    "                                      << \"): grid.\" << xyz[i] << \" = \" << grid[i]\n"
-    "                                      << \", expected 1 to \" << grid_max[i];\n"
-    "        if (block[i] < 1 || block[i] > block_max[i])\n"
-    "            TVM_FFI_THROW(ValueError) << kSolution << \": launch \" << index << \" (\" << kernel\n"
-    "                                      << \"): block.\" << xyz[i] << \" = \" << block[i]\n"
-    "                                      << \", expected 1 to \" << block_max[i];\n"
-    "    }\n"
-    "    if (block[0] * block[1] * block[2] > 1024)\n"
-    "        TVM_FFI_THROW(ValueError) << kSolution << \": launch \" << index << \" (\" << kernel\n"
-    "                                  << \"): a block of \" << block[0] * block[1] * block[2]\n"
-    "                                  << \" threads, expected at most 1024\";\n"
-    "    if (shared < 0 || shared > 2147483647)\n"
-    "        TVM_FFI_THROW(ValueError) << kSolution << \": launch \" << index << \" (\" << kernel\n"
-    "                                  << \"): \" << shared\n"
-    "                                  << \" bytes of shared memory, expected 0 to 2147483647\";\n"
-    "}\n"
-    "\n"
-    "void launch(const void *func, int index, const char *kernel, const int64_t grid[3],\n"
-    "            const int64_t block[3], int64_t shared, void **params, cudaStream_t stream,\n"
-    "            std::atomic<int64_t> *shared_set)\n"
-    "{\n"
-    "    // over 48 KiB of dynamic shared memory must be asked for, once per size\n"
-    "    if (shared > 48 * 1024 && shared > shared_set->load()) {\n"
-    "        check_cuda(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,\n"
-    "                                        static_cast<int>(shared)),\n"
-    "                   \"cudaFuncSetAttribute(MaxDynamicSharedMemorySize)\");\n"
-    "        shared_set->store(shared);\n"
-    "    }\n"
-    "    cudaError_t e = cudaLaunchKernel(\n"
-    "        func, dim3(unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])),\n"
-    "        dim3(unsigned(block[0]), unsigned(block[1]), unsigned(block[2])), params,\n"
-    "        static_cast<size_t>(shared), stream);\n"
-    "    if (e != cudaSuccess)\n"
-    "        TVM_FFI_THROW(RuntimeError) << kSolution << \": launch \" << index << \" (\" << kernel\n"
-    "                                    << \") with grid (\" << grid[0] << \", \" << grid[1] << \", \"\n"
-    "                                    << grid[2] << \"), block (\" << block[0] << \", \" << block[1]\n"
-    "                                    << \", \" << block[2] << \"), \" << shared\n"
-    "                                    << \" bytes of shared memory: \" << cudaGetErrorName(e)\n"
-    "                                    << \": \" << cudaGetErrorString(e);\n"
-    "}\n";
-
-/* The workspace: one block per device, grown when a call needs more and kept
- * for the next calls (so no allocation lands in a timed call once the
- * largest workload has run). */
-static const char support_workspace[] =
-    "\n"
-    "std::mutex workspace_mutex;\n"
-    "void *workspace_ptr[kMaxDevices];\n"
-    "int64_t workspace_size[kMaxDevices];\n"
-    "\n"
-    "char *workspace(int device, int64_t bytes)\n"
-    "{\n"
-    "    std::lock_guard<std::mutex> lock(workspace_mutex);\n"
-    "    if (bytes > workspace_size[device]) {\n"
-    "        if (workspace_ptr[device]) {\n"
-    "            // earlier calls may still use it, on whatever stream they had\n"
-    "            check_cuda(cudaDeviceSynchronize(), \"waiting to grow the workspace\");\n"
-    "            check_cuda(cudaFree(workspace_ptr[device]), \"freeing the workspace\");\n"
-    "            workspace_ptr[device] = nullptr;\n"
-    "            workspace_size[device] = 0;\n"
-    "        }\n"
-    "        check_cuda(cudaMalloc(&workspace_ptr[device], static_cast<size_t>(bytes)),\n"
-    "                   \"allocating the workspace\");\n"
-    "        workspace_size[device] = bytes;\n"
-    "    }\n"
-    "    return static_cast<char *>(workspace_ptr[device]);\n"
-    "}\n";
-
-static kh_status emit_entry(gen *g)
+/* The entry's signature (inputs, then outputs) and its device, taken from
+ * the first tensor argument. */
+static kh_status emit_signature(gen *g)
 {
     const kh_task_def *d = g->d;
-    const kh_task_manifest *m = g->m;
     sb *o = &g->out;
-    kh_status st = KH_OK;
-    /* the signature: inputs, then outputs */
     sb_printf(o, "\nvoid %s(", ENTRY_SYMBOL);
     const char *first = NULL;
     for (size_t i = 0; i < d->ninputs; i++) {
@@ -501,7 +333,14 @@ static kh_status emit_entry(gen *g)
                  "        TVM_FFI_THROW(ValueError) << kSolution << \": device \" << device\n"
                  "                                  << \", expected 0 to \" << kMaxDevices - 1;\n",
               first);
-    /* tensors */
+    return KH_OK;
+}
+
+/* Each tensor's rank, dtype and layout checked. */
+static void emit_tensor_checks(gen *g)
+{
+    const kh_task_def *d = g->d;
+    sb *o = &g->out;
     for (size_t i = 0; i < d->ninputs + d->noutputs; i++) {
         int is_out = i >= d->ninputs;
         const kh_task_tensor *t = is_out ? &d->outputs[i - d->ninputs] : &d->inputs[i];
@@ -516,8 +355,16 @@ static kh_status emit_entry(gen *g)
         sb_printf(o, "\", %d, %d, %d);\n", di ? di->code : -1, di ? di->alt_code : -1,
                   di ? di->bits : 0);
     }
-    /* axes: const ones from the definition, var ones from the first tensor
-     * (inputs first, as FlashInfer-Bench binds them) that carries them */
+}
+
+/* The axes: const ones from the definition, var ones from the first tensor
+ * (inputs first, as FlashInfer-Bench binds them) that carries them; then
+ * every tensor's dimensions checked against them.  An axis no tensor
+ * carries gets no name in g->axis. */
+static void emit_axes(gen *g)
+{
+    const kh_task_def *d = g->d;
+    sb *o = &g->out;
     sb_lit(o, "    // axes: const from the definition, var from the first tensor carrying them\n");
     for (size_t a = 0; a < d->naxes; a++) {
         const kh_task_axis *ax = &d->axes[a];
@@ -562,122 +409,155 @@ static kh_status emit_entry(gen *g)
             sb_lit(o, "\");\n");
         }
     }
-    /* everything computed and checked before the first CUDA call: a bad
-     * size or dimension stops the call with nothing launched */
-    if (m->nworkspace) {
-        sb_lit(o, "\n    // workspace sizes; 256-byte aligned offsets in one block\n"
-                  "    int64_t workspace_total = 0;\n");
-        for (size_t w = 0; w < m->nworkspace; w++) {
-            char what[200];
-            snprintf(what, sizeof what, "workspace '%s' bytes", m->workspace[w].name);
-            sb_printf(o, "    const int64_t %s_bytes = ", g->ws[w]);
-            if ((st = emit_value(g, m->workspace[w].bytes, what)))
-                return st;
-            sb_printf(o, ";\n    if (%s_bytes < 0)\n"
-                         "        TVM_FFI_THROW(ValueError) << kSolution << \": ",
-                      g->ws[w]);
-            sb_text(o, what, 1);
-            sb_printf(o, " = \" << %s_bytes << \", expected at least 0\";\n"
-                         "    const int64_t %s_offset = workspace_total;\n"
-                         "    workspace_total = value(\"the workspace's total bytes\", \"\", "
-                         "[&]() -> int64_t {\n"
-                         "        return khx::add(workspace_total, khx::mul(khx::ceil_div("
-                         "khx::max(%s_bytes, INT64_C(1)),\n"
-                         "                        INT64_C(256), 0), INT64_C(256), 0), 0); });\n",
-                      g->ws[w], g->ws[w], g->ws[w]);
-        }
-    }
-    for (size_t k = 0; k < m->nlaunches; k++) {
-        const kh_task_launch *l = &m->launches[k];
-        sb_printf(o, "\n    // launch %zu: ", k + 1);
-        sb_text(o, l->kernel, 0);
-        sb_lit(o, "\n");
-        for (int part = 0; part < 2; part++) {
-            sb_printf(o, "    const int64_t %s%zu[3] = {", part ? "block" : "grid", k + 1);
-            for (int j = 0; j < 3; j++) {
-                kh_expr *e = part ? l->block[j] : l->grid[j];
-                sb_printf(o, "%s\n        ", j ? "," : "");
-                if (!e) {
-                    sb_lit(o, "INT64_C(1)");
-                    continue;
-                }
-                char what[200];
-                snprintf(what, sizeof what, "launch %zu (%s) %s.%c", k + 1, l->kernel,
-                         part ? "block" : "grid", "xyz"[j]);
-                if ((st = emit_value(g, e, what)))
-                    return st;
-            }
-            sb_lit(o, "};\n");
-        }
-        sb_printf(o, "    const int64_t shared%zu = ", k + 1);
-        if (l->shared_bytes) {
-            char what[200];
-            snprintf(what, sizeof what, "launch %zu (%s) shared_bytes", k + 1, l->kernel);
-            if ((st = emit_value(g, l->shared_bytes, what)))
-                return st;
-        } else {
-            sb_lit(o, "0");
-        }
-        sb_printf(o, ";\n    check_launch(%zu, \"", k + 1);
-        sb_text(o, l->kernel, 1);
-        sb_printf(o, "\", grid%zu, block%zu, shared%zu);\n", k + 1, k + 1, k + 1);
-        if (l->nargs)
-            sb_printf(o, "    uint64_t slot%zu[%zu] = {};\n", k + 1, l->nargs);
-        for (size_t i = 0; i < l->nargs; i++) {
-            const kh_task_arg *a = &l->args[i];
-            int is_out = 0; /* find_tensor sets them only when it finds the name */
-            size_t ti = 0;
-            const kh_task_tensor *t = a->name ? find_tensor(d, a->name, &is_out, &ti) : NULL;
-            if (a->kind == KH_TASK_ARG_WORKSPACE)
-                continue; /* its pointer comes with the allocation, below */
-            sb_printf(o, "    put(slot%zu[%zu], ", k + 1, i);
-            switch (a->kind) {
-            case KH_TASK_ARG_WORKSPACE:
-                break;
-            case KH_TASK_ARG_INPUT:
-            case KH_TASK_ARG_OUTPUT:
-                if (!t || t->is_scalar)
-                    return kh_err_set(g->err, KH_EINVAL, "launch %zu (%s) argument %zu: %s has "
-                                      "no tensor '%s'", k + 1, l->kernel, i + 1, d->name, a->name);
-                sb_printf(o, "%s.data_ptr()", is_out ? g->outp[ti] : g->in[ti]);
-                break;
-            case KH_TASK_ARG_SCALAR: {
-                const dtype_info *di = t ? dtype_of(t->dtype) : NULL;
-                if (!t || is_out || !t->is_scalar)
-                    return kh_err_set(g->err, KH_EINVAL, "launch %zu (%s) argument %zu: %s has "
-                                      "no scalar input '%s'", k + 1, l->kernel, i + 1, d->name,
-                                      a->name);
-                if (!di || !di->pre)
-                    return kh_err_set(g->err, KH_EUNSUPPORTED, "launch %zu (%s) argument %zu: "
-                                      "scalar '%s' of dtype %s: expected a dtype the entry can "
-                                      "pass by value (float32, float16, bfloat16, int8 to int64, "
-                                      "bool)", k + 1, l->kernel, i + 1, a->name, t->dtype);
-                g->half |= !strcmp(di->name, "float16");
-                g->bf16 |= !strcmp(di->name, "bfloat16");
-                sb_printf(o, "%s%s%s", di->pre, g->in[ti], di->post);
-                break;
-            }
-            case KH_TASK_ARG_VALUE: {
-                const char *ty = value_type(a->type);
-                if (!ty)
-                    return kh_err_set(g->err, KH_EINVAL, "launch %zu (%s) argument %zu: type "
-                                      "'%s', expected int32, int64, uint32 or uint64", k + 1,
-                                      l->kernel, i + 1, a->type);
-                char what[200];
-                snprintf(what, sizeof what, "launch %zu (%s) argument %zu", k + 1, l->kernel,
-                         i + 1);
-                sb_printf(o, "static_cast<%s>(", ty);
-                if ((st = emit_value(g, a->expr, what)))
-                    return st;
-                sb_lit(o, ")");
-                break;
-            }
-            }
-            sb_lit(o, ");\n");
-        }
-    }
+}
 
-    /* then the device, the workspace and the launches */
+/* The workspace buffers' sizes and their offsets in one block. */
+static kh_status emit_workspace_sizes(gen *g)
+{
+    const kh_task_manifest *m = g->m;
+    sb *o = &g->out;
+    kh_status st;
+    if (!m->nworkspace)
+        return KH_OK;
+    sb_lit(o, "\n    // workspace sizes; 256-byte aligned offsets in one block\n"
+              "    int64_t workspace_total = 0;\n");
+    for (size_t w = 0; w < m->nworkspace; w++) {
+        char what[200];
+        snprintf(what, sizeof what, "workspace '%s' bytes", m->workspace[w].name);
+        sb_printf(o, "    const int64_t %s_bytes = ", g->ws[w]);
+        if ((st = emit_value(g, m->workspace[w].bytes, what)))
+            return st;
+        sb_printf(o, ";\n    if (%s_bytes < 0)\n"
+                     "        TVM_FFI_THROW(ValueError) << kSolution << \": ",
+                  g->ws[w]);
+        sb_text(o, what, 1);
+        sb_printf(o, " = \" << %s_bytes << \", expected at least 0\";\n"
+                     "    const int64_t %s_offset = workspace_total;\n"
+                     "    workspace_total = value(\"the workspace's total bytes\", \"\", "
+                     "[&]() -> int64_t {\n"
+                     "        return khx::add(workspace_total, khx::mul(khx::ceil_div("
+                     "khx::max(%s_bytes, INT64_C(1)),\n"
+                     "                        INT64_C(256), 0), INT64_C(256), 0), 0); });\n",
+                  g->ws[w], g->ws[w], g->ws[w]);
+    }
+    return KH_OK;
+}
+
+/* Argument i of launch k into its 8-byte slot (a workspace pointer comes
+ * later, with the allocation). */
+static kh_status emit_arg(gen *g, size_t k, size_t i)
+{
+    const kh_task_def *d = g->d;
+    const kh_task_launch *l = &g->m->launches[k];
+    sb *o = &g->out;
+    kh_status st;
+    const kh_task_arg *a = &l->args[i];
+    int is_out = 0; /* find_tensor sets them only when it finds the name */
+    size_t ti = 0;
+    const kh_task_tensor *t = a->name ? find_tensor(d, a->name, &is_out, &ti) : NULL;
+    if (a->kind == KH_TASK_ARG_WORKSPACE)
+        return KH_OK; /* its pointer comes with the allocation, below */
+    sb_printf(o, "    put(slot%zu[%zu], ", k + 1, i);
+    switch (a->kind) {
+    case KH_TASK_ARG_WORKSPACE:
+        break;
+    case KH_TASK_ARG_INPUT:
+    case KH_TASK_ARG_OUTPUT:
+        if (!t || t->is_scalar)
+            return kh_err_set(g->err, KH_EINVAL, "launch %zu (%s) argument %zu: %s has "
+                              "no tensor '%s'", k + 1, l->kernel, i + 1, d->name, a->name);
+        sb_printf(o, "%s.data_ptr()", is_out ? g->outp[ti] : g->in[ti]);
+        break;
+    case KH_TASK_ARG_SCALAR: {
+        const dtype_info *di = t ? dtype_of(t->dtype) : NULL;
+        if (!t || is_out || !t->is_scalar)
+            return kh_err_set(g->err, KH_EINVAL, "launch %zu (%s) argument %zu: %s has "
+                              "no scalar input '%s'", k + 1, l->kernel, i + 1, d->name,
+                              a->name);
+        if (!di || !di->pre)
+            return kh_err_set(g->err, KH_EUNSUPPORTED, "launch %zu (%s) argument %zu: "
+                              "scalar '%s' of dtype %s: expected a dtype the entry can "
+                              "pass by value (float32, float16, bfloat16, int8 to int64, "
+                              "bool)", k + 1, l->kernel, i + 1, a->name, t->dtype);
+        g->half |= !strcmp(di->name, "float16");
+        g->bf16 |= !strcmp(di->name, "bfloat16");
+        sb_printf(o, "%s%s%s", di->pre, g->in[ti], di->post);
+        break;
+    }
+    case KH_TASK_ARG_VALUE: {
+        const char *ty = value_type(a->type);
+        if (!ty)
+            return kh_err_set(g->err, KH_EINVAL, "launch %zu (%s) argument %zu: type "
+                              "'%s', expected int32, int64, uint32 or uint64", k + 1,
+                              l->kernel, i + 1, a->type);
+        char what[200];
+        snprintf(what, sizeof what, "launch %zu (%s) argument %zu", k + 1, l->kernel,
+                 i + 1);
+        sb_printf(o, "static_cast<%s>(", ty);
+        if ((st = emit_value(g, a->expr, what)))
+            return st;
+        sb_lit(o, ")");
+        break;
+    }
+    }
+    sb_lit(o, ");\n");
+    return KH_OK;
+}
+
+/* Launch k's grid, block and shared memory computed and checked, and its
+ * arguments in their slots. */
+static kh_status emit_launch_values(gen *g, size_t k)
+{
+    const kh_task_launch *l = &g->m->launches[k];
+    sb *o = &g->out;
+    kh_status st;
+    sb_printf(o, "\n    // launch %zu: ", k + 1);
+    sb_text(o, l->kernel, 0);
+    sb_lit(o, "\n");
+    for (int part = 0; part < 2; part++) {
+        sb_printf(o, "    const int64_t %s%zu[3] = {", part ? "block" : "grid", k + 1);
+        for (int j = 0; j < 3; j++) {
+            kh_expr *e = part ? l->block[j] : l->grid[j];
+            sb_printf(o, "%s\n        ", j ? "," : "");
+            if (!e) {
+                sb_lit(o, "INT64_C(1)");
+                continue;
+            }
+            char what[200];
+            snprintf(what, sizeof what, "launch %zu (%s) %s.%c", k + 1, l->kernel,
+                     part ? "block" : "grid", "xyz"[j]);
+            if ((st = emit_value(g, e, what)))
+                return st;
+        }
+        sb_lit(o, "};\n");
+    }
+    sb_printf(o, "    const int64_t shared%zu = ", k + 1);
+    if (l->shared_bytes) {
+        char what[200];
+        snprintf(what, sizeof what, "launch %zu (%s) shared_bytes", k + 1, l->kernel);
+        if ((st = emit_value(g, l->shared_bytes, what)))
+            return st;
+    } else {
+        sb_lit(o, "0");
+    }
+    sb_printf(o, ";\n    check_launch(%zu, \"", k + 1);
+    sb_text(o, l->kernel, 1);
+    sb_printf(o, "\", grid%zu, block%zu, shared%zu);\n", k + 1, k + 1, k + 1);
+    if (l->nargs)
+        sb_printf(o, "    uint64_t slot%zu[%zu] = {};\n", k + 1, l->nargs);
+    for (size_t i = 0; i < l->nargs; i++)
+        if ((st = emit_arg(g, k, i)))
+            return st;
+    return KH_OK;
+}
+
+/* Once everything is checked: the tensors' device, the device guard and
+ * stream, the workspace, and the launches. */
+static kh_status emit_launches(gen *g)
+{
+    const kh_task_def *d = g->d;
+    const kh_task_manifest *m = g->m;
+    sb *o = &g->out;
     sb_lit(o, "\n");
     for (size_t i = 0; i < d->ninputs + d->noutputs; i++) {
         int is_out = i >= d->ninputs;
@@ -734,8 +614,28 @@ static kh_status emit_entry(gen *g)
                      "           stream, &shared_set%zu[device]);\n", k + 1, k + 1, k + 1, k + 1,
                   k + 1);
     }
-    sb_lit(o, "}\n}  // namespace\n}  // namespace khlua_export\n\n");
-    sb_printf(o, "TVM_FFI_DLL_EXPORT_TYPED_FUNC(%s, khlua_export::%s);\n", ENTRY_SYMBOL,
+    return KH_OK;
+}
+
+/* The entry, run(): everything computed and checked before the first CUDA
+ * call (a bad size or dimension stops the call with nothing launched),
+ * then the device, the workspace and the launches. */
+static kh_status emit_entry(gen *g)
+{
+    kh_status st;
+    if ((st = emit_signature(g)))
+        return st;
+    emit_tensor_checks(g);
+    emit_axes(g);
+    if ((st = emit_workspace_sizes(g)))
+        return st;
+    for (size_t k = 0; k < g->m->nlaunches; k++)
+        if ((st = emit_launch_values(g, k)))
+            return st;
+    if ((st = emit_launches(g)))
+        return st;
+    sb_lit(&g->out, "}\n}  // namespace\n}  // namespace khlua_export\n\n");
+    sb_printf(&g->out, "TVM_FFI_DLL_EXPORT_TYPED_FUNC(%s, khlua_export::%s);\n", ENTRY_SYMBOL,
               ENTRY_SYMBOL);
     return KH_OK;
 }
@@ -811,9 +711,9 @@ static kh_status generate(gen *g, char **out)
     sb_lit(o, "\nnamespace khlua_export {\nnamespace {\nconst char kSolution[] = \"");
     sb_text(o, g->name, 1);
     sb_lit(o, "\";\n");
-    sb_add(o, support, strlen(support));
+    sb_add(o, kh_fib_support(), strlen(kh_fib_support()));
     if (m->nworkspace)
-        sb_add(o, support_workspace, strlen(support_workspace));
+        sb_add(o, kh_fib_support_workspace(), strlen(kh_fib_support_workspace()));
     char *table = kh_fib_kernel_table(m, g->opts);
     if (!table) {
         free(entry.p);

@@ -1,5 +1,7 @@
 /* fib_export_int.h: what fib_export.c takes from fib_export_image.c, the
- * kernels an exported solution launches (khlua's cubin, or nvcc's build). */
+ * kernels an exported solution launches (khlua's cubin, or nvcc's build),
+ * and from fib_export_support.c, the part of binding.cu that does not
+ * depend on the manifest. */
 #ifndef KH_FIB_EXPORT_INT_H
 #define KH_FIB_EXPORT_INT_H
 
@@ -30,5 +32,15 @@ kh_status kh_fib_kernels_check(const kh_task_manifest *m, const kh_fib_export_op
 
 /* The table index of launch's kernel. */
 size_t kh_fib_kernel_index(const kh_task_manifest *m, size_t launch);
+
+/* C++ for binding.cu (inside its namespace, after kSolution): the value()
+ * helper, the tensor, device and launch checks, the device guard and the
+ * launcher.  Static text. */
+const char *kh_fib_support(void);
+
+/* C++ for binding.cu after kh_fib_support's, when the manifest has
+ * workspace buffers: one workspace block per device, grown when a call
+ * needs more and kept for the next calls.  Static text. */
+const char *kh_fib_support_workspace(void);
 
 #endif
