@@ -683,9 +683,9 @@ static kh_status nvrtc_verdict(const kh_nvrtc_api *nv, const nvrtc_out *no, kh_a
     return KH_OK;
 }
 
-/* 4. the manifest's kernels must be symbols of the cubin: KH_ECOMPILE when
- * one is not (the log says so, and the cubin is dropped). */
-static kh_status manifest_kernels(const kh_compile_req *req, kh_artifact *a, kh_err *err)
+/* 4. the manifest's kernels must be symbols of the cubin (compile.h); the
+ * compile service checks its answers with it too. */
+kh_status kh_compile_check_kernels(const kh_compile_req *req, kh_artifact *a, kh_err *err)
 {
     for (size_t i = 0; i < req->n_kernels; i++) {
         if (kh_cubin_find(&a->res, req->kernels[i]))
@@ -708,6 +708,7 @@ static kh_status manifest_kernels(const kh_compile_req *req, kh_artifact *a, kh_
         a->cubin = NULL;
         a->cubin_len = 0;
         kh_cubin_info_free(&a->res);
+        a->ok = 0;
         return st;
     }
     return KH_OK;
@@ -797,7 +798,7 @@ kh_status kh_compile_build(kh_compiler *c, const kh_compile_req *req, kh_artifac
         goto fail;
     }
     a->t.parse = kh_now() - tp;
-    if ((st = manifest_kernels(req, a, err)))
+    if ((st = kh_compile_check_kernels(req, a, err)))
         goto partial;
     a->ok = 1;
     a->t.total = kh_now() - t0;

@@ -139,6 +139,12 @@ void kh_artifact_free(kh_artifact *a);
 kh_status kh_compile_key(kh_compiler *c, const kh_compile_req *req, unsigned char key[16],
                          kh_err *err);
 
+/* The manifest's kernels (req->kernels) must be symbols of a's cubin, as
+ * kh_compile_build and the compile service check them: KH_OK, or KH_ECOMPILE
+ * with the missing kernel and the cubin's kernels in err->msg and appended to
+ * a's log, the cubin dropped and a->ok cleared. */
+kh_status kh_compile_check_kernels(const kh_compile_req *req, kh_artifact *a, kh_err *err);
+
 /* What a request must pass before it compiles, as kh_compile_build and the
  * compile service run it: the header names (kh_srccheck_names), none the
  * name of a file on the include path (NVRTC would hand the candidate's text

@@ -422,37 +422,6 @@ static void finish(job *j, kh_status st, const kh_err *err, kh_artifact *a)
         kh_err_clear(&j->res->err);
 }
 
-/* The manifest kernels must be symbols of the cubin (as compile.c checks). */
-static kh_status check_kernels(const kh_compile_req *req, kh_artifact *a, kh_err *err)
-{
-    for (size_t i = 0; a->ok && i < req->n_kernels; i++) {
-        if (kh_cubin_find(&a->res, req->kernels[i]))
-            continue;
-        char have[512] = "";
-        for (size_t k = 0; k < a->res.n_kernels; k++) {
-            size_t hl = strlen(have);
-            snprintf(have + hl, sizeof have - hl, "%s%s", k ? ", " : "", a->res.kernels[k].name);
-        }
-        kh_err_set(err, KH_ECOMPILE, "kernel '%s' is not in the cubin (kernels: %s); "
-                   "manifest kernels need extern \"C\" names", req->kernels[i],
-                   have[0] ? have : "none");
-        char *log = malloc(a->log_len + strlen(err->msg) + 2);
-        if (log) {
-            sprintf(log, "%s%s\n", a->log, err->msg);
-            free(a->log);
-            a->log = log;
-            a->log_len = strlen(log);
-        }
-        free(a->cubin);
-        a->cubin = NULL;
-        a->cubin_len = 0;
-        kh_cubin_info_free(&a->res);
-        a->ok = 0;
-        return KH_ECOMPILE;
-    }
-    return KH_OK;
-}
-
 /* A compiler verdict (from a server or from here): cache it, then check the
  * manifest. */
 static void verdict(kh_compile_service *s, kh_store *store, job *j, kh_status st,
@@ -461,8 +430,8 @@ static void verdict(kh_compile_service *s, kh_store *store, job *j, kh_status st
     if (a && store && !j->req->no_cache && (st == KH_OK || (st == KH_ECOMPILE && !a->ok)))
         store_put(s, store, j->req, a);
     kh_err kerr = *err;
-    if (st == KH_OK && a)
-        st = check_kernels(j->req, a, &kerr);
+    if (st == KH_OK && a && a->ok)
+        st = kh_compile_check_kernels(j->req, a, &kerr);
     finish(j, st, &kerr, a);
 }
 
@@ -509,8 +478,8 @@ static void prepare(kh_compile_service *s, kh_store *store, job *j)
             /* this answer's timings, as for an in-memory hit (the record
              * keeps the compile's) */
             a->t = (kh_compile_timings){.check = tc, .key = tk, .total = kh_now() - t0};
-            if (st == KH_OK)
-                st = check_kernels(req, a, &err);
+            if (st == KH_OK && a->ok)
+                st = kh_compile_check_kernels(req, a, &err);
             finish(j, st, &err, a);
             return;
         }
