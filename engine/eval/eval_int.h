@@ -225,6 +225,8 @@ typedef struct job {
     size_t slot;
     wres res;
     json_t *placement;  /* where it ran: slot, gpu, host, pids, slurm job */
+    int stage;          /* the wl_stage that filed it (khlua.phases) */
+    double t_post, t_done; /* kh_now() when filed and when its reply was in */
 } job;
 
 /* ---- a verdict being made --------------------------------------------------- */
@@ -255,8 +257,19 @@ typedef enum wl_stage {
     WL_DONE
 } wl_stage;
 
+/* What one stage of a workload cost (khlua.phases): the coordinator's own
+ * seconds in it, and its worker requests: how many, the workers' seconds,
+ * the seconds from filing to reply (queue, start, transfer, run), and the
+ * bytes sent with them and sent back. */
+typedef struct phase_cost {
+    double coord_s, worker_s, wait_s;
+    size_t requests;
+    uint64_t bytes_sent, bytes_back;
+} phase_cost;
+
 typedef struct wstate {
     wl_stage stage;
+    phase_cost ph[WL_DONE];
     size_t wl;                   /* its index in the run */
     const kh_task_workload *w, *shape_of;
     job *posted[EVAL_MAX_POSTED]; /* the stage's filed requests, in filing order */

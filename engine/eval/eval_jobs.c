@@ -50,6 +50,8 @@ kh_status eval_post(wctx *c, wstate *s, int host, const json_t *params, const ar
     }
     j->host = host;
     j->wl = c->wl;
+    j->stage = (int)s->stage;
+    j->t_post = kh_now();
     j->params = json_incref((json_t *)params);
     memcpy(j->pl, c->pl, c->pl_len);
     j->pl_len = c->pl_len;
@@ -83,6 +85,7 @@ static void dispatch(kh_eval *ev, const kh_eval_opts *o, int *wl_group)
             j->res.err = perr;
             j->res.not_run = 1;
             j->state = JOB_DONE;
+            j->t_done = kh_now();
             continue;
         }
         size_t n = kh_pool_size(p), k = eval_group_size(ev, j->host), pick = n;
@@ -114,6 +117,7 @@ static void dispatch(kh_eval *ev, const kh_eval_opts *o, int *wl_group)
             j->res.st = st;
             j->res.not_run = after.calls == before.calls;
             j->state = JOB_DONE;
+            j->t_done = kh_now();
             continue;
         }
         j->state = JOB_RUNNING;
@@ -138,6 +142,7 @@ static size_t collect(kh_eval *ev, kh_pool *p, int host, double wait_s)
         j->res.err = d[i].d.err;
         j->res.reply = d[i].d.reply;
         j->res.seconds = d[i].d.seconds;
+        j->t_done = kh_now();
         j->placement = eval_placement_json(ev, p, d[i].slot, d[i].d.w);
         j->state = JOB_DONE;
         /* a candidate that crashed its host worker broke that process, not

@@ -645,12 +645,31 @@ static kh_status step(wctx *c, wstate *s, int resumed, kh_err *err)
     return KH_OK;
 }
 
+/* The replies of the requests s's stage filed, counted in its phase. */
+static void count_requests(wstate *s)
+{
+    phase_cost *p = &s->ph[s->stage];
+    for (size_t i = 0; i < s->nposted; i++) {
+        const job *j = s->posted[i];
+        p->requests++;
+        p->worker_s += j->res.seconds;
+        if (j->t_done > j->t_post)
+            p->wait_s += j->t_done - j->t_post;
+        p->bytes_sent += j->pl_len;
+        p->bytes_back += j->res.reply.payload_len;
+    }
+}
+
 kh_status eval_advance(wctx *c, wstate *s, kh_err *err)
 {
     while (s->stage != WL_DONE) {
         wl_stage was = s->stage;
         int resumed = s->nposted > 0;
+        if (resumed)
+            count_requests(s);
+        double t0 = kh_now();
         kh_status st = step(c, s, resumed, err);
+        s->ph[was].coord_s += kh_now() - t0;
         if (st)
             return st;
         if (resumed)

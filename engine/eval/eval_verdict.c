@@ -115,6 +115,36 @@ void eval_verdict_begin(wctx *c, wstate *s)
     }
 }
 
+/* khlua.phases: per stage that did anything, the coordinator's seconds in
+ * it and its worker requests (phase_cost, eval_int.h): where a workload's
+ * time went.  The verdict's own stage is still running here, so its
+ * recording is not in it. */
+static double usec(double s) { return round(s * 1e6) / 1e6; }
+
+static json_t *phases_json(const wstate *s)
+{
+    static const char *const names[WL_DONE] = {
+        "build", "reference", "candidate", "compare", "tvd", "timed_refs", "timing",
+        "ref_timing", "sanitize", "verdict"};
+    json_t *o = json_object();
+    for (int k = 0; o && k < WL_DONE; k++) {
+        const phase_cost *p = &s->ph[k];
+        if (!p->requests && p->coord_s <= 0)
+            continue;
+        json_t *x = json_pack("{s:f, s:I}", "coordinator_s", usec(p->coord_s), "requests",
+                              (json_int_t)p->requests);
+        if (x && p->requests)
+            json_object_update_new(x, json_pack("{s:f, s:f, s:I, s:I}", "worker_s",
+                                                usec(p->worker_s), "wait_s", usec(p->wait_s),
+                                                "bytes_sent",
+                                                (json_int_t)p->bytes_sent, "bytes_back",
+                                                (json_int_t)p->bytes_back));
+        if (x)
+            json_object_set_new(o, names[k], x);
+    }
+    return o;
+}
+
 kh_status eval_verdict_end(wctx *c, wstate *s, kh_err *err)
 {
     const kh_eval_opts *o = c->o;
@@ -173,6 +203,7 @@ kh_status eval_verdict_end(wctx *c, wstate *s, kh_err *err)
     json_object_set_new(kl, "checks", v->checks);
     v->checks = NULL;
     json_object_set_new(kl, "coordinator_seconds", json_real(c->coord_s + kh_now() - c->call_t0));
+    json_object_set_new(kl, "phases", phases_json(s));
     json_object_set_new(kl, "failed_check", v->failed ? json_string(v->failed) : json_null());
     json_object_set_new(kl, "detail", json_string(v->detail));
     if (v->has_correctness)

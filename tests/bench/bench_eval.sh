@@ -78,6 +78,28 @@ print(n, ok, "%.3f" % ws, "%.3f" % cs)
 PY
 }
 
+# phases PKG TAG: the traces' khlua.phases summed over the workloads, a line
+# per stage: the coordinator's seconds, the requests' worker seconds and
+# seconds from filing to reply, and the payload megabytes each way
+phases() {
+  python3 - "$out/$1.$2.jsonl" <<'PY'
+import json, sys
+tot = {}
+for line in open(sys.argv[1]):
+    if not line.strip().startswith("{"):
+        continue
+    ph = json.loads(line)["evaluation"].get("khlua", {}).get("phases") or {}
+    for k, v in ph.items():
+        t = tot.setdefault(k, [0.0] * 6)
+        for i, f in enumerate(("coordinator_s", "requests", "worker_s", "wait_s",
+                               "bytes_sent", "bytes_back")):
+            t[i] += v.get(f, 0)
+for k, t in tot.items():
+    print("    %-11s coord %7.3f s  req %3d  worker %7.3f s  wait %7.3f s  sent %8.1f MB  back %8.1f MB"
+          % (k, t[0], t[1], t[2], t[3], t[4] / 1e6, t[5] / 1e6))
+PY
+}
+
 row() { printf '%-34s %-16s %9s %9s %7s %9s %9s %9s\n' "$@" | tee -a "$table"; }
 row package run wall_s per_wl_s passed worker_s coord_s vs_FIB
 rc=0
@@ -118,6 +140,7 @@ for p in "$@"; do
     per=$(awk -v w="$wall" -v n="$n" 'BEGIN { printf "%.4f", n ? w / n : 0 }')
     vs=$(awk -v x="$per" -v f="$fib_per" 'BEGIN { printf "%.2f", (f > 0 ? x / f : 0) }')
     row "$p" "$run" "$wall" "$per" "$ok/$n" "$ws" "$cs" "$vs"
+    phases "$p" "$run" | tee -a "$table"
   done
 done
 echo "vs_FIB: khlua's seconds per workload over FlashInfer-Bench's pipeline's, same run" | tee -a "$table"
