@@ -420,6 +420,19 @@ kh_status eval_ref_latency_post(wctx *c, wstate *s, kh_err *err)
     if ((st = eval_request(c, ref, a, 1, &p, err)))
         return st;
     eval_add_timing(c, p, 0);
+    /* Only its timing is wanted here, not its outputs (the reference stage
+     * has them): one trial, and from the gpu worker no output bytes at all
+     * (an empty list of element ranges per output), where a whole trial of
+     * a large workload's outputs would cross to this process for nothing. */
+    json_t *tr = json_object_get(p, "trials");
+    while (json_array_size(tr) > 1)
+        json_array_remove(tr, json_array_size(tr) - 1);
+    if (!eval_is_host(ref) && json_array_size(tr) == 1) {
+        json_t *none = json_object();
+        for (size_t i = 0; i < c->d->noutputs; i++)
+            json_object_set_new(none, c->d->outputs[i].name, json_array());
+        json_object_set_new(json_array_get(tr, 0), "ranges", none);
+    }
     /* the trusted reference: the host worker may rotate a few input sets
      * instead of generating each timed call's afresh (a 64 MiB input takes
      * longer to draw than to use) */
