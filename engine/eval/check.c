@@ -151,23 +151,16 @@ static elem_err element_error(double x, double y, const kh_check_opts *o)
     return e;
 }
 
-/* The one pass over both tensors.  Accumulators live in locals (stores
- * through r could alias the tensors' bytes and defeat registers), and the
- * function is inlined once per dtype with t constant, so the decoding switch
- * disappears from the loop. */
-typedef struct scan_acc {
-    uint64_t fails, out_inf, out_nan, ref_nonfinite, max_ulp;
-    int64_t first_fail, first_inf, first_nan, worst;
-    double max_abs, max_rel, sdiff, sref;
-    int abs_nan, rel_nan;
-} scan_acc;
-
+/* The one pass over a chunk of both tensors.  Accumulators live in locals
+ * (stores through r could alias the tensors' bytes and defeat registers),
+ * and the function is inlined once per dtype with t constant, so the
+ * decoding switch disappears from the loop. */
 static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tensor *out,
                                                        const kh_tensor *ref,
                                                        const kh_check_opts *o, uint64_t lo,
-                                                       uint64_t n, scan_acc *res)
+                                                       uint64_t n, kh_check_part *res)
 {
-    scan_acc a = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
+    kh_check_part a = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
     const void *xp = out->data, *yp = ref->data;
     for (uint64_t i = lo; i < n; i++) {
         uint64_t cx = kh_dtype_get_code(t, xp, i), cy = kh_dtype_get_code(t, yp, i);
@@ -203,12 +196,20 @@ static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tens
         if (d > a.max_ulp)
             a.max_ulp = d;
     }
+    if (a.worst >= 0) {
+        a.worst_out = kh_dtype_load(t, xp, (uint64_t)a.worst);
+        a.worst_ref = kh_dtype_load(t, yp, (uint64_t)a.worst);
+    }
+    if (a.first_fail >= 0) {
+        a.fail_out = kh_dtype_load(t, xp, (uint64_t)a.first_fail);
+        a.fail_ref = kh_dtype_load(t, yp, (uint64_t)a.first_fail);
+    }
     *res = a;
 }
 
 /* One chunk [lo, hi), the dtype's loop chosen once. */
 static int scan_range(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
-                      uint64_t lo, uint64_t hi, scan_acc *acc)
+                      uint64_t lo, uint64_t hi, kh_check_part *acc)
 {
     switch (out->dtype) {
 #define KH_SCAN_CASE(T)                                                                   \
@@ -233,10 +234,13 @@ static int scan_range(const kh_tensor *out, const kh_tensor *ref, const kh_check
 }
 
 /* a then b (b's elements come after a's): the sequential loop's result */
-static void acc_merge(scan_acc *a, const scan_acc *b)
+static void acc_merge(kh_check_part *a, const kh_check_part *b)
 {
-    if (a->first_fail < 0)
+    if (a->first_fail < 0) {
         a->first_fail = b->first_fail;
+        a->fail_out = b->fail_out;
+        a->fail_ref = b->fail_ref;
+    }
     if (a->first_inf < 0)
         a->first_inf = b->first_inf;
     if (a->first_nan < 0)
@@ -244,6 +248,8 @@ static void acc_merge(scan_acc *a, const scan_acc *b)
     if (b->worst >= 0 && (a->worst < 0 || b->max_abs > a->max_abs)) {
         a->max_abs = b->max_abs;
         a->worst = b->worst;
+        a->worst_out = b->worst_out;
+        a->worst_ref = b->worst_ref;
     }
     if (b->max_rel > a->max_rel)
         a->max_rel = b->max_rel;
@@ -259,15 +265,15 @@ static void acc_merge(scan_acc *a, const scan_acc *b)
     a->rel_nan |= b->rel_nan;
 }
 
-/* Chunks of a fixed size, whatever the thread count: the sums add in one
- * order, so the figures are the same bits on a laptop and a 16-core host. */
-#define KH_CHECK_CHUNK (1u << 18)
+/* Chunks of a fixed size (KH_CHECK_CHUNK), whatever the thread count: the
+ * sums add in one order, so the figures are the same bits on a laptop, a
+ * 16-core host and the GPU. */
 #define KH_CHECK_MAX_THREADS 32
 
 typedef struct scan_job {
     const kh_tensor *out, *ref;
     const kh_check_opts *o;
-    scan_acc *parts;
+    kh_check_part *parts;
     uint64_t nchunks;
     unsigned first, stride;
 } scan_job;
@@ -283,26 +289,15 @@ static void *scan_chunks(void *arg)
     return NULL;
 }
 
-static void scan_all(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
-                     scan_acc *acc)
+/* Every chunk's part into parts (nchunks of them), on up to o->threads
+ * threads. */
+static void scan_parts(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                       kh_check_part *parts, uint64_t nchunks)
 {
-    uint64_t n = out->numel, nchunks = (n + KH_CHECK_CHUNK - 1) / KH_CHECK_CHUNK;
     long cpus = o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN);
     unsigned nt = cpus < 1 ? 1 : cpus > KH_CHECK_MAX_THREADS ? KH_CHECK_MAX_THREADS : (unsigned)cpus;
     if (nt > nchunks)
         nt = nchunks ? (unsigned)nchunks : 1;
-    scan_acc *parts = nchunks > 1 ? calloc(nchunks, sizeof *parts) : NULL;
-    if (!parts || nt < 2) { /* one chunk, one CPU, or no memory for the parts */
-        free(parts);
-        scan_range(out, ref, o, 0, n < KH_CHECK_CHUNK ? n : KH_CHECK_CHUNK, acc);
-        for (uint64_t c = 1; c < nchunks; c++) { /* the same chunks, the same bits */
-            scan_acc p;
-            uint64_t lo = c * KH_CHECK_CHUNK;
-            scan_range(out, ref, o, lo, lo + KH_CHECK_CHUNK < n ? lo + KH_CHECK_CHUNK : n, &p);
-            acc_merge(acc, &p);
-        }
-        return;
-    }
     scan_job jobs[KH_CHECK_MAX_THREADS];
     pthread_t tid[KH_CHECK_MAX_THREADS];
     int started[KH_CHECK_MAX_THREADS] = {0};
@@ -319,10 +314,85 @@ static void scan_all(const kh_tensor *out, const kh_tensor *ref, const kh_check_
         else
             scan_chunks(&jobs[k]);
     }
+}
+
+static void scan_all(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                     kh_check_part *acc)
+{
+    uint64_t n = out->numel, nchunks = kh_check_nchunks(n);
+    kh_check_part *parts = nchunks > 1 ? calloc(nchunks, sizeof *parts) : NULL;
+    if (!parts) { /* one chunk, or no memory for the parts: the same chunks in turn */
+        scan_range(out, ref, o, 0, n < KH_CHECK_CHUNK ? n : KH_CHECK_CHUNK, acc);
+        for (uint64_t c = 1; c < nchunks; c++) { /* the same chunks, the same bits */
+            kh_check_part p;
+            uint64_t lo = c * KH_CHECK_CHUNK;
+            scan_range(out, ref, o, lo, lo + KH_CHECK_CHUNK < n ? lo + KH_CHECK_CHUNK : n, &p);
+            acc_merge(acc, &p);
+        }
+        return;
+    }
+    scan_parts(out, ref, o, parts, nchunks);
     *acc = parts[0];
     for (uint64_t c = 1; c < nchunks; c++)
         acc_merge(acc, &parts[c]);
     free(parts);
+}
+
+/* The verdict of numel elements from their merged part. */
+static void finish(const kh_check_part *acc, uint64_t numel, const kh_check_opts *o,
+                   kh_check_result *r)
+{
+    r->numel = numel;
+    r->fails = acc->fails;
+    r->first_fail = acc->first_fail;
+    r->out_inf = acc->out_inf;
+    r->out_nan = acc->out_nan;
+    r->ref_nonfinite = acc->ref_nonfinite;
+    r->max_abs_error = acc->max_abs;
+    r->max_rel_error = acc->max_rel;
+    r->max_ulp_error = acc->max_ulp;
+    r->worst_index = acc->worst;
+    if (acc->worst >= 0) {
+        r->worst_out = acc->worst_out;
+        r->worst_ref = acc->worst_ref;
+    }
+    double sdiff = acc->sdiff, sref = acc->sref;
+    /* torch's max() propagates NaN */
+    if (acc->abs_nan)
+        r->max_abs_error = NAN;
+    if (acc->rel_nan)
+        r->max_rel_error = NAN;
+    r->norm_error = sref > 0 ? sqrt(sdiff) / sqrt(sref) : (sdiff > 0 ? INFINITY : 0.0);
+
+    if (r->out_inf) {
+        r->final = 1;
+        r->max_abs_error = r->max_rel_error = INFINITY;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "output has %llu inf value(s) (first at element %lld)",
+                    (unsigned long long)r->out_inf, (long long)acc->first_inf);
+        return;
+    }
+    if (r->out_nan) {
+        r->final = 1;
+        r->max_abs_error = r->max_rel_error = NAN;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "output has %llu NaN value(s) (first at element %lld)",
+                    (unsigned long long)r->out_nan, (long long)acc->first_nan);
+        return;
+    }
+    if (r->numel) {
+        double m = 1.0 - (double)r->fails / (double)r->numel;
+        r->matched_ratio = m < 0 ? 0 : m > 1 ? 1 : m;
+    }
+    if (r->matched_ratio < o->required_ratio) {
+        uint64_t i = (uint64_t)r->first_fail;
+        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
+                    "%llu of %llu elements exceed atol=%g and rtol=%g: matched ratio %.6f < "
+                    "required %g (first at element %llu: output %.9g, reference %.9g)",
+                    (unsigned long long)r->fails, (unsigned long long)r->numel, o->atol, o->rtol,
+                    r->matched_ratio, o->required_ratio, (unsigned long long)i,
+                    acc->fail_out, acc->fail_ref);
+    }
 }
 
 kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
@@ -339,63 +409,51 @@ kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_
     if (shape_dtype(out, ref, r))
         return KH_OK;
 
-    scan_acc acc;
+    kh_check_part acc;
     if (out->dtype < 0 || out->dtype > KH_DTYPE_BOOL)
         return kh_err_set(err, KH_EINVAL, "compare: invalid dtype %d", (int)out->dtype);
     scan_all(out, ref, o, &acc);
-    r->numel = out->numel;
-    r->fails = acc.fails;
-    r->first_fail = acc.first_fail;
-    r->out_inf = acc.out_inf;
-    r->out_nan = acc.out_nan;
-    r->ref_nonfinite = acc.ref_nonfinite;
-    r->max_abs_error = acc.max_abs;
-    r->max_rel_error = acc.max_rel;
-    r->max_ulp_error = acc.max_ulp;
-    r->worst_index = acc.worst;
-    if (acc.worst >= 0) {
-        r->worst_out = kh_tensor_get(out, (uint64_t)acc.worst);
-        r->worst_ref = kh_tensor_get(ref, (uint64_t)acc.worst);
-    }
-    int abs_nan = acc.abs_nan, rel_nan = acc.rel_nan;
-    int64_t first_inf = acc.first_inf, first_nan = acc.first_nan;
-    double sdiff = acc.sdiff, sref = acc.sref;
-    /* torch's max() propagates NaN */
-    if (abs_nan)
-        r->max_abs_error = NAN;
-    if (rel_nan)
-        r->max_rel_error = NAN;
-    r->norm_error = sref > 0 ? sqrt(sdiff) / sqrt(sref) : (sdiff > 0 ? INFINITY : 0.0);
+    finish(&acc, out->numel, o, r);
+    return KH_OK;
+}
 
-    if (r->out_inf) {
-        r->final = 1;
-        r->max_abs_error = r->max_rel_error = INFINITY;
-        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
-                    "output has %llu inf value(s) (first at element %lld)",
-                    (unsigned long long)r->out_inf, (long long)first_inf);
-        return KH_OK;
+kh_status kh_check_parts(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                         kh_check_part *parts, kh_err *err)
+{
+    kh_check_opts def;
+    if (!o) {
+        kh_check_opts_default(&def);
+        o = &def;
     }
-    if (r->out_nan) {
-        r->final = 1;
-        r->max_abs_error = r->max_rel_error = NAN;
-        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
-                    "output has %llu NaN value(s) (first at element %lld)",
-                    (unsigned long long)r->out_nan, (long long)first_nan);
-        return KH_OK;
+    kh_check_result r;
+    kh_check_result_init(&r);
+    if (!out || !ref || shape_dtype(out, ref, &r) || out->dtype < 0 ||
+        out->dtype > KH_DTYPE_BOOL)
+        return kh_err_set(err, KH_EINVAL, "compare: two tensors of one shape and dtype are "
+                          "required%s%s", r.reason[0] ? ": " : "", r.reason);
+    scan_parts(out, ref, o, parts, kh_check_nchunks(out->numel));
+    return KH_OK;
+}
+
+kh_status kh_check_from_parts(const kh_check_part *parts, size_t nparts, uint64_t numel,
+                              const kh_check_opts *o, kh_check_result *r, kh_err *err)
+{
+    kh_check_result_init(r);
+    kh_check_opts def;
+    if (!o) {
+        kh_check_opts_default(&def);
+        o = &def;
     }
-    if (r->numel) {
-        double m = 1.0 - (double)r->fails / (double)r->numel;
-        r->matched_ratio = m < 0 ? 0 : m > 1 ? 1 : m;
-    }
-    if (r->matched_ratio < o->required_ratio) {
-        uint64_t i = (uint64_t)r->first_fail;
-        fail_status(r, KH_CHECK_INCORRECT_NUMERICAL,
-                    "%llu of %llu elements exceed atol=%g and rtol=%g: matched ratio %.6f < "
-                    "required %g (first at element %llu: output %.9g, reference %.9g)",
-                    (unsigned long long)r->fails, (unsigned long long)r->numel, o->atol, o->rtol,
-                    r->matched_ratio, o->required_ratio, (unsigned long long)i,
-                    kh_tensor_get(out, i), kh_tensor_get(ref, i));
-    }
+    if (nparts != kh_check_nchunks(numel) || (nparts && !parts))
+        return kh_err_set(err, KH_EINVAL, "compare: %zu parts for %llu elements (%llu expected)",
+                          nparts, (unsigned long long)numel,
+                          (unsigned long long)kh_check_nchunks(numel));
+    kh_check_part acc = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
+    if (nparts)
+        acc = parts[0];
+    for (size_t c = 1; c < nparts; c++)
+        acc_merge(&acc, &parts[c]);
+    finish(&acc, numel, o, r);
     return KH_OK;
 }
 

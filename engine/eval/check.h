@@ -97,6 +97,38 @@ typedef struct kh_check_result {
 kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
                            kh_check_result *r, kh_err *err);
 
+/* ---- the comparison in parts -----------------------------------------------
+ * kh_check_compare cuts the elements into chunks of KH_CHECK_CHUNK, scans
+ * each in element order into a part, and merges the parts in chunk order;
+ * so every figure, the sums of norm_error included, is the same bits
+ * whoever scans the chunks.  The gpu worker scans them on the device
+ * (engine/gpu/gpu_check.c, the same layout) and kh_check_from_parts gives
+ * the verdict kh_check_compare gives on the host copies. */
+#define KH_CHECK_CHUNK (1u << 18)
+
+typedef struct kh_check_part {
+    uint64_t fails, out_inf, out_nan, ref_nonfinite, max_ulp;
+    int64_t first_fail, first_inf, first_nan, worst; /* -1: none */
+    double max_abs, max_rel, sdiff, sref;
+    int32_t abs_nan, rel_nan;
+    /* the values (decoded) at worst and at first_fail; 0 where none */
+    double worst_out, worst_ref, fail_out, fail_ref;
+} kh_check_part;
+
+/* Chunks of n elements. */
+static inline uint64_t kh_check_nchunks(uint64_t n)
+{
+    return (n + KH_CHECK_CHUNK - 1) / KH_CHECK_CHUNK;
+}
+/* The parts of out against ref on the host, kh_check_nchunks(numel) of
+ * them; both tensors of one shape and dtype (KH_EINVAL otherwise). */
+kh_status kh_check_parts(const kh_tensor *out, const kh_tensor *ref, const kh_check_opts *o,
+                         kh_check_part *parts, kh_err *err);
+/* The verdict from the parts of numel elements of one dtype (shape and
+ * dtype already found equal), as kh_check_compare gives it. */
+kh_status kh_check_from_parts(const kh_check_part *parts, size_t nparts, uint64_t numel,
+                              const kh_check_opts *o, kh_check_result *r, kh_err *err);
+
 /* Fold one output's (or trial's) result into an aggregate, in the order FIB
  * evaluates them (trials, then outputs), as FIB reports a workload
  * (evaluators/default.py check_correctness): a final verdict (r->final)

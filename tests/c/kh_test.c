@@ -2,6 +2,11 @@
 #include "kh_test.h"
 
 #include "core/doctor.h"
+#include "task/dtype.h"
+#include "task/rng.h"
+#include "task/tensor.h"
+
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,4 +105,38 @@ unsigned char *kh_test_nvrtc_cubin(const char *src, const char *arch, size_t *le
     nv.nvrtcGetCUBIN(p, (char *)cubin);
     nv.nvrtcDestroyProgram(&p);
     return cubin;
+}
+
+void kh_test_compare_pair(int t, uint64_t n, uint64_t seed, int finite_only,
+                          struct kh_tensor **out, struct kh_tensor **ref)
+{
+    kh_err err;
+    int64_t shape[1] = {(int64_t)n};
+    kh_dtype dt = (kh_dtype)t;
+    if (kh_tensor_new(ref, dt, 1, shape, &err) || kh_tensor_new(out, dt, 1, shape, &err))
+        fail_msg("%s", err.msg);
+    if (finite_only) {
+        if (kh_rng_fill(NULL, *ref, seed, 1, &err))
+            fail_msg("%s", err.msg);
+    } else {
+        for (uint64_t i = 0; i < n; i++)
+            kh_dtype_set_code(dt, (*ref)->data, i, kh_rng_code_at(KH_DTYPE_I64, seed, 1, i));
+    }
+    memcpy((*out)->data, (*ref)->data, kh_dtype_nbytes(dt, n));
+    int bits = (int)kh_dtype_nbytes(dt, 8); /* the bytes of 8 elements: bits of one */
+    uint64_t mask = bits >= 64 ? ~0ull : (1ull << bits) - 1;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t h = kh_rng_code_at(KH_DTYPE_I64, seed, 2, i);
+        uint64_t c = kh_dtype_get_code(dt, (*ref)->data, i);
+        if (h % 100 == 0 && !finite_only) {
+            c = kh_rng_code_at(KH_DTYPE_I64, seed, 3, i) & mask;
+        } else if (h % 10 == 1) {
+            /* a few codes up or down: close, but maybe not close enough */
+            uint64_t d = 1 + (h >> 8) % 3;
+            c = ((h >> 4) & 1 ? c + d : c - d) & mask;
+            if (finite_only && !isfinite(kh_dtype_decode(dt, c)))
+                c = kh_dtype_get_code(dt, (*ref)->data, i);
+        }
+        kh_dtype_set_code(dt, (*out)->data, i, c);
+    }
 }

@@ -33,7 +33,14 @@ int kh_test_have_gpu(void);
 /* Write a file; fails the test on error. */
 void kh_test_write_file(const char *path, const char *text);
 
-
+/* An output and a reference of n elements of dtype t for the comparison's
+ * tests, from seed: the reference random bit patterns (finite_only: random
+ * finite values), the output a copy with about a tenth of its elements
+ * moved a few codes and a hundredth replaced by other random ones (NaN,
+ * inf and subnormals among them unless finite_only). */
+struct kh_tensor;
+void kh_test_compare_pair(int t, uint64_t n, uint64_t seed, int finite_only,
+                          struct kh_tensor **out, struct kh_tensor **ref);
 
 /* Compile CUDA source to a cubin with NVRTC for arch (e.g. "sm_90a");
  * returns malloc'ed bytes or fails the test with the log. */

@@ -7,6 +7,7 @@
 #include "kh_test.h"
 
 #include "eval/check.h"
+#include "gpu/gpu_check.h"
 #include "task/rng.h"
 
 #include <math.h>
@@ -862,6 +863,57 @@ static void test_sampling_mask(void **state)
     kh_tensor_free(p);
 }
 
+/* The comparison in parts (check.h), as the gpu worker makes it: parts
+ * scanned chunk by chunk and merged give the bits kh_check_compare gives,
+ * whole result and reason, for every dtype, across chunk edges, in both
+ * precisions, with and without non-finite values. */
+static void test_parts_same_bits(void **state)
+{
+    const uint64_t sizes[] = {0, 1, 37, KH_CHECK_CHUNK + 13, 2 * KH_CHECK_CHUNK + 5};
+    size_t cases = 0;
+    for (int t = 0; t < KH_DTYPE_COUNT; t++)
+        for (size_t si = 0; si < KH_ARRAY_LEN(sizes); si++)
+            for (int v = 0; v < 4; v++) {
+                kh_tensor *out, *ref;
+                kh_test_compare_pair(t, sizes[si], seed + (uint64_t)(t * 64 + si * 4 + v), v & 1,
+                                     &out, &ref);
+                kh_check_opts o;
+                kh_check_opts_default(&o);
+                o.precision = v & 2 ? KH_CHECK_DOUBLE : KH_CHECK_FIB_F32;
+                o.required_ratio = 0.9;
+                kh_check_result a, b;
+                kh_err err;
+                assert_int_equal(kh_check_compare(out, ref, &o, &a, &err), KH_OK);
+                uint64_t np = kh_check_nchunks(sizes[si]);
+                kh_check_part *parts = calloc(np ? np : 1, sizeof *parts);
+                assert_non_null(parts);
+                assert_int_equal(kh_check_parts(out, ref, &o, parts, &err), KH_OK);
+                assert_int_equal(kh_check_from_parts(parts, np, sizes[si], &o, &b, &err), KH_OK);
+                if (memcmp(&a, &b, sizeof a))
+                    fail_msg("dtype %d, %llu elements, case %d: '%s' vs '%s'", t,
+                             (unsigned long long)sizes[si], v, a.reason, b.reason);
+                /* a wrong count of parts is an error, not a verdict */
+                assert_int_equal(kh_check_from_parts(parts, np + 1, sizes[si], &o, &b, &err),
+                                 KH_EINVAL);
+                free(parts);
+                kh_tensor_free(out);
+                kh_tensor_free(ref);
+                cases++;
+            }
+    assert_int_equal(cases, KH_DTYPE_COUNT * 5 * 4);
+}
+
+/* The device's side of it (engine/gpu/gpu_check.c, run by
+ * test_gpu_check.c where there is a GPU) compiles here. */
+static void test_device_source_compiles(void **state)
+{
+    size_t len = 0;
+    unsigned char *cubin = kh_test_nvrtc_cubin(kh_gpu_cmp_source(), "sm_90", &len);
+    assert_non_null(cubin);
+    assert_true(len > 1000);
+    free(cubin);
+}
+
 int main(void)
 {
     seed = ((uint64_t)time(NULL) << 8) ^ (uint64_t)clock();
@@ -873,6 +925,7 @@ int main(void)
         cmocka_unit_test(test_merge_and_evaluators),  cmocka_unit_test(test_dsa_topk),
         cmocka_unit_test(test_sorted_scores_padding), cmocka_unit_test(test_threads_same_bits),
         cmocka_unit_test(test_sampling), cmocka_unit_test(test_sampling_mask),
+        cmocka_unit_test(test_parts_same_bits), cmocka_unit_test(test_device_source_compiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,327 @@
+/* gpu_check.c: the default comparison on the device (gpu_check.h).  The
+ * kernel's arithmetic follows check.c and dtype.h operation for operation;
+ * test_gpu_check.c holds the two to the same bits on every dtype, special
+ * values included. */
+#include "gpu/gpu_check.h"
+
+#include "compile/compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the device's struct part is this layout, field for field */
+_Static_assert(sizeof(kh_check_part) == 144, "kh_check_part: 144 bytes, as the kernel's part");
+_Static_assert(KH_DTYPE_F32 == 0 && KH_DTYPE_F16 == 1 && KH_DTYPE_BF16 == 2 &&
+                   KH_DTYPE_F8E4M3 == 3 && KH_DTYPE_F8E5M2 == 4 && KH_DTYPE_F4E2M1 == 5 &&
+                   KH_DTYPE_I64 == 6 && KH_DTYPE_I32 == 7 && KH_DTYPE_I16 == 8 &&
+                   KH_DTYPE_I8 == 9 && KH_DTYPE_BOOL == 10,
+               "the kernel's dtype numbers");
+
+/* One warp per chunk.  Each lane takes every 32nd element of the chunk, in
+ * order, keeping the order-free figures (counts, maxima, first indices) of
+ * its own; the sums of norm_error are added in element order, the warp's 32
+ * products passed lane by lane, so they round as the host's loop does. */
+static const char cmp_src[] =
+    "typedef unsigned long long u64;\n"
+    "typedef long long i64;\n"
+    "typedef unsigned int u32;\n"
+    "struct part {\n"
+    "  u64 fails, out_inf, out_nan, ref_nonfinite, max_ulp;\n"
+    "  i64 first_fail, first_inf, first_nan, worst;\n"
+    "  double max_abs, max_rel, sdiff, sref;\n"
+    "  int abs_nan, rel_nan;\n"
+    "  double worst_out, worst_ref, fail_out, fail_ref;\n"
+    "};\n"
+    "enum { F32, F16, BF16, E4M3, E5M2, E2M1, I64, I32, I16, I8, BOOL };\n"
+    "__device__ __forceinline__ u64 code_at(int t, const unsigned char *p, u64 i) {\n"
+    "  switch (t) {\n"
+    "  case E2M1: return (p[i >> 1] >> ((i & 1) * 4)) & 0xFu;\n"
+    "  case E4M3: case E5M2: case I8: case BOOL: return p[i];\n"
+    "  case F16: case BF16: case I16: return ((const unsigned short *)p)[i];\n"
+    "  case F32: case I32: return ((const u32 *)p)[i];\n"
+    "  case I64: return ((const u64 *)p)[i];\n"
+    "  }\n"
+    "  return 0;\n"
+    "}\n"
+    "__device__ __forceinline__ double f32bits(u32 b) { return (double)__uint_as_float(b); }\n"
+    "__device__ double f16v(u32 h) {\n"
+    "  u32 sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;\n"
+    "  if (e == 0x1F) return f32bits(sign | 0x7F800000u | (m << 13));\n"
+    "  if (e == 0) { double v = (double)m * 5.9604644775390625e-08; return sign ? -v : v; }\n"
+    "  return f32bits(sign | ((e + 112u) << 23) | (m << 13));\n"
+    "}\n"
+    "__device__ double e4m3v(u32 c) {\n"
+    "  u32 sign = (c & 0x80u) << 24, e = (c >> 3) & 0xFu, m = c & 7u;\n"
+    "  if (e == 15 && m == 7) return __longlong_as_double(0x7FF8000000000000ll);\n"
+    "  if (e == 0) { double v = (double)m * 0.001953125; return sign ? -v : v; }\n"
+    "  return f32bits(sign | ((e + 120u) << 23) | (m << 20));\n"
+    "}\n"
+    "__device__ double decode(int t, u64 c) {\n"
+    "  switch (t) {\n"
+    "  case F32: return f32bits((u32)c);\n"
+    "  case BF16: return f32bits((u32)(c & 0xFFFFu) << 16);\n"
+    "  case F16: return f16v((u32)(c & 0xFFFFu));\n"
+    "  case E5M2: return f16v((u32)(c & 0xFFu) << 8);\n"
+    "  case E4M3: return e4m3v((u32)(c & 0xFFu));\n"
+    "  case E2M1: {\n"
+    "    double v;\n"
+    "    switch (c & 7u) {\n"
+    "    case 0: v = 0.0; break; case 1: v = 0.5; break; case 2: v = 1.0; break;\n"
+    "    case 3: v = 1.5; break; case 4: v = 2.0; break; case 5: v = 3.0; break;\n"
+    "    case 6: v = 4.0; break; default: v = 6.0; break;\n"
+    "    }\n"
+    "    return (c & 8u) ? -v : v;\n"
+    "  }\n"
+    "  case I64: return (double)(i64)c;\n"
+    "  case I32: return (double)(int)(u32)c;\n"
+    "  case I16: return (double)(short)(unsigned short)c;\n"
+    "  case I8: return (double)(signed char)(unsigned char)c;\n"
+    "  case BOOL: return (c & 0xFF) ? 1.0 : 0.0;\n"
+    "  }\n"
+    "  return __longlong_as_double(0x7FF8000000000000ll);\n"
+    "}\n"
+    "__device__ i64 ordinal(int t, u64 code) {\n"
+    "  int sb = t == F32 ? 31 : (t == F16 || t == BF16) ? 15 : t == E2M1 ? 3 : 7;\n"
+    "  u64 mag = code & ((1ull << sb) - 1u);\n"
+    "  return ((code >> sb) & 1u) ? -(i64)mag : (i64)mag;\n"
+    "}\n"
+    "__device__ int code_nan(int t, u64 c) {\n"
+    "  switch (t) {\n"
+    "  case F32: return (c & 0x7FFFFFFFu) > 0x7F800000u;\n"
+    "  case F16: return (c & 0x7FFFu) > 0x7C00u;\n"
+    "  case BF16: return (c & 0x7FFFu) > 0x7F80u;\n"
+    "  case E5M2: return (c & 0x7Fu) > 0x7Cu;\n"
+    "  case E4M3: return (c & 0x7Fu) == 0x7Fu;\n"
+    "  }\n"
+    "  return 0;\n"
+    "}\n"
+    "__device__ u64 ulp(int t, u64 a, u64 b) {\n"
+    "  if (t <= E2M1) {\n"
+    "    if (code_nan(t, a) || code_nan(t, b)) return ~0ull;\n"
+    "    i64 x = ordinal(t, a), y = ordinal(t, b);\n"
+    "    return x > y ? (u64)x - (u64)y : (u64)y - (u64)x;\n"
+    "  }\n"
+    "  i64 x = (i64)decode(t, a), y = (i64)decode(t, b);\n"
+    "  if (t == I64) { x = (i64)a; y = (i64)b; }\n"
+    "  return x > y ? (u64)x - (u64)y : (u64)y - (u64)x;\n"
+    "}\n"
+    "__device__ __forceinline__ i64 first_of(i64 a, i64 b) {\n"
+    "  return a < 0 ? b : b < 0 ? a : a < b ? a : b;\n"
+    "}\n"
+    "#define FULL 0xffffffffu\n"
+    "extern \"C\" __global__ void kh_cmp_parts(const unsigned char *out, const unsigned char *ref,\n"
+    "    u64 n, int t, double atol, double rtol, int f32, u64 chunk, struct part *parts,\n"
+    "    u64 nchunks) {\n"
+    "  u64 wid = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
+    "  u64 nw = ((u64)gridDim.x * blockDim.x) >> 5;\n"
+    "  int lane = threadIdx.x & 31;\n"
+    "  for (u64 c = wid; c < nchunks; c += nw) {\n"
+    "    u64 lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;\n"
+    "    u64 fails = 0, oinf = 0, onan = 0, rnf = 0, mulp = 0;\n"
+    "    i64 ff = -1, finf = -1, fnan = -1, worst = -1;\n"
+    "    double mabs = 0, mrel = 0, sd = 0, sr = 0;\n"
+    "    int anan = 0, rnan = 0;\n"
+    "    for (u64 base = lo; base < hi; base += 32) {\n"
+    "      u64 i = base + lane;\n"
+    "      double dd = 0, yy = 0;\n"
+    "      int fin = 0;\n"
+    "      if (i < hi) {\n"
+    "        u64 cx = code_at(t, out, i), cy = code_at(t, ref, i);\n"
+    "        double x = decode(t, cx), y = decode(t, cy);\n"
+    "        int xfin = isfinite(x), yfin = isfinite(y);\n"
+    "        if (!xfin) {\n"
+    "          if (isinf(x) && oinf++ == 0) finf = (i64)i;\n"
+    "          if (isnan(x) && onan++ == 0) fnan = (i64)i;\n"
+    "        }\n"
+    "        if (!yfin) rnf++;\n"
+    "        double ea, er;\n"
+    "        int ef;\n"
+    "        if (f32) {\n"
+    "          float xf = (float)x, yf = (float)y;\n"
+    "          float a = fabsf(xf - yf);\n"
+    "          float rl = a / (fabsf(yf) + 1e-8f);\n"
+    "          ea = a; er = rl; ef = a > (float)atol && rl > (float)rtol;\n"
+    "        } else {\n"
+    "          double a = fabs(x - y);\n"
+    "          double rl = a / (fabs(y) + 1e-8);\n"
+    "          ea = a; er = rl; ef = a > atol && rl > rtol;\n"
+    "        }\n"
+    "        if (isnan(ea)) anan = 1;\n"
+    "        else if (ea > mabs || worst < 0) { mabs = ea; worst = (i64)i; }\n"
+    "        if (isnan(er)) rnan = 1;\n"
+    "        else if (er > mrel) mrel = er;\n"
+    "        if (ef && fails++ == 0) ff = (i64)i;\n"
+    "        if (xfin && yfin) { dd = (x - y) * (x - y); yy = y * y; fin = 1; }\n"
+    "        u64 d = ulp(t, cx, cy);\n"
+    "        if (d > mulp) mulp = d;\n"
+    "      }\n"
+    "      for (int k = 0; k < 32; k++) {\n"
+    "        double a = __shfl_sync(FULL, dd, k), b = __shfl_sync(FULL, yy, k);\n"
+    "        if (__shfl_sync(FULL, fin, k)) { sd += a; sr += b; }\n"
+    "      }\n"
+    "    }\n"
+    "    for (int off = 16; off; off >>= 1) {\n"
+    "      fails += __shfl_down_sync(FULL, fails, off);\n"
+    "      oinf += __shfl_down_sync(FULL, oinf, off);\n"
+    "      onan += __shfl_down_sync(FULL, onan, off);\n"
+    "      rnf += __shfl_down_sync(FULL, rnf, off);\n"
+    "      u64 ou = __shfl_down_sync(FULL, mulp, off);\n"
+    "      if (ou > mulp) mulp = ou;\n"
+    "      ff = first_of(ff, __shfl_down_sync(FULL, ff, off));\n"
+    "      finf = first_of(finf, __shfl_down_sync(FULL, finf, off));\n"
+    "      fnan = first_of(fnan, __shfl_down_sync(FULL, fnan, off));\n"
+    "      double om = __shfl_down_sync(FULL, mabs, off);\n"
+    "      i64 ow = __shfl_down_sync(FULL, worst, off);\n"
+    "      if (ow >= 0 && (worst < 0 || om > mabs || (om == mabs && ow < worst))) {\n"
+    "        mabs = om; worst = ow;\n"
+    "      }\n"
+    "      double orl = __shfl_down_sync(FULL, mrel, off);\n"
+    "      if (orl > mrel) mrel = orl;\n"
+    "      anan |= __shfl_down_sync(FULL, anan, off);\n"
+    "      rnan |= __shfl_down_sync(FULL, rnan, off);\n"
+    "    }\n"
+    "    if (lane == 0) {\n"
+    "      struct part p;\n"
+    "      p.fails = fails; p.out_inf = oinf; p.out_nan = onan; p.ref_nonfinite = rnf;\n"
+    "      p.max_ulp = mulp; p.first_fail = ff; p.first_inf = finf; p.first_nan = fnan;\n"
+    "      p.worst = worst; p.max_abs = mabs; p.max_rel = mrel; p.sdiff = sd; p.sref = sr;\n"
+    "      p.abs_nan = anan; p.rel_nan = rnan;\n"
+    "      p.worst_out = worst >= 0 ? decode(t, code_at(t, out, (u64)worst)) : 0.0;\n"
+    "      p.worst_ref = worst >= 0 ? decode(t, code_at(t, ref, (u64)worst)) : 0.0;\n"
+    "      p.fail_out = ff >= 0 ? decode(t, code_at(t, out, (u64)ff)) : 0.0;\n"
+    "      p.fail_ref = ff >= 0 ? decode(t, code_at(t, ref, (u64)ff)) : 0.0;\n"
+    "      parts[c] = p;\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+const char *kh_gpu_cmp_source(void) { return cmp_src; }
+
+struct kh_gpu_cmp {
+    const kh_cuda_api *cu;
+    CUstream stream;
+    CUmodule mod;
+    CUfunction fn;
+    CUdeviceptr parts; /* device copy of the parts, cap of them */
+    size_t cap;
+};
+
+static kh_status cu_ok(const kh_cuda_api *cu, CUresult r, const char *what, kh_err *err)
+{
+    if (r == CUDA_SUCCESS)
+        return KH_OK;
+    char m[400];
+    kh_cuda_describe(cu, r, m, sizeof m);
+    return kh_err_set(err, KH_ECUDA, "%s (the device comparison): %s", what, m);
+}
+
+kh_gpu_cmp *kh_gpu_cmp_new(kh_engine *e, const kh_cuda_api *cu, const char *arch, CUstream s,
+                           kh_err *err)
+{
+    kh_gpu_cmp *c = calloc(1, sizeof *c);
+    if (!c) {
+        kh_err_set(err, KH_ENOMEM, "out of memory");
+        return NULL;
+    }
+    c->cu = cu;
+    c->stream = s;
+    kh_compiler *cc = kh_compile_new(e, err);
+    if (!cc) {
+        free(c);
+        return NULL;
+    }
+    /* the host rounds every operation: no contraction into FMAs */
+    const char *opts[] = {"--fmad=false"};
+    const char *kernels[] = {"kh_cmp_parts"};
+    kh_compile_req req = {.source = cmp_src, .source_len = strlen(cmp_src),
+                          .name = "kh_cmp_parts.cu", .arch = arch, .options = opts,
+                          .n_options = 1, .kernels = kernels, .n_kernels = 1, .trusted = 1,
+                          .no_pch = 1, .no_cache = 1};
+    kh_artifact *a = NULL;
+    kh_status st = kh_compile_build(cc, &req, &a, err);
+    if (st && a && a->log)
+        kh_err_set(err, st, "compiling the device comparison for %s: %.300s", arch ? arch : "",
+                   a->log);
+    if (!st)
+        st = cu_ok(cu, cu->cuModuleLoadData(&c->mod, a->cubin), "cuModuleLoadData", err);
+    kh_artifact_free(a);
+    kh_compile_free(cc);
+    if (!st)
+        st = cu_ok(cu, cu->cuModuleGetFunction(&c->fn, c->mod, "kh_cmp_parts"),
+                   "cuModuleGetFunction", err);
+    if (st) {
+        kh_gpu_cmp_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void kh_gpu_cmp_free(kh_gpu_cmp *c)
+{
+    if (!c)
+        return;
+    if (c->parts)
+        c->cu->cuMemFree(c->parts);
+    if (c->mod)
+        c->cu->cuModuleUnload(c->mod);
+    free(c);
+}
+
+kh_status kh_gpu_cmp_parts(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
+                           uint64_t numel, const kh_check_opts *o, kh_check_part *parts,
+                           kh_err *err)
+{
+    kh_check_opts def;
+    if (!o) {
+        kh_check_opts_default(&def);
+        o = &def;
+    }
+    if ((int)t < 0 || t > KH_DTYPE_BOOL)
+        return kh_err_set(err, KH_EINVAL, "device comparison: invalid dtype %d", (int)t);
+    unsigned long long n = numel, nchunks = kh_check_nchunks(numel), chunk = KH_CHECK_CHUNK;
+    if (!nchunks)
+        return KH_OK;
+    const kh_cuda_api *cu = c->cu;
+    kh_status st = KH_OK;
+    if (c->cap < nchunks) {
+        if (c->parts)
+            cu->cuMemFree(c->parts);
+        c->parts = 0;
+        c->cap = 0;
+        if ((st = cu_ok(cu, cu->cuMemAlloc(&c->parts, nchunks * sizeof *parts), "cuMemAlloc",
+                        err)))
+            return st;
+        c->cap = nchunks;
+    }
+    int ti = (int)t, f32 = o->precision == KH_CHECK_FIB_F32;
+    double atol = o->atol, rtol = o->rtol;
+    void *args[] = {&out, &ref, &n, &ti, &atol, &rtol, &f32, &chunk, &c->parts, &nchunks};
+    /* 8 warps (chunks) a block */
+    unsigned grid = (unsigned)((nchunks + 7) / 8);
+    if (grid > 4096)
+        grid = 4096;
+    st = cu_ok(cu, cu->cuLaunchKernel(c->fn, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
+               "cuLaunchKernel", err);
+    if (!st)
+        st = cu_ok(cu, cu->cuStreamSynchronize(c->stream), "cuStreamSynchronize", err);
+    if (!st)
+        st = cu_ok(cu, cu->cuMemcpyDtoH(parts, c->parts, nchunks * sizeof *parts),
+                   "cuMemcpyDtoH", err);
+    return st;
+}
+
+kh_status kh_gpu_cmp_run(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
+                         uint64_t numel, const kh_check_opts *o, kh_check_result *r,
+                         kh_err *err)
+{
+    uint64_t np = kh_check_nchunks(numel);
+    kh_check_part *parts = np ? calloc(np, sizeof *parts) : NULL;
+    if (np && !parts)
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    kh_status st = kh_gpu_cmp_parts(c, t, out, ref, numel, o, parts, err);
+    if (!st)
+        st = kh_check_from_parts(parts, np, numel, o, r, err);
+    free(parts);
+    return st;
+}
