@@ -17,13 +17,10 @@ local SRC = os.getenv("KH_SOURCE_DIR") or "."
 -- its number, when one not listed goes over, and when a listed one is back
 -- within the limit or gone: then delete its line (never raise a number).
 local ALLOW = {
-  -- engine .c files over 1,000 lines
-  file_lines = {
-    ["engine/gpu/gpu_eval.c"] = 1250,           -- issue 20
-  },
+  -- engine .c files over 1,000 lines: none
+  file_lines = {},
   -- C functions over 150 lines, "file:function"
   function_lines = {
-    ["engine/gpu/gpu_eval.c:kh_gpu_evaluate"] = 274,         -- issue 20
     ["engine/profile/rprof.c:kh_rprof_run"] = 214,           -- issue 20
   },
   -- policies that still write records through tx:put / db:put / :put_blob: none

@@ -1,0 +1,147 @@
+/* gpu_eval_int.h: what gpu_eval.c (the request, the artifact, the checks
+ * and the timing target) shares with gpu_eval_buf.c (the buffers: the
+ * generator and the checksum, request parsing, allocation, filling, the
+ * copies into the reply payload, guard bands and input sums), and nobody
+ * outside engine/gpu/ sees.  gpu_eval.c calls gpu_eval_buf.c, never the
+ * other way. */
+#ifndef KH_GPU_EVAL_INT_H
+#define KH_GPU_EVAL_INT_H
+
+#include "gpu/gpu_eval.h"
+#include "gpu/launch.h"
+#include "task/dtype.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAX_TENSORS 64
+#define MAX_SETS 8
+#define MAX_RANGES 256
+
+enum { ROLE_IN, ROLE_OUT, ROLE_WS };
+enum { GEN_NONE, GEN_RANDOM, GEN_SCALAR, GEN_BYTES, GEN_DSA_KCACHE };
+
+typedef struct ev_tensor {
+    char name[64];
+    int role;
+    kh_dtype dtype;
+    int has_dtype;
+    uint64_t numel;
+    size_t bytes;
+    int gen;
+    uint32_t stream;
+    double scalar;
+    size_t pay_off, pay_len;
+    int zero;
+    uint64_t dims[4]; /* GEN_DSA_KCACHE: [num_pages, page_size, 1, head_dim + 4] */
+} ev_tensor;
+
+/* Kept across evaluations: the generator and checksum modules (gpu_eval.h). */
+struct kh_gpu_eval {
+    kh_engine *e;
+    kh_gpu *g;
+    kh_cupti *c;
+    CUmodule rng_mod, util_mod;
+    CUfunction rng_fill, rng_kcache, checksum;
+    CUdeviceptr sum_buf;
+};
+
+/* The reply payload, grown as outputs are copied in. */
+typedef struct obuf {
+    unsigned char *p;
+    size_t n, cap;
+} obuf;
+
+/* One `evaluate` request: its tensors, buffers, launch lists and timing state. */
+typedef struct ev_run {
+    kh_gpu_eval *ev;
+    const json_t *launches;
+    const unsigned char *payload;
+    ev_tensor ts[MAX_TENSORS];
+    size_t nt;
+    /* in[set] holds every input's buffer for that input set; outputs and
+     * workspace are one set of buffers that every call writes */
+    kh_launch_buf in[MAX_SETS][MAX_TENSORS];
+    kh_launch_buf shared[MAX_TENSORS]; /* outputs and workspace */
+    int nsets;
+    CUmodule mod;
+    kh_launch_list lists[MAX_SETS];
+    int nlists;
+    uint64_t set_seed[MAX_SETS];
+    int set_fixed[MAX_SETS]; /* the set's bytes and scalar inputs are in place */
+    /* the bits of each one-element input per set, for {"scalar": name}
+     * arguments passed by value (read back from the device after a fill) */
+    uint64_t scal[MAX_SETS][MAX_TENSORS];
+    /* timing state: k (call) counts every call of the timing phase, warm-up
+     * included; the call's input set is k mod nsets, refilled before it
+     * from the seed derived from (timing_seed, k) */
+    int timed, trial, poison;
+    long call;
+    int cur_set;
+    uint64_t timing_seed, sample_seed;
+    double verify_p;       /* a timed call is verified with this probability (secret draw) */
+    int max_verified, nverified, verify_now;
+    int rcount;            /* > 0: a verified call returns rcount ranges of relems elements */
+    uint64_t relems;       /* per output (kh_rng_ranges), not the whole outputs */
+    int inputs_check, guards_check;
+    json_t *timed_outputs, *failures;
+    struct obuf *out;      /* the reply payload */
+    size_t guard;    /* guard band bytes per side (GUARD; 0 under compute-sanitizer) */
+    /* what the launch lists were bound against */
+    kh_launch_buf views[MAX_SETS][MAX_TENSORS];
+    /* cuda_so: the loaded object and its entry instead of launch lists */
+    struct so_entry *so;
+} ev_run;
+
+/* ---- gpu_eval_buf.c ------------------------------------------------------------ */
+
+/* The generator and the checksum kernel, compiled for this GPU once. */
+kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err);
+
+/* The request's "tensors" into ts[0..*nt) (a bytes input's slice must lie
+ * within the payload's payload_len bytes).  An error naming the entry
+ * otherwise. */
+kh_status gev_parse_tensors(const json_t *arr, size_t payload_len, ev_tensor *ts, size_t *nt,
+                            kh_err *err);
+
+/* The view of set k that a launch list binds against: the set's inputs, the
+ * shared outputs and workspace. */
+void gev_view(ev_run *r, int set, kh_launch_buf *out);
+
+/* A buffer (with r->guard bytes of guard band) for every tensor whose role
+ * is in roles_mask; gev_free_set frees those allocated. */
+kh_status gev_alloc_set(ev_run *r, kh_launch_buf *bufs, int roles_mask, kh_err *err);
+void gev_free_set(ev_run *r, kh_launch_buf *bufs);
+
+/* A one-element input, which {"scalar": name} may pass by value. */
+int gev_is_scalar_input(const ev_tensor *t);
+
+/* Hand set's scalar values to every launch list that reads that set. */
+void gev_apply_scalars(ev_run *r, int set);
+
+/* Fill set's inputs for seed; with fresh_only, the random ones alone (the
+ * others once per set), then read the one-element ones back for
+ * gev_apply_scalars. */
+kh_status gev_fill_inputs(ev_run *r, int set, uint64_t seed, int fresh_only, kh_err *err);
+
+/* Zero the workspace buffers that ask for it ("zero"). */
+kh_status gev_zero_workspace(ev_run *r, kh_err *err);
+
+/* Copy every output in bufs to the payload; returns {name: [off, len]}. */
+json_t *gev_copy_outputs(ev_run *r, const kh_launch_buf *bufs, obuf *o, kh_err *err);
+
+/* Copy element ranges of every output in bufs to the payload: those want
+ * names, else those kh_rng_ranges draws for timed call `call`; sets
+ * *ranges_out to the ranges copied. */
+json_t *gev_copy_ranged(ev_run *r, const kh_launch_buf *bufs, const json_t *want, long call,
+                        obuf *o, json_t **ranges_out, kh_err *err);
+
+/* Whether every buffer in bufs has its guard bands intact; if not, why
+ * names the tensor. */
+int gev_guards_ok(ev_run *r, const kh_launch_buf *bufs, char *why, size_t whyn);
+
+/* The checksum of each input of set into sums (0 for the other tensors). */
+kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err);
+
+#endif
