@@ -455,48 +455,12 @@ static const char *flush_l2(kh_rprof *p, kh_err *err, kh_status *st)
     return "memset";
 }
 
-kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, json_t **out,
-                       kh_err *err)
+/* The session's counter-data image, sized for one range per launch, and the
+ * range profiler's configuration (after cuptiRangeProfilerEnable). */
+static kh_status set_config(kh_rprof *p, session *s, kh_launch_list *l, const kh_rprof_opts *o,
+                            const char **used, size_t nused, kh_err *err)
 {
-    *out = NULL;
-    if (!l->nlaunches)
-        return kh_err_set(err, KH_EINVAL, "profile: the launch list has no launches");
-    if (!o->nmetrics)
-        return kh_err_set(err, KH_EINVAL, "profile: no metrics asked for");
-    double t0 = kh_now();
     kh_status st = KH_OK;
-    session S = {0}, *s = &S;
-    const char **used = calloc(o->nmetrics, sizeof *used);
-    double *vals = calloc(o->nmetrics, sizeof *vals);
-    json_t *dropped = json_array(), *ranges = json_array();
-    size_t nused = 0, passes = 0, dropped_ranges = 0, nranges = 0;
-    int enabled = 0;
-    double t_collect = 0;
-    const char *flush = "none";
-    if (!used || !vals) {
-        st = kh_err_set(err, KH_ENOMEM, "out of memory");
-        goto out;
-    }
-    if (!o->kernel_replay)
-        sweep_init(p);
-    if ((st = config(p, s, o, used, &nused, dropped, err)))
-        goto out;
-    kh_host_num_passes np = {.structSize = KH_SZ(kh_host_num_passes, numOfPasses)};
-    np.configImageSize = s->config_n;
-    np.pConfigImage = s->config;
-    CK(p->cuptiProfilerHostGetNumOfPasses(&np), "cuptiProfilerHostGetNumOfPasses");
-
-    /* Before the profiler is enabled: no allocation inside a session. */
-    if (!o->kernel_replay && (st = snapshot(p, s, l, err)))
-        goto out;
-
-    CUpti_RangeProfiler_Enable_Params ep = {
-        .structSize = CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
-    ep.ctx = p->ctx;
-    CK(p->cuptiRangeProfilerEnable(&ep), "cuptiRangeProfilerEnable");
-    s->rp = ep.pRangeProfilerObject;
-    enabled = 1;
-
     CUpti_RangeProfiler_GetCounterDataSize_Params cs = {
         .structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE};
     cs.pRangeProfilerObject = s->rp;
@@ -534,10 +498,18 @@ kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, j
     sc.passIndex = 0;
     sc.targetNestingLevel = 1;
     CK(p->cuptiRangeProfilerSetConfig(&sc), "cuptiRangeProfilerSetConfig");
+out:
+    return st;
+}
 
-    if ((st = kh_gpu_sync(p->g, err)))
-        goto out;
-    double tc = kh_now();
+/* Run the list once per pass until CUPTI has every pass (user replay: the
+ * buffers restored first, each launch its own range after an L2 flush;
+ * kernel replay: CUPTI replays each launch itself).  *passes counts them,
+ * *flush names the L2 flush used. */
+static kh_status run_passes(kh_rprof *p, session *s, kh_launch_list *l, const kh_rprof_opts *o,
+                            size_t *passes, const char **flush, kh_err *err)
+{
+    kh_status st = KH_OK;
     for (;;) {
         if (!o->kernel_replay && (st = restore(p, s, l, err)))
             goto out;
@@ -555,7 +527,7 @@ kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, j
             }
             /* Cold L2 before each range, like ncu's --cache-control all; the
              * flush lies outside the range, so it is not counted. */
-            flush = flush_l2(p, err, &st);
+            *flush = flush_l2(p, err, &st);
             if (st)
                 goto out;
             char name[160];
@@ -578,26 +550,38 @@ kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, j
             .structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE};
         tp.pRangeProfilerObject = s->rp;
         CK(p->cuptiRangeProfilerStop(&tp), "cuptiRangeProfilerStop");
-        passes++;
+        (*passes)++;
         if (tp.isAllPassSubmitted)
             break;
-        if (passes >= MAX_PASSES) {
+        if (*passes >= MAX_PASSES) {
             st = kh_err_set(err, KH_ECUDA, "range profiler: not done after %d passes",
                             MAX_PASSES);
             goto out;
         }
     }
+out:
+    return st;
+}
+
+/* Decode the counter data and evaluate the used metrics of every range
+ * (vals: room for them) into ranges, each under its launch index; ranges
+ * CUPTI dropped are counted in *dropped_ranges. */
+static kh_status decode_ranges(kh_rprof *p, session *s, kh_launch_list *l,
+                               const kh_rprof_opts *o, const char **used, size_t nused,
+                               double *vals, json_t *ranges, size_t *dropped_ranges, kh_err *err)
+{
+    kh_status st = KH_OK;
     CUpti_RangeProfiler_DecodeData_Params dd = {
         .structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE};
     dd.pRangeProfilerObject = s->rp;
     CK(p->cuptiRangeProfilerDecodeData(&dd), "cuptiRangeProfilerDecodeData");
-    dropped_ranges = dd.numOfRangeDropped;
+    *dropped_ranges = dd.numOfRangeDropped;
     CUpti_RangeProfiler_GetCounterDataInfo_Params di = {
         .structSize = CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE};
     di.pCounterDataImage = s->counter;
     di.counterDataImageSize = s->counter_n;
     CK(p->cuptiRangeProfilerGetCounterDataInfo(&di), "cuptiRangeProfilerGetCounterDataInfo");
-    nranges = di.numTotalRanges;
+    size_t nranges = di.numTotalRanges;
     for (size_t r = 0; r < nranges; r++) {
         kh_host_range_name rn = {.structSize = KH_SZ(kh_host_range_name, pRangeName)};
         rn.pCounterDataImage = s->counter;
@@ -637,6 +621,62 @@ kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, j
                                                                    : "?",
                                                 "range", rname, "metrics", m));
     }
+out:
+    return st;
+}
+
+kh_status kh_rprof_run(kh_rprof *p, kh_launch_list *l, const kh_rprof_opts *o, json_t **out,
+                       kh_err *err)
+{
+    *out = NULL;
+    if (!l->nlaunches)
+        return kh_err_set(err, KH_EINVAL, "profile: the launch list has no launches");
+    if (!o->nmetrics)
+        return kh_err_set(err, KH_EINVAL, "profile: no metrics asked for");
+    double t0 = kh_now();
+    kh_status st = KH_OK;
+    session S = {0}, *s = &S;
+    const char **used = calloc(o->nmetrics, sizeof *used);
+    double *vals = calloc(o->nmetrics, sizeof *vals);
+    json_t *dropped = json_array(), *ranges = json_array();
+    size_t nused = 0, passes = 0, dropped_ranges = 0;
+    int enabled = 0;
+    double t_collect = 0;
+    const char *flush = "none";
+    if (!used || !vals) {
+        st = kh_err_set(err, KH_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (!o->kernel_replay)
+        sweep_init(p);
+    if ((st = config(p, s, o, used, &nused, dropped, err)))
+        goto out;
+    kh_host_num_passes np = {.structSize = KH_SZ(kh_host_num_passes, numOfPasses)};
+    np.configImageSize = s->config_n;
+    np.pConfigImage = s->config;
+    CK(p->cuptiProfilerHostGetNumOfPasses(&np), "cuptiProfilerHostGetNumOfPasses");
+
+    /* Before the profiler is enabled: no allocation inside a session. */
+    if (!o->kernel_replay && (st = snapshot(p, s, l, err)))
+        goto out;
+
+    CUpti_RangeProfiler_Enable_Params ep = {
+        .structSize = CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
+    ep.ctx = p->ctx;
+    CK(p->cuptiRangeProfilerEnable(&ep), "cuptiRangeProfilerEnable");
+    s->rp = ep.pRangeProfilerObject;
+    enabled = 1;
+
+    if ((st = set_config(p, s, l, o, used, nused, err)))
+        goto out;
+
+    if ((st = kh_gpu_sync(p->g, err)))
+        goto out;
+    double tc = kh_now();
+    if ((st = run_passes(p, s, l, o, &passes, &flush, err)))
+        goto out;
+    if ((st = decode_ranges(p, s, l, o, used, nused, vals, ranges, &dropped_ranges, err)))
+        goto out;
     t_collect = kh_now() - tc;
 out:
     if (enabled) {
