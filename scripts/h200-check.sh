@@ -38,7 +38,7 @@ part=${1:-}
 shift || true
 case "$part" in
 tests)
-  KH_GPU_SKIP="${KH_GPU_SKIP:-gpu_kernels}" KH_GPU_TEST_TIMEOUT=${KH_GPU_TEST_TIMEOUT:-200} \
+  KH_GPU_SKIP="${KH_GPU_SKIP:-gpu_kernels}" KH_GPU_TEST_TIMEOUT=${KH_GPU_TEST_TIMEOUT:-450} \
     OUT="$out" bash scripts/gpu-tests.sh build-portable | grep -v '^  '
   grep '^# rt_\|^not ok\|^#   /' "$out/gpu-tests.log" | head -60
   ;;
