@@ -502,7 +502,7 @@ static kh_status run_trial(ev_run *r, const ev_checks *ck, const json_t *tj, siz
                        (!first_len || !memcmp(o->p + first_off, o->p + start, first_len));
             if (ck->det_check)
                 json_object_set_new(tchecks, "deterministic",
-                                    json_string(same ? "ok" : "differs"));
+                                    json_string(same ? "ok" : "failed"));
             if (same) {
                 /* bit-identical under both poisons (so every byte was
                  * written): the second copy is not sent, the
