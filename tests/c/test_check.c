@@ -875,7 +875,8 @@ static void test_parts_same_bits(void **state)
         for (size_t si = 0; si < KH_ARRAY_LEN(sizes); si++)
             for (int v = 0; v < 4; v++) {
                 kh_tensor *out, *ref;
-                kh_test_compare_pair(t, sizes[si], seed + (uint64_t)(t * 64 + si * 4 + v), v & 1,
+                /* fixed seeds: a failure reruns as it was */
+                kh_test_compare_pair(t, sizes[si], 0x9A27ull + (uint64_t)(t * 64 + si * 4 + v), v & 1,
                                      &out, &ref);
                 kh_check_opts o;
                 kh_check_opts_default(&o);

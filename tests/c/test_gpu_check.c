@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static kh_cuda_api cu;
 static CUdevice dev;
@@ -176,7 +175,7 @@ int main(void)
         printf("# no GPU: skipped\n");
         return KH_TEST_SKIP;
     }
-    seed = ((uint64_t)time(NULL) << 16) ^ 0xC0FFEEull;
+    seed = 0xC0FFEE5EEDull; /* fixed: a failure reruns as it was */
     printf("# seed %llu\n", (unsigned long long)seed);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_same_bits),
                                        cmocka_unit_test(test_large)};
