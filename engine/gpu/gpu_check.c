@@ -194,6 +194,23 @@ static const char cmp_src[] =
     "      parts[c] = p;\n"
     "    }\n"
     "  }\n"
+    "}\n"
+    "extern \"C\" __global__ void kh_cmp_same(const u64 *a, const u64 *b, u64 nwords,\n"
+    "    u32 ntail, u32 *differ) {\n"
+    "  u64 stride = (u64)gridDim.x * blockDim.x;\n"
+    "  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nwords; i += stride)\n"
+    "    if (a[i] != b[i]) { *differ = 1u; return; }\n"
+    "  if (blockIdx.x == 0 && threadIdx.x == 0) {\n"
+    "    const unsigned char *ta = (const unsigned char *)(a + nwords),\n"
+    "                        *tb = (const unsigned char *)(b + nwords);\n"
+    "    for (u32 j = 0; j < ntail; j++) if (ta[j] != tb[j]) *differ = 1u;\n"
+    "  }\n"
+    "}\n"
+    "extern \"C\" __global__ void kh_cmp_find(const unsigned char *p, u64 n, int t, u64 code,\n"
+    "    u64 *first) {\n"
+    "  u64 stride = (u64)gridDim.x * blockDim.x;\n"
+    "  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)\n"
+    "    if (code_at(t, p, i) == code) { atomicMin(first, i); return; }\n"
     "}\n";
 
 const char *kh_gpu_cmp_source(void) { return cmp_src; }
@@ -202,8 +219,9 @@ struct kh_gpu_cmp {
     const kh_cuda_api *cu;
     CUstream stream;
     CUmodule mod;
-    CUfunction fn;
+    CUfunction fn, same_fn, find_fn;
     CUdeviceptr parts; /* device copy of the parts, cap of them */
+    CUdeviceptr scratch; /* 8 bytes: kh_cmp_same's flag, kh_cmp_find's index */
     size_t cap;
 };
 
@@ -233,10 +251,10 @@ kh_gpu_cmp *kh_gpu_cmp_new(kh_engine *e, const kh_cuda_api *cu, const char *arch
     }
     /* the host rounds every operation: no contraction into FMAs */
     const char *opts[] = {"--fmad=false"};
-    const char *kernels[] = {"kh_cmp_parts"};
+    const char *kernels[] = {"kh_cmp_parts", "kh_cmp_same", "kh_cmp_find"};
     kh_compile_req req = {.source = cmp_src, .source_len = strlen(cmp_src),
                           .name = "kh_cmp_parts.cu", .arch = arch, .options = opts,
-                          .n_options = 1, .kernels = kernels, .n_kernels = 1, .trusted = 1,
+                          .n_options = 1, .kernels = kernels, .n_kernels = 3, .trusted = 1,
                           .no_pch = 1, .no_cache = 1};
     kh_artifact *a = NULL;
     kh_status st = kh_compile_build(cc, &req, &a, err);
@@ -250,6 +268,14 @@ kh_gpu_cmp *kh_gpu_cmp_new(kh_engine *e, const kh_cuda_api *cu, const char *arch
     if (!st)
         st = cu_ok(cu, cu->cuModuleGetFunction(&c->fn, c->mod, "kh_cmp_parts"),
                    "cuModuleGetFunction", err);
+    if (!st)
+        st = cu_ok(cu, cu->cuModuleGetFunction(&c->same_fn, c->mod, "kh_cmp_same"),
+                   "cuModuleGetFunction", err);
+    if (!st)
+        st = cu_ok(cu, cu->cuModuleGetFunction(&c->find_fn, c->mod, "kh_cmp_find"),
+                   "cuModuleGetFunction", err);
+    if (!st)
+        st = cu_ok(cu, cu->cuMemAlloc(&c->scratch, 8), "cuMemAlloc", err);
     if (st) {
         kh_gpu_cmp_free(c);
         return NULL;
@@ -263,6 +289,8 @@ void kh_gpu_cmp_free(kh_gpu_cmp *c)
         return;
     if (c->parts)
         c->cu->cuMemFree(c->parts);
+    if (c->scratch)
+        c->cu->cuMemFree(c->scratch);
     if (c->mod)
         c->cu->cuModuleUnload(c->mod);
     free(c);
@@ -323,5 +351,71 @@ kh_status kh_gpu_cmp_run(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr
     if (!st)
         st = kh_check_from_parts(parts, np, numel, o, r, err);
     free(parts);
+    return st;
+}
+
+/* A grid of 256-thread blocks over n items, at most 2048 blocks. */
+static unsigned grid_for(uint64_t n)
+{
+    uint64_t g = (n + 255) / 256;
+    return g < 1 ? 1 : g > 2048 ? 2048 : (unsigned)g;
+}
+
+/* Launch fn over n items with args, the scratch word set to init first;
+ * then wait and read the scratch word back into *word. */
+static kh_status scratch_launch(kh_gpu_cmp *c, CUfunction fn, uint64_t n, void **args,
+                                unsigned init, uint64_t *word, kh_err *err)
+{
+    const kh_cuda_api *cu = c->cu;
+    kh_status st = cu_ok(cu, cu->cuMemsetD32Async(c->scratch, init, 2, c->stream),
+                         "cuMemsetD32Async", err);
+    if (!st)
+        st = cu_ok(cu, cu->cuLaunchKernel(fn, grid_for(n), 1, 1, 256, 1, 1, 0, c->stream, args,
+                                          NULL),
+                   "cuLaunchKernel", err);
+    if (!st)
+        st = cu_ok(cu, cu->cuStreamSynchronize(c->stream), "cuStreamSynchronize", err);
+    if (!st)
+        st = cu_ok(cu, cu->cuMemcpyDtoH(word, c->scratch, sizeof *word), "cuMemcpyDtoH", err);
+    return st;
+}
+
+kh_status kh_gpu_cmp_same(kh_gpu_cmp *c, CUdeviceptr a, CUdeviceptr b, size_t bytes, int *same,
+                          kh_err *err)
+{
+    *same = 0;
+    if ((a | b) & 7)
+        return kh_err_set(err, KH_EINVAL, "device byte comparison: buffers not 8-byte aligned");
+    if (!bytes) {
+        *same = 1;
+        return KH_OK;
+    }
+    unsigned long long nwords = bytes / 8;
+    unsigned ntail = (unsigned)(bytes % 8);
+    CUdeviceptr scratch = c->scratch;
+    void *args[] = {&a, &b, &nwords, &ntail, &scratch};
+    uint64_t word = 1;
+    kh_status st = scratch_launch(c, c->same_fn, nwords, args, 0, &word, err);
+    if (!st)
+        *same = (uint32_t)word == 0;
+    return st;
+}
+
+kh_status kh_gpu_cmp_find(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr p, uint64_t numel,
+                          uint64_t code, int64_t *first, kh_err *err)
+{
+    *first = -1;
+    if ((int)t < 0 || t > KH_DTYPE_BOOL)
+        return kh_err_set(err, KH_EINVAL, "device code search: invalid dtype %d", (int)t);
+    if (!numel)
+        return KH_OK;
+    unsigned long long n = numel, cd = code;
+    int ti = (int)t;
+    CUdeviceptr scratch = c->scratch;
+    void *args[] = {&p, &n, &ti, &cd, &scratch};
+    uint64_t word = 0;
+    kh_status st = scratch_launch(c, c->find_fn, numel, args, 0xFFFFFFFFu, &word, err);
+    if (!st && word != UINT64_MAX)
+        *first = (int64_t)word;
     return st;
 }

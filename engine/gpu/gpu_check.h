@@ -39,4 +39,14 @@ kh_status kh_gpu_cmp_run(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr
                          uint64_t numel, const kh_check_opts *o, kh_check_result *r,
                          kh_err *err);
 
+/* Whether bytes bytes at a and b (device pointers, 8-byte aligned) are the
+ * same: the determinism check of two calls' outputs.  Waits for the stream. */
+kh_status kh_gpu_cmp_same(kh_gpu_cmp *c, CUdeviceptr a, CUdeviceptr b, size_t bytes, int *same,
+                          kh_err *err);
+/* The first of numel elements of dtype t at p whose code (dtype.h) is code,
+ * or -1: elements an output's poison left unwritten.  Waits for the
+ * stream. */
+kh_status kh_gpu_cmp_find(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr p, uint64_t numel,
+                          uint64_t code, int64_t *first, kh_err *err);
+
 #endif

@@ -169,6 +169,78 @@ static void test_large(void **state)
     }
 }
 
+static uint64_t mix(uint64_t *s) /* splitmix64 */
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The byte comparison (determinism) and the poison search ("untouched"):
+ * a buffer against its copy, then one byte changed at each place (every word
+ * and the tail); the first element holding a code, for every dtype, found at
+ * the place it was planted (a 4-bit element in either nibble), and none
+ * where there is none. */
+static void test_same_and_find(void **state)
+{
+    const size_t sizes[] = {1, 7, 8, 9, 4096, 1000003};
+    kh_err err;
+    for (size_t si = 0; si < KH_ARRAY_LEN(sizes); si++) {
+        size_t n = sizes[si];
+        unsigned char *h = malloc(n);
+        assert_non_null(h);
+        for (size_t i = 0; i < n; i++)
+            h[i] = (unsigned char)(mix(&seed) | 0x11); /* no zero nibble */
+        CUdeviceptr a = 0, b = 0;
+        CU_OK(cu.cuMemAlloc(&a, n));
+        CU_OK(cu.cuMemAlloc(&b, n));
+        CU_OK(cu.cuMemcpyHtoD(a, h, n));
+        CU_OK(cu.cuMemcpyHtoD(b, h, n));
+        int same = 0;
+        assert_int_equal(kh_gpu_cmp_same(gc, a, b, n, &same, &err), KH_OK);
+        assert_true(same);
+        const size_t at[] = {0, n / 2, n - 1};
+        for (size_t k = 0; k < KH_ARRAY_LEN(at); k++) {
+            unsigned char z = 0;
+            CU_OK(cu.cuMemcpyHtoD(b + at[k], &z, 1));
+            assert_int_equal(kh_gpu_cmp_same(gc, a, b, n, &same, &err), KH_OK);
+            if (same)
+                fail_msg("%zu bytes: byte %zu differs, found the same", n, at[k]);
+            CU_OK(cu.cuMemcpyHtoD(b + at[k], h + at[k], 1));
+        }
+        /* no element of any dtype is all zero bits here (no zero nibble) */
+        for (int t = 0; t < KH_DTYPE_COUNT; t++) {
+            uint64_t numel = (uint64_t)n * 8 / (uint64_t)kh_dtype_bits((kh_dtype)t);
+            int64_t first = 0;
+            assert_int_equal(kh_gpu_cmp_find(gc, (kh_dtype)t, a, numel, 0, &first, &err), KH_OK);
+            if (first != -1)
+                fail_msg("%s: found a zero code at %lld in odd bytes", kh_dtype_name(t),
+                         (long long)first);
+            if (!numel)
+                continue;
+            uint64_t want = numel / 3 + (numel > 1), nb = kh_dtype_nbytes((kh_dtype)t, 1);
+            size_t byte = (size_t)(kh_dtype_bits((kh_dtype)t) < 8 ? want / 2 : want * nb);
+            unsigned char zero[8] = {0}, keep[8];
+            size_t len = nb ? nb : 1;
+            memcpy(keep, h + byte, len);
+            if (kh_dtype_bits((kh_dtype)t) < 8) /* clear the element's nibble alone */
+                zero[0] = (unsigned char)(want & 1 ? h[byte] & 0x0F : h[byte] & 0xF0);
+            CU_OK(cu.cuMemcpyHtoD(a + byte, zero, len));
+            assert_int_equal(kh_gpu_cmp_find(gc, (kh_dtype)t, a, numel, 0, &first, &err), KH_OK);
+            if (first != (int64_t)want)
+                fail_msg("%s, %llu elements: zero planted at %llu, found at %lld",
+                         kh_dtype_name(t), (unsigned long long)numel,
+                         (unsigned long long)want, (long long)first);
+            CU_OK(cu.cuMemcpyHtoD(a + byte, keep, len));
+        }
+        CU_OK(cu.cuMemFree(a));
+        CU_OK(cu.cuMemFree(b));
+        free(h);
+    }
+    printf("# byte comparison and poison search: every case found\n");
+}
+
 int main(void)
 {
     if (!kh_test_have_gpu()) {
@@ -178,6 +250,7 @@ int main(void)
     seed = 0xC0FFEE5EEDull; /* fixed: a failure reruns as it was */
     printf("# seed %llu\n", (unsigned long long)seed);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_same_bits),
+                                       cmocka_unit_test(test_same_and_find),
                                        cmocka_unit_test(test_large)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }
