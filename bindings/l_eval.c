@@ -115,7 +115,8 @@ static const char *const eval_keys[] = {
     "protocol", "timing", "parity", "trials", "shapes", "seed", "verify_bytes", "warmup", "iters", "timing_trials",
     "max_iters", "timing_timeout_s", "rotate_inputs", "verify_timed_fraction", "cold",
     "deterministic", "deadline_s", "atol", "rtol", "required_matched_ratio",
-    "time_reference", "host_memory_bytes", "record", "store", "workloads", "sanitize",
+    "time_reference", "device_compare", "host_memory_bytes", "record", "store", "workloads",
+    "sanitize",
     "sanitize_deadline_s", "gpus", "workers_per_gpu", "host_workers", "launch", "hosts",
     "progress", "run", "round_index", "purpose", "incumbent", "reps", "alpha", "resamples",
     "measure_protocol", NULL};
@@ -294,6 +295,7 @@ static int read_opts(lua_State *L, int t, kh_eval_opts *o, kh_eval_paired_opts *
     o->required_matched_ratio = opt_num(L, t, "required_matched_ratio",
                                        o->required_matched_ratio);
     o->time_reference = opt_bool(L, t, "time_reference", o->time_reference);
+    o->device_compare = opt_bool(L, t, "device_compare", o->device_compare);
     o->host_memory_bytes = (uint64_t)opt_num(L, t, "host_memory_bytes", 0);
     o->record = opt_bool(L, t, "record", o->record);
     /* a policy run's context, recorded with each verdict */

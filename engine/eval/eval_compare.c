@@ -7,6 +7,7 @@
  * for the verdict is the stages'. */
 #include "eval/eval_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,6 +211,74 @@ kh_status eval_compare_ranged(wctx *c, const kh_msg *m, const json_t *outs,
         kh_tensor_free(tx);
         kh_tensor_free(ty);
         free(refb);
+        kh_check_merge(merged, &r);
+        if (merged->final)
+            break;
+    }
+    return KH_OK;
+}
+
+/* The parts of every output of a fused trial (the worker compared them on
+ * the device, gpu_check.h), merged as kh_check_compare would have judged
+ * the outputs themselves, in the definition's order of outputs. */
+kh_status eval_compare_parts(wctx *c, const kh_msg *m, const json_t *parts,
+                             const json_t *untouched, const json_t *ranges,
+                             kh_check_result *merged, int *untouched_fail, kh_err *err)
+{
+    kh_check_result_init(merged);
+    *untouched_fail = 0;
+    for (size_t k = 0; k < c->d->noutputs; k++) {
+        const kh_task_tensor *ot = &c->d->outputs[k];
+        kh_dtype dt;
+        kh_status st = kh_dtype_parse(ot->dtype, &dt, err);
+        if (st)
+            return st;
+        uint64_t numel = 1;
+        for (size_t i = 0; !ot->is_scalar && i < ot->rank; i++)
+            numel *= (uint64_t)c->w->axes[ot->dims[i]];
+        const json_t *list = ranges ? json_object_get(ranges, ot->name) : NULL;
+        if (ranges) { /* a verified timed call's element ranges */
+            size_t q;
+            json_t *e;
+            if (!eval_ranges_bytes(dt, list))
+                return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks the ranges of "
+                                  "output '%s'", ot->name);
+            uint64_t total = 0;
+            json_array_foreach(list, q, e) {
+                json_int_t a = json_integer_value(json_array_get(e, 0)),
+                           n = json_integer_value(json_array_get(e, 1));
+                if ((uint64_t)a + (uint64_t)n > numel)
+                    return kh_err_set(err, KH_ECORRUPT, "output '%s': a range past its end",
+                                      ot->name);
+                total += (uint64_t)n;
+            }
+            numel = total;
+        }
+        size_t np = (size_t)kh_check_nchunks(numel), want = np * sizeof(kh_check_part);
+        const unsigned char *b = eval_reply_bytes(m, json_object_get(parts, ot->name), want);
+        if (!b)
+            return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks the comparison of "
+                              "output '%s'", ot->name);
+        kh_check_part *pp = malloc(want ? want : 1); /* the payload holds them unaligned */
+        if (!pp)
+            return kh_err_set(err, KH_ENOMEM, "out of memory");
+        memcpy(pp, b, want);
+        kh_check_result r;
+        st = kh_check_from_parts(pp, np, numel, &c->copts, &r, err);
+        free(pp);
+        if (st)
+            return st;
+        if (r.status != KH_CHECK_PASSED && !*untouched_fail)
+            *untouched_fail = json_is_true(json_object_get(untouched, ot->name));
+        if (r.status != KH_CHECK_PASSED) {
+            size_t l = strlen(r.reason);
+            if (list)
+                snprintf(r.reason + l, sizeof r.reason - l,
+                         " (output '%s', %llu sampled elements)", ot->name,
+                         (unsigned long long)numel);
+            else
+                snprintf(r.reason + l, sizeof r.reason - l, " (output '%s')", ot->name);
+        }
         kh_check_merge(merged, &r);
         if (merged->final)
             break;

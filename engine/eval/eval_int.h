@@ -312,6 +312,17 @@ static inline int eval_is_so(const kh_task_solution *sol)
 {
     return sol->manifest && sol->manifest->so;
 }
+/* The candidate's request verifies on the device (docs/evaluation.md,
+ * "Verification on the device"): a gpu candidate, a trusted reference in
+ * the gpu worker too, a comparison the device makes (not the DSA top-k or
+ * sampling rules), whole outputs, and not turned off. */
+static inline int eval_fused(const wctx *c)
+{
+    return c->o->device_compare && c->ref_gpu && !eval_is_host(c->sol) &&
+           (c->evaluator == KH_EVAL_DEFAULT || c->evaluator == KH_EVAL_LOWBIT ||
+            c->evaluator == KH_EVAL_DSA_ATTENTION) &&
+           !c->trial_ranges && !c->light && c->tile <= 1;
+}
 
 /* eval_base.c ------------------------------------------------------------- */
 char *eval_dupstr(const char *s);                              /* NULL: s NULL or no memory */
@@ -353,6 +364,10 @@ kh_status eval_read_whole(const char *path, unsigned char **d, size_t *n, kh_err
  * then the inputs' bytes; timing null (eval_add_timing adds it). */
 kh_status eval_request(wctx *c, const kh_task_solution *sol, const art *a, int reference,
                        json_t **params, kh_err *err);
+/* The candidate's request with the trusted reference's run appended
+ * ("verify", its payload after the candidate's): eval_fused's. */
+kh_status eval_request_fused(wctx *c, const kh_task_solution *sol, const art *a,
+                             json_t **params, kh_err *err);
 void eval_add_timing(wctx *c, json_t *p, int verify);
 /* The workload's inputs for seed, as the workers make them (c->ins). */
 kh_status eval_host_inputs(wctx *c, uint64_t seed, kh_err *err);
@@ -398,6 +413,14 @@ const unsigned char *eval_reply_bytes(const kh_msg *m, const json_t *sl, size_t 
  * list is not one. */
 size_t eval_ranges_bytes(kh_dtype dt, const json_t *list);
 int eval_untouched(const kh_tensor *t, int64_t idx, unsigned pat);
+/* A fused trial's outputs judged from the parts the worker made ({name:
+ * [off, len]} of the reply) and the outputs it found holding the poison
+ * ({name: true}); the same result eval_compare_set gives.  ranges (a
+ * verified timed call's, else NULL): the parts cover those elements, as
+ * eval_compare_ranged compares them. */
+kh_status eval_compare_parts(wctx *c, const kh_msg *m, const json_t *parts,
+                             const json_t *untouched, const json_t *ranges,
+                             kh_check_result *merged, int *untouched_fail, kh_err *err);
 kh_status eval_compare_set(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
                            kh_check_result *merged, unsigned poison, int *untouched_fail,
                            kh_err *err);

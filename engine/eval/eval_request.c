@@ -325,6 +325,53 @@ kh_status eval_request(wctx *c, const kh_task_solution *sol, const art *a, int r
     return st ? st : make_request(c, sol, a, reference, params, err);
 }
 
+/* The trusted reference's run rides in the candidate's request: its
+ * artifact, tensors and launches (or entry) as its own request would hold
+ * them, its payload (artifact, input bytes) after the candidate's, and the
+ * comparison's options.  The worker runs it after the candidate's calls of
+ * each trial and compares there (gpu_eval.c). */
+kh_status eval_request_fused(wctx *c, const kh_task_solution *sol, const art *a,
+                             json_t **params, kh_err *err)
+{
+    const kh_task_solution *ref = c->ref;
+    art *ra = NULL;
+    kh_status st = eval_build(c->ev, eval_cache_store(c), ref, 1, &ra, err);
+    if (st)
+        return st;
+    if (!ra->ok)
+        return kh_err_set(err, KH_ECOMPILE, "the trusted reference '%s' does not build: %.300s",
+                          ref->name, ra->log ? ra->log : "");
+    json_t *rp = NULL, *p = NULL;
+    if ((st = eval_request(c, ref, ra, 1, &rp, err)))
+        return st;
+    unsigned char *rpl = c->pl;
+    size_t rlen = c->pl_len, off = 0;
+    c->pl = NULL;
+    c->pl_len = 0;
+    st = eval_request(c, sol, a, 0, &p, err);
+    if (!st)
+        st = pl_add(c, rpl, rlen, &off, err);
+    free(rpl);
+    if (st) {
+        json_decref(rp);
+        json_decref(p);
+        return st;
+    }
+    json_t *spec = json_object();
+    const char *keys[] = {"artifact", "tensors", "launches", "entry"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (json_object_get(rp, keys[i]))
+            json_object_set(spec, keys[i], json_object_get(rp, keys[i]));
+    json_decref(rp);
+    json_object_set_new(p, "verify",
+                        json_pack("{s:o, s:[I, I], s:{s:f, s:f, s:s}}", "reference", spec,
+                                  "payload", (json_int_t)off, (json_int_t)rlen, "compare",
+                                  "atol", c->copts.atol, "rtol", c->copts.rtol, "precision",
+                                  c->copts.precision == KH_CHECK_DOUBLE ? "double" : "f32"));
+    *params = p;
+    return KH_OK;
+}
+
 /* How many timed calls the protocol makes (official: known; screen and
  * precise stop adaptively: their cap, precise's taken as 1000). */
 static double expected_timed_calls(const wctx *c, const json_t *t)

@@ -13,8 +13,10 @@
 #include "eval/sanitizer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 /* The `result` of the candidate's reply. */
 static json_t *result_of(const wstate *s)
@@ -45,7 +47,7 @@ static kh_status st_build(wctx *c, wstate *s, kh_err *err)
     }
     /* sampling: FIB's baseline is the distribution itself, the reference
      * runs only to be timed */
-    s->stage = c->evaluator == KH_EVAL_SAMPLING ? WL_CANDIDATE : WL_REFERENCE;
+    s->stage = c->evaluator == KH_EVAL_SAMPLING || eval_fused(c) ? WL_CANDIDATE : WL_REFERENCE;
     return KH_OK;
 }
 
@@ -66,7 +68,8 @@ static kh_status candidate_post(wctx *c, wstate *s, kh_err *err)
 {
     const kh_eval_opts *o = c->o;
     json_t *p = NULL;
-    kh_status st = eval_request(c, c->sol, s->a, 0, &p, err);
+    kh_status st = eval_fused(c) ? eval_request_fused(c, c->sol, s->a, &p, err)
+                                 : eval_request(c, c->sol, s->a, 0, &p, err);
     if (st) {
         if (!c->shape_of || st == KH_ENOMEM)
             return st;
@@ -201,9 +204,14 @@ static kh_status trial_compare(wctx *c, wstate *s, const json_t *tr, size_t t, i
     int hard = !c->o->parity;
     kh_check_result ra, rb;
     int ua = 0, ub = 0;
+    int fused = eval_fused(c);
     kh_status st;
-    if ((st = eval_compare_set(c, m, json_object_get(tr, "outputs"), s->ro[t], &ra,
-                               hard ? 0xFF : 0, &ua, err)))
+    if (fused && !json_object_get(tr, "parts"))
+        return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks trial %zu's comparison", t);
+    if ((st = fused ? eval_compare_parts(c, m, json_object_get(tr, "parts"),
+                                         json_object_get(tr, "untouched"), NULL, &ra, &ua, err)
+                    : eval_compare_set(c, m, json_object_get(tr, "outputs"), s->ro[t], &ra,
+                                       hard ? 0xFF : 0, &ua, err)))
         return st;
     kh_check_merge(&v->acc, &ra);
     v->has_correctness = 1;
@@ -218,10 +226,13 @@ static kh_status trial_compare(wctx *c, wstate *s, const json_t *tr, size_t t, i
     }
     /* outputs_b_same: the worker found the second poison's outputs
      * bit-identical to the first's, judged above */
-    if (hard && json_object_get(tr, "outputs_b") &&
+    if (hard && json_object_get(tr, fused ? "parts_b" : "outputs_b") &&
         !json_is_true(json_object_get(tr, "outputs_b_same"))) {
-        if ((st = eval_compare_set(c, m, json_object_get(tr, "outputs_b"), s->ro[t], &rb, 0x7F,
-                                   &ub, err)))
+        if ((st = fused ? eval_compare_parts(c, m, json_object_get(tr, "parts_b"),
+                                             json_object_get(tr, "untouched_b"), NULL, &rb, &ub,
+                                             err)
+                        : eval_compare_set(c, m, json_object_get(tr, "outputs_b"), s->ro[t],
+                                           &rb, 0x7F, &ub, err)))
             return st;
         kh_check_merge(&v->acc, &rb);
         if (rb.status != KH_CHECK_PASSED) {
@@ -266,6 +277,32 @@ static void checks_summary(wctx *c, wstate *s)
                                                                                      : "ok"));
 }
 
+/* A fused request's reference outputs never leave the device: the
+ * verdict's reference hash is over the checksums the worker took of them,
+ * trial by trial (the hash of the outputs themselves is the host
+ * comparison's). */
+static void fused_ref_hash(const wctx *c, wstate *s, const json_t *trials)
+{
+    XXH3_state_t *hs = XXH3_createState();
+    if (!hs)
+        return;
+    XXH3_128bits_reset(hs);
+    for (size_t t = 0; t < c->ntrials; t++) {
+        size_t k;
+        json_t *x;
+        json_array_foreach(json_object_get(json_array_get(trials, t), "reference_sums"), k, x) {
+            const char *hx = json_string_value(x);
+            if (hx)
+                XXH3_128bits_update(hs, hx, strlen(hx));
+        }
+    }
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(hs));
+    XXH3_freeState(hs);
+    for (int k = 0; k < 16; k++)
+        snprintf(s->ref_hash + 2 * k, 3, "%02x", canon.digest[k]);
+}
+
 static kh_status st_compare(wctx *c, wstate *s, kh_err *err)
 {
     json_t *kl = s->kl, *res = result_of(s);
@@ -277,6 +314,9 @@ static kh_status st_compare(wctx *c, wstate *s, kh_err *err)
     if (json_object_get(res, "gpu"))
         json_object_set(kl, "gpu", json_object_get(res, "gpu"));
     s->poison_ok = s->inputs_ok = s->guards_ok = s->det_ok = 1;
+    json_object_set_new(kl, "compare", json_string(eval_fused(c) ? "device" : "host"));
+    if (eval_fused(c))
+        fused_ref_hash(c, s, trials);
     /* FlashInfer-Bench evaluates trial by trial, output by output. */
     for (size_t t = 0; t < c->ntrials; t++) {
         json_t *tr = json_array_get(trials, t);
@@ -424,7 +464,9 @@ static kh_status st_timed_refs(wctx *c, wstate *s, int resumed, kh_err *err)
     timed_seeds(c, s, tos);
     if (c->evaluator == KH_EVAL_SAMPLING && (st = timed_sampling(c, s, tos, err)))
         return st;
-    if (s->ntseeds && (((st = eval_timed_refs_post(c, s, err)) || s->nposted) ||
+    /* fused: the worker judged the verified calls itself */
+    if (s->ntseeds && !eval_fused(c) &&
+        (((st = eval_timed_refs_post(c, s, err)) || s->nposted) ||
                        (st = eval_timed_refs_take(c, s, err))))
         return st; /* an error, or the reference's request filed */
     s->stage = WL_TIMING;
@@ -438,24 +480,31 @@ static kh_status timed_compare(wctx *c, wstate *s, kh_err *err)
 {
     verdict *v = &s->v;
     const kh_msg *m = &s->cand->res.reply;
+    int fused = eval_fused(c);
     size_t ti;
     json_t *to;
     json_array_foreach(json_object_get(result_of(s), "timed_outputs"), ti, to) {
         json_int_t set = json_integer_value(json_object_get(to, "set"));
         uint64_t sd = timed_seed(c, to);
         refout *rref = NULL;
-        for (size_t k = 0; k < s->ntseeds; k++)
+        for (size_t k = 0; k < s->ntseeds && !fused; k++)
             if (s->tseeds[k] == sd)
                 rref = s->tro[k];
-        if (!rref)
+        if (fused && !json_object_get(to, "parts"))
+            return kh_err_set(err, KH_ECORRUPT, "the worker's reply lacks timed call %lld's "
+                              "comparison", (long long)json_integer_value(json_object_get(to,
+                                                                                         "call")));
+        if (!rref && !fused)
             continue;
         kh_check_result rt;
         int ut = 0;
         const json_t *rgs = json_object_get(to, "ranges");
-        kh_status st = rgs ? eval_compare_ranged(c, m, json_object_get(to, "outputs"), rgs, rref,
-                                                 &rt, 0xFF, &ut, err)
-                           : eval_compare_set(c, m, json_object_get(to, "outputs"), rref, &rt,
-                                              0xFF, &ut, err);
+        kh_status st = fused ? eval_compare_parts(c, m, json_object_get(to, "parts"), NULL, rgs,
+                                                  &rt, &ut, err)
+                       : rgs ? eval_compare_ranged(c, m, json_object_get(to, "outputs"), rgs,
+                                                   rref, &rt, 0xFF, &ut, err)
+                             : eval_compare_set(c, m, json_object_get(to, "outputs"), rref, &rt,
+                                                0xFF, &ut, err);
         if (st)
             return st;
         s->nverified++;

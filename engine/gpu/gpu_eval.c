@@ -10,6 +10,7 @@
 #include "gpu/gpu_eval_int.h"
 
 #include "gpu/bench.h"
+#include "gpu/gpu_check.h"
 #include "gpu/launch.h"
 #include "task/rng.h"
 #include "worker/worker.h"
@@ -49,6 +50,7 @@ void kh_gpu_eval_free(kh_gpu_eval *ev)
             cu->cuModuleUnload(ev->rng_mod);
         if (ev->util_mod)
             cu->cuModuleUnload(ev->util_mod);
+        kh_gpu_cmp_free(ev->cmp);
     }
     free(ev);
 }
@@ -355,16 +357,23 @@ static kh_status tgt_after(void *ctx, kh_err *err)
     r->nverified++;
     long k = r->call - 1;
     int set = r->cur_set;
-    json_t *ranges = NULL;
-    json_t *outs = r->rcount > 0 ? gev_copy_ranged(r, r->shared, NULL, k, r->out, &ranges, err)
-                                 : gev_copy_outputs(r, r->shared, r->out, err);
-    if (!outs)
-        return err->code;
-    json_t *to = json_pack("{s:I, s:i, s:I, s:o}", "seed", (json_int_t)r->set_seed[set], "set",
-                           set, "call", (json_int_t)k, "outputs", outs);
-    if (ranges)
-        json_object_set_new(to, "ranges", ranges);
-    json_array_append_new(r->timed_outputs, to);
+    kh_status kst;
+    if (r->tv) { /* fused: kept on the device, judged after the timing phase */
+        if ((kst = gev_verify_keep_timed(r, r->tv, k, set, err)))
+            return kst;
+    } else {
+        json_t *ranges = NULL;
+        json_t *outs = r->rcount > 0
+                           ? gev_copy_ranged(r, r->shared, NULL, k, r->out, &ranges, err)
+                           : gev_copy_outputs(r, r->shared, r->out, err);
+        if (!outs)
+            return err->code;
+        json_t *to = json_pack("{s:I, s:i, s:I, s:o}", "seed", (json_int_t)r->set_seed[set],
+                               "set", set, "call", (json_int_t)k, "outputs", outs);
+        if (ranges)
+            json_object_set_new(to, "ranges", ranges);
+        json_array_append_new(r->timed_outputs, to);
+    }
     if (r->guards_check) {
         kh_launch_buf all[MAX_TENSORS];
         gev_view(r, set, all);
@@ -451,7 +460,155 @@ typedef struct ev_checks {
     json_t *failures;
     size_t aoff, alen;
     int is_so;
+    ev_verify *verify; /* a fused request: the trusted reference runs here */
 } ev_checks;
+
+/* After call pi of a trial: the guard bands, and whether the inputs are
+ * still the seed's (refilled for the next call when not). */
+static void trial_checks(ev_run *r, const ev_checks *ck, size_t ti, int pi, int npat,
+                         uint64_t seed, const uint64_t *before, uint64_t *after, json_t *tchecks,
+                         kh_status *stp, kh_err *err)
+{
+    kh_status st = KH_OK;
+    if (ck->guards_check) {
+        kh_launch_buf all[MAX_TENSORS];
+        gev_view(r, 0, all);
+        char why[600];
+        if (!gev_guards_ok(r, all, why, sizeof why)) {
+            json_object_set_new(tchecks, "guards", json_string(why));
+            add_failure(ck->failures, "guards", (int)ti, "%s", why);
+        } else if (!json_object_get(tchecks, "guards")) {
+            json_object_set_new(tchecks, "guards", json_string("ok"));
+        }
+    }
+    if (ck->inputs_check) {
+        st = gev_input_sums(r, 0, after, err);
+        for (size_t i = 0; i < r->nt && !st; i++)
+            if (r->ts[i].role == ROLE_IN && before[i] != after[i] &&
+                !json_object_get(tchecks, "inputs_unchanged")) {
+                char why[160];
+                snprintf(why, sizeof why, "input '%s' changed during the call", r->ts[i].name);
+                json_object_set_new(tchecks, "inputs_unchanged", json_string(why));
+                add_failure(ck->failures, "inputs_unchanged", (int)ti, "%s", why);
+            }
+        /* The next pattern starts from the true inputs again. */
+        if (!st && pi + 1 < npat && json_object_get(tchecks, "inputs_unchanged"))
+            st = gev_fill_inputs(r, 0, seed, 0, err);
+    }
+    *stp = st;
+}
+
+/* The trusted reference's call on seed's inputs, in its own buffers. */
+static void unload_module(ev_run *q)
+{
+    for (int k = 0; k < q->nlists; k++)
+        kh_launch_free(&q->lists[k]);
+    q->nlists = 0;
+    if (q->mod)
+        kh_gpu_api(q->ev->g)->cuModuleUnload(q->mod);
+    q->mod = NULL;
+}
+
+/* The trusted reference's call on seed's inputs, in its own buffers.  A
+ * cubin's module is loaded for the call and unloaded after it: no
+ * candidate's call runs while it is there (its globals, its code). */
+static kh_status ref_call(ev_run *q, uint64_t seed, kh_err *err)
+{
+    kh_status st = gev_fill_inputs(q, 0, seed, 0, err);
+    if (!st)
+        st = gev_zero_workspace(q, err);
+    if (!st)
+        st = enqueue(q, &q->lists[0], q->views[0], err);
+    if (!st)
+        st = kh_gpu_sync(q->ev->g, err);
+    return st;
+}
+
+static kh_status run_reference(ev_verify *v, uint64_t seed, kh_err *err)
+{
+    ev_run *q = v->ref;
+    kh_status st = v->is_so ? KH_OK : load_module(q, q->payload + v->aoff, v->alen, err);
+    if (!st && !v->is_so)
+        st = bind_lists(q, err);
+    if (!st)
+        st = ref_call(q, seed, err);
+    if (!v->is_so && !kh_gpu_poisoned(q->ev->g))
+        unload_module(q);
+    return st ? kh_err_prefix(err, "verification: the trusted reference's call") : KH_OK;
+}
+
+/* After the timing phase (no candidate's call runs again in this request):
+ * the reference's buffers back, its module loaded once, and each kept
+ * verified call judged against the reference's call on its seed; the
+ * results join timed_outputs with their parts, as the host path's outputs
+ * would. */
+static kh_status verify_timed(ev_run *r, ev_verify *v, obuf *o, json_t *timed_outputs,
+                              kh_err *err)
+{
+    ev_run *q = v->ref;
+    if (!v->ntc)
+        return KH_OK;
+    kh_status st = gev_alloc_set(q, q->in[0], 1 << ROLE_IN, err);
+    if (!st)
+        st = gev_alloc_set(q, q->shared, (1 << ROLE_OUT) | (1 << ROLE_WS), err);
+    if (!st && !v->is_so)
+        st = load_module(q, q->payload + v->aoff, v->alen, err);
+    if (!st)
+        st = bind_lists(q, err);
+    for (size_t j = 0; j < v->ntc && !st; j++) {
+        const ev_tcall *tc = &v->tc[j];
+        json_t *parts = NULL;
+        if ((st = ref_call(q, tc->seed, err)))
+            break;
+        if ((st = gev_verify_judge_timed(r, v, tc, o, &parts, err)))
+            break;
+        json_t *to = json_pack("{s:I, s:i, s:I, s:o}", "seed", (json_int_t)tc->seed, "set",
+                               tc->set, "call", (json_int_t)tc->call, "parts", parts);
+        if (tc->ranges)
+            json_object_set(to, "ranges", tc->ranges);
+        json_array_append_new(timed_outputs, to);
+    }
+    kh_status cst = st ? KH_OK : gev_verify_clear(v, err);
+    if (!v->is_so && !kh_gpu_poisoned(q->ev->g))
+        unload_module(q);
+    st = st ? st : cst;
+    return st ? kh_err_prefix(err, "verification of the timed calls") : KH_OK;
+}
+
+/* A fused trial, once the candidate's calls are done (so the reference's
+ * outputs are never on the device while a candidate's call runs): the two
+ * calls' bits compared, the reference run on the trial's seed, each call's
+ * outputs compared with its outputs into parts, then those overwritten. */
+static kh_status verify_trial(ev_run *r, const ev_checks *ck, uint64_t seed, int npat,
+                              json_t *trial, json_t *tchecks, obuf *o, kh_err *err)
+{
+    ev_verify *v = ck->verify;
+    int same = 1;
+    kh_status st = npat == 2 ? gev_verify_same(r, v, &same, err) : KH_OK;
+    if (!st && ck->det_check && npat == 2)
+        json_object_set_new(tchecks, "deterministic", json_string(same ? "ok" : "failed"));
+    if (!st)
+        st = run_reference(v, seed, err);
+    json_t *parts = NULL, *ut = NULL, *sums = NULL;
+    if (!st)
+        st = gev_verify_sums(v, &sums, err);
+    if (!st)
+        json_object_set_new(trial, "reference_sums", sums);
+    if (!st && !(st = gev_verify_judge(r, v, npat == 2, ck->poison ? 0xFF : 0, o, &parts, &ut,
+                                       err))) {
+        json_object_set_new(trial, "parts", parts);
+        json_object_set_new(trial, "untouched", ut);
+    }
+    if (!st && npat == 2 && !same &&
+        !(st = gev_verify_judge(r, v, 0, 0x7F, o, &parts, &ut, err))) {
+        json_object_set_new(trial, "parts_b", parts);
+        json_object_set_new(trial, "untouched_b", ut);
+    }
+    if (!st && npat == 2 && same)
+        json_object_set_new(trial, "outputs_b_same", json_true());
+    kh_status cst = gev_verify_clear(v, err);
+    return st ? st : cst;
+}
 
 /* One correctness trial on set 0: its inputs, one call per poison pattern,
  * the outputs into the payload o and the trial's checks.  Its record joins
@@ -482,8 +639,14 @@ static kh_status run_trial(ev_run *r, const ev_checks *ck, const json_t *tj, siz
             st = enqueue(r, &r->lists[0], r->views[0], err);
         if (!st)
             st = kh_gpu_sync(r->ev->g, err);
+        if (!st && ck->verify && pi == 0 && npat == 2)
+            st = gev_verify_stash(r, ck->verify, err);
         if (st)
             break;
+        if (ck->verify) {
+            trial_checks(r, ck, ti, pi, npat, seed, before, after, tchecks, &st, err);
+            continue;
+        }
         size_t start = o->n;
         json_t *want = json_object_get(tj, "ranges"), *got = NULL;
         json_t *outs = want ? gev_copy_ranged(r, r->shared, want, 0, o, &got, err)
@@ -514,33 +677,10 @@ static kh_status run_trial(ev_run *r, const ev_checks *ck, const json_t *tj, siz
             }
         }
         json_object_set_new(trial, pi == 0 ? "outputs" : "outputs_b", outs);
-        if (ck->guards_check) {
-            kh_launch_buf all[MAX_TENSORS];
-            gev_view(r, 0, all);
-            char why[600];
-            if (!gev_guards_ok(r, all, why, sizeof why)) {
-                json_object_set_new(tchecks, "guards", json_string(why));
-                add_failure(ck->failures, "guards", (int)ti, "%s", why);
-            } else if (!json_object_get(tchecks, "guards")) {
-                json_object_set_new(tchecks, "guards", json_string("ok"));
-            }
-        }
-        if (ck->inputs_check) {
-            st = gev_input_sums(r, 0, after, err);
-            for (size_t i = 0; i < r->nt && !st; i++)
-                if (r->ts[i].role == ROLE_IN && before[i] != after[i] &&
-                    !json_object_get(tchecks, "inputs_unchanged")) {
-                    char why[160];
-                    snprintf(why, sizeof why, "input '%s' changed during the call",
-                             r->ts[i].name);
-                    json_object_set_new(tchecks, "inputs_unchanged", json_string(why));
-                    add_failure(ck->failures, "inputs_unchanged", (int)ti, "%s", why);
-                }
-            /* The next pattern starts from the true inputs again. */
-            if (!st && pi + 1 < npat && json_object_get(tchecks, "inputs_unchanged"))
-                st = gev_fill_inputs(r, 0, seed, 0, err);
-        }
+        trial_checks(r, ck, ti, pi, npat, seed, before, after, tchecks, &st, err);
     }
+    if (!st && ck->verify)
+        st = verify_trial(r, ck, seed, npat, trial, tchecks, o, err);
     if (ck->inputs_check && !json_object_get(tchecks, "inputs_unchanged"))
         json_object_set_new(tchecks, "inputs_unchanged", json_string("ok"));
     json_object_set_new(trial, "checks", tchecks);
@@ -596,6 +736,7 @@ static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing
     r->timed_outputs = timed_outputs;
     r->failures = ck->failures;
     r->out = o;
+    r->tv = ck->verify;
     for (int k = 1; k < rot && !st; k++, r->nsets++)
         st = gev_alloc_set(r, r->in[k], 1 << ROLE_IN, err);
     /* a fresh module before timing, so no state survives from the checked
@@ -616,6 +757,8 @@ static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing
         st = kh_bench_run(ev->g, ev->c, &t, &bo, &br, err);
         kh_gpu_read_clocks(ev->g, &ca);
     }
+    if (!st && ck->verify)
+        st = verify_timed(r, ck->verify, o, timed_outputs, err);
     if (!st) {
         json_t *tout = bench_json(&br);
         *timing_out = tout;
@@ -641,6 +784,124 @@ static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing
     return st;
 }
 
+/* A run's artifact, tensors and launches (or entry) from spec, against a
+ * payload of payload_len bytes: the artifact loaded, set 0's inputs and the
+ * outputs and workspace allocated, the launch lists bound.  *aoff, *alen:
+ * where the artifact lies; *is_so: a trusted shared object. */
+static kh_status open_run(ev_run *r, const json_t *spec, size_t payload_len, size_t *aoff,
+                          size_t *alen, int *is_so, kh_err *err)
+{
+    json_t *art = json_object_get(spec, "artifact");
+    const char *kind = json_string_value(json_object_get(art, "kind"));
+    *is_so = kind && !strcmp(kind, "so");
+    kh_status st = KH_OK;
+    if (!kind || (strcmp(kind, "cubin") && !*is_so))
+        st = kh_err_set(err, KH_EINVAL, "artifact.kind must be \"cubin\" (or \"so\", a trusted "
+                        "shared object with an entry) for the gpu worker");
+    if (!st)
+        st = kh_worker_slice(json_object_get(art, "payload"), payload_len, aoff, alen,
+                             "artifact", err);
+    if (!st)
+        st = gev_parse_tensors(json_object_get(spec, "tensors"), payload_len, r->ts, &r->nt,
+                               err);
+    r->launches = json_object_get(spec, "launches");
+    if (!st && !*is_so && !json_is_array(r->launches))
+        st = kh_err_set(err, KH_EINVAL, "launches: an array is required for the gpu worker");
+    /* set 0 serves the correctness trials */
+    r->nsets = 1;
+    if (!st)
+        st = *is_so ? so_load(r, r->payload + *aoff, *alen, json_object_get(spec, "entry"), err)
+                    : load_module(r, r->payload + *aoff, *alen, err);
+    if (!st)
+        st = gev_alloc_set(r, r->in[0], 1 << ROLE_IN, err);
+    if (!st)
+        st = gev_alloc_set(r, r->shared, (1 << ROLE_OUT) | (1 << ROLE_WS), err);
+    if (!st)
+        st = bind_lists(r, err);
+    return st;
+}
+
+/* Free what open_run and the timing made (after a sticky error nothing on
+ * the device may be touched again). */
+static void close_run(ev_run *r)
+{
+    if (!r)
+        return;
+    if (!kh_gpu_poisoned(r->ev->g)) {
+        for (int k = 0; k < r->nlists; k++)
+            kh_launch_free(&r->lists[k]);
+        for (int k = 0; k < MAX_SETS; k++)
+            gev_free_set(r, r->in[k]);
+        gev_free_set(r, r->shared);
+        if (r->mod)
+            kh_gpu_api(r->ev->g)->cuModuleUnload(r->mod);
+        so_unload(r->so);
+    }
+    free(r);
+}
+
+/* A fused request's "verify": {reference: {artifact, tensors, launches |
+ * entry}, payload: [off, len] (the reference's own payload, its artifact
+ * and input bytes), compare: {atol, rtol, precision}}. */
+static kh_status open_verify(ev_run *r, const json_t *vj, size_t payload_len, ev_verify **out,
+                             kh_err *err)
+{
+    size_t off = 0, len = 0, aoff = 0, alen = 0;
+    int is_so = 0;
+    kh_status st = kh_worker_slice(json_object_get(vj, "payload"), payload_len, &off, &len,
+                                   "verify", err);
+    ev_verify *v = st ? NULL : calloc(1, sizeof *v);
+    ev_run *q = v ? calloc(1, sizeof *q) : NULL;
+    if (!st && !q) {
+        free(v);
+        return kh_err_set(err, KH_ENOMEM, "out of memory");
+    }
+    if (st)
+        return st;
+    v->ref = q;
+    q->ev = r->ev;
+    q->guard = r->guard;
+    q->payload = r->payload + off;
+    const json_t *cj = json_object_get(vj, "compare");
+    const char *prec = json_string_value(json_object_get(cj, "precision"));
+    kh_check_opts_default(&v->copts);
+    v->copts.atol = json_number_value(json_object_get(cj, "atol"));
+    v->copts.rtol = json_number_value(json_object_get(cj, "rtol"));
+    v->copts.precision = prec && !strcmp(prec, "double") ? KH_CHECK_DOUBLE : KH_CHECK_FIB_F32;
+    if (!json_is_number(json_object_get(cj, "atol")) ||
+        !json_is_number(json_object_get(cj, "rtol")) ||
+        (prec && strcmp(prec, "double") && strcmp(prec, "f32")))
+        st = kh_err_set(err, KH_EINVAL, "verify.compare: {atol, rtol, precision: f32|double}");
+    if (!st && (st = open_run(q, json_object_get(vj, "reference"), len, &aoff, &alen, &is_so,
+                              err)))
+        kh_err_prefix(err, "verify.reference");
+    v->aoff = aoff;
+    v->alen = alen;
+    v->is_so = is_so;
+    /* loaded and bound to check it; loaded again for each call */
+    if (!st && !is_so)
+        unload_module(q);
+    if (!st)
+        st = gev_verify_match(r, v, err);
+    if (!st)
+        st = gev_ensure_cmp(r->ev, err);
+    *out = v;
+    return st;
+}
+
+static void close_verify(ev_run *r, ev_verify *v)
+{
+    if (!v)
+        return;
+    if (!kh_gpu_poisoned(r->ev->g))
+        gev_verify_free_stash(r, v);
+    for (size_t j = 0; j < v->ntc; j++)
+        json_decref(v->tc[j].ranges);
+    free(v->tc);
+    close_run(v->ref);
+    free(v);
+}
+
 kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned char *payload,
                           size_t payload_len, json_t **result, unsigned char **out,
                           size_t *out_len, kh_err *err)
@@ -662,21 +923,9 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
     json_t *res = NULL, *failures = json_array(), *trials_out = json_array();
     kh_status st = gev_ensure_utils(ev, err);
     size_t aoff = 0, alen = 0;
-    json_t *art = json_object_get(params, "artifact");
-    const char *kind = json_string_value(json_object_get(art, "kind"));
-    const int is_so = kind && !strcmp(kind, "so");
-    if (!st && (!kind || (strcmp(kind, "cubin") && !is_so)))
-        st = kh_err_set(err, KH_EINVAL, "artifact.kind must be \"cubin\" (or \"so\", a trusted "
-                        "shared object with an entry) for the gpu worker");
+    int is_so = 0;
     if (!st)
-        st = kh_worker_slice(json_object_get(art, "payload"), payload_len, &aoff, &alen,
-                             "artifact", err);
-    if (!st)
-        st = gev_parse_tensors(json_object_get(params, "tensors"), payload_len, r->ts, &r->nt,
-                               err);
-    r->launches = json_object_get(params, "launches");
-    if (!st && !is_so && !json_is_array(r->launches))
-        st = kh_err_set(err, KH_EINVAL, "launches: an array is required for the gpu worker");
+        st = open_run(r, params, payload_len, &aoff, &alen, &is_so, err);
     json_t *trials = json_object_get(params, "trials");
     if (!st && (!json_is_array(trials) || json_array_size(trials) == 0))
         st = kh_err_set(err, KH_EINVAL, "trials: a non-empty array of {seed} is required");
@@ -691,18 +940,9 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
     json_t *timing = json_object_get(params, "timing");
     if (json_is_null(timing))
         timing = NULL;
-
-    /* set 0 serves the correctness trials */
-    r->nsets = 1;
-    if (!st)
-        st = is_so ? so_load(r, payload + aoff, alen, json_object_get(params, "entry"), err)
-                   : load_module(r, payload + aoff, alen, err);
-    if (!st)
-        st = gev_alloc_set(r, r->in[0], 1 << ROLE_IN, err);
-    if (!st)
-        st = gev_alloc_set(r, r->shared, (1 << ROLE_OUT) | (1 << ROLE_WS), err);
-    if (!st)
-        st = bind_lists(r, err);
+    json_t *vj = json_object_get(params, "verify");
+    if (!st && vj && !json_is_null(vj))
+        st = open_verify(r, vj, payload_len, &ck.verify, err);
 
     size_t ti;
     json_t *tj;
@@ -710,6 +950,13 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
         if (st)
             break;
         st = run_trial(r, &ck, tj, ti, &o, trials_out, err);
+    }
+    /* the trials' stash and the reference's buffers go before the timing
+     * phase (its verified calls get them back afterwards) */
+    if (ck.verify && !kh_gpu_poisoned(ev->g)) {
+        gev_verify_free_stash(r, ck.verify);
+        gev_free_set(ck.verify->ref, ck.verify->ref->in[0]);
+        gev_free_set(ck.verify->ref, ck.verify->ref->shared);
     }
 
     json_t *timing_out = NULL, *timed_outputs = json_array();
@@ -727,6 +974,8 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
         json_object_set_new(res, "worker",
                             json_pack("{s:s}", "buffers",
                                       r->guard && kh_gpu_islands(ev->g) ? "islands" : "shared"));
+        if (vj && !json_is_null(vj))
+            json_object_set_new(res, "compare", json_string("device"));
         *result = res;
         *out = o.p;
         *out_len = o.n;
@@ -738,17 +987,7 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
     json_decref(trials_out);
     json_decref(failures);
     free(o.p);
-    /* After a sticky error nothing on the device may be touched again. */
-    if (!kh_gpu_poisoned(ev->g)) {
-        for (int k = 0; k < r->nlists; k++)
-            kh_launch_free(&r->lists[k]);
-        for (int k = 0; k < MAX_SETS; k++)
-            gev_free_set(r, r->in[k]);
-        gev_free_set(r, r->shared);
-        if (r->mod)
-            kh_gpu_api(ev->g)->cuModuleUnload(r->mod);
-        so_unload(r->so);
-    }
-    free(r);
+    close_verify(r, ck.verify);
+    close_run(r);
     return st;
 }

@@ -80,8 +80,8 @@ kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
     return st;
 }
 
-static kh_status checksum(kh_gpu_eval *ev, CUdeviceptr p, size_t bytes, uint64_t *out,
-                          kh_err *err)
+kh_status gev_checksum(kh_gpu_eval *ev, CUdeviceptr p, size_t bytes, uint64_t *out,
+                       kh_err *err)
 {
     const kh_cuda_api *cu = kh_gpu_api(ev->g);
     unsigned long long nwords = bytes / 8;
@@ -356,6 +356,18 @@ static kh_status obuf_reserve(obuf *o, size_t add, kh_err *err)
     return KH_OK;
 }
 
+kh_status gev_obuf_add(obuf *o, const void *d, size_t n, size_t *off, kh_err *err)
+{
+    kh_status st = obuf_reserve(o, n, err);
+    if (st)
+        return st;
+    if (n)
+        memcpy(o->p + o->n, d, n);
+    *off = o->n;
+    o->n += n;
+    return KH_OK;
+}
+
 /* Copy every output in bufs to the payload; returns {name: [off, len]}. */
 json_t *gev_copy_outputs(ev_run *r, const kh_launch_buf *bufs, obuf *o, kh_err *err)
 {
@@ -462,7 +474,7 @@ kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err)
     for (size_t i = 0; i < r->nt; i++) {
         sums[i] = 0;
         if (r->ts[i].role == ROLE_IN && r->ts[i].bytes) {
-            kh_status st = checksum(r->ev, r->in[set][i].buf.ptr, r->ts[i].bytes, &sums[i], err);
+            kh_status st = gev_checksum(r->ev, r->in[set][i].buf.ptr, r->ts[i].bytes, &sums[i], err);
             if (st)
                 return st;
         }

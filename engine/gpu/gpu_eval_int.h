@@ -7,6 +7,8 @@
 #ifndef KH_GPU_EVAL_INT_H
 #define KH_GPU_EVAL_INT_H
 
+#include "eval/check.h"
+#include "gpu/gpu_check.h"
 #include "gpu/gpu_eval.h"
 #include "gpu/launch.h"
 #include "task/dtype.h"
@@ -45,6 +47,7 @@ struct kh_gpu_eval {
     CUmodule rng_mod, util_mod;
     CUfunction rng_fill, rng_kcache, checksum;
     CUdeviceptr sum_buf;
+    kh_gpu_cmp *cmp; /* the device comparison (gpu_check.h), made on first use */
 };
 
 /* The reply payload, grown as outputs are copied in. */
@@ -83,6 +86,7 @@ typedef struct ev_run {
     double verify_p;       /* a timed call is verified with this probability (secret draw) */
     int max_verified, nverified, verify_now;
     int rcount;            /* > 0: a verified call returns rcount ranges of relems elements */
+    struct ev_verify *tv;  /* fused: verified calls are kept on the device, judged there */
     uint64_t relems;       /* per output (kh_rng_ranges), not the whole outputs */
     int inputs_check, guards_check;
     json_t *timed_outputs, *failures;
@@ -93,6 +97,77 @@ typedef struct ev_run {
     /* cuda_so: the loaded object and its entry instead of launch lists */
     struct so_entry *so;
 } ev_run;
+
+/* A fused request's verification (gpu_verify.c): the trusted reference's
+ * own run (its tensors, artifact and buffers, none shared with the
+ * candidate's; a cubin's module is loaded only for its call, after the
+ * candidate's), the comparison's options, and the first poison's outputs of
+ * the trial under way, copied after its call. */
+/* A verified timed call kept on the device: its input seed and set, its
+ * number, and each output (whole, or its ranges one after another) at
+ * off[i] in the verification's timed stash. */
+typedef struct ev_tcall {
+    uint64_t seed;
+    int set;
+    long call;
+    size_t off[MAX_TENSORS];
+    json_t *ranges; /* {name: [[start, n], ...]}; NULL: whole outputs */
+} ev_tcall;
+
+typedef struct ev_verify {
+    ev_run *ref;
+    size_t aoff, alen; /* the reference's artifact in its payload */
+    int is_so;
+    kh_check_opts copts;
+    kh_gpu_buf stash[MAX_TENSORS];
+    /* the timing phase's verified calls (gev_verify_keep_timed) */
+    kh_gpu_buf tstash, gather; /* their outputs; the reference's ranges gathered */
+    size_t tused, per_call;
+    ev_tcall *tc;
+    size_t ntc;
+} ev_verify;
+
+/* ---- gpu_verify.c --------------------------------------------------------------- */
+
+/* The device comparison, compiled for this GPU once. */
+kh_status gev_ensure_cmp(kh_gpu_eval *ev, kh_err *err);
+
+/* Each output of r (the candidate's) must be one of v->ref's: same name,
+ * dtype and size.  An error naming the first that is not. */
+kh_status gev_verify_match(const ev_run *r, const ev_verify *v, kh_err *err);
+
+/* Copy r's outputs (the first poison's call) to v's stash. */
+kh_status gev_verify_stash(ev_run *r, ev_verify *v, kh_err *err);
+
+/* Whether r's outputs are bit for bit the stash's (the two calls). */
+kh_status gev_verify_same(ev_run *r, ev_verify *v, int *same, kh_err *err);
+
+/* r's outputs (from_stash: the stash) against the reference's, after the
+ * reference's call: each output's comparison parts into the payload o
+ * ({name: [off, len]} into *parts), and for each that fails, whether it
+ * still holds the poison pat ({name: true} into *untouched; pat 0: no
+ * poison), as the coordinator's host comparison decides it. */
+kh_status gev_verify_judge(ev_run *r, ev_verify *v, int from_stash, unsigned pat, obuf *o,
+                           json_t **parts, json_t **untouched, kh_err *err);
+
+/* The checksum of each of the reference's outputs, as hex strings. */
+kh_status gev_verify_sums(ev_verify *v, json_t **sums, kh_err *err);
+
+/* Overwrite the reference's outputs, so no later call finds them. */
+kh_status gev_verify_clear(ev_verify *v, kh_err *err);
+
+/* The stash's buffers (the reference's run is the caller's to close). */
+void gev_verify_free_stash(ev_run *r, ev_verify *v);
+
+/* Keep verified timed call k's outputs on the device (whole, or the element
+ * ranges kh_rng_ranges draws for it when r->rcount > 0), with the seed and
+ * set of its inputs: judged after the timing phase. */
+kh_status gev_verify_keep_timed(ev_run *r, ev_verify *v, long k, int set, kh_err *err);
+
+/* Kept call tc's outputs against the reference's (after its call on tc's
+ * seed): parts into the payload, {name: [off, len]} into *parts. */
+kh_status gev_verify_judge_timed(ev_run *r, ev_verify *v, const ev_tcall *tc, obuf *o,
+                                 json_t **parts, kh_err *err);
 
 /* ---- gpu_eval_buf.c ------------------------------------------------------------ */
 
@@ -140,6 +215,13 @@ json_t *gev_copy_ranged(ev_run *r, const kh_launch_buf *bufs, const json_t *want
 /* Whether every buffer in bufs has its guard bands intact; if not, why
  * names the tensor. */
 int gev_guards_ok(ev_run *r, const kh_launch_buf *bufs, char *why, size_t whyn);
+
+/* The checksum of bytes bytes at p (the kernel's sum, order-free). */
+kh_status gev_checksum(kh_gpu_eval *ev, CUdeviceptr p, size_t bytes, uint64_t *out,
+                       kh_err *err);
+
+/* Append n bytes to the payload o at *off. */
+kh_status gev_obuf_add(obuf *o, const void *d, size_t n, size_t *off, kh_err *err);
 
 /* The checksum of each input of set into sums (0 for the other tensors). */
 kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err);

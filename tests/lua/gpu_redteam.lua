@@ -100,6 +100,13 @@ for _, name in ipairs(names) do
     if tostring(e.status):match("^ERROR") then io.write("#   why: ", tostring(e.detail), "\n") end
     io.flush()
     T.eq(e.status, want.status, name .. " (" .. tostring(by) .. ")")
+    -- the definition's reference runs on the GPU: a candidate whose trials
+    -- were judged was compared there, unless the entry asks for the host
+    local cmp = e.khlua and e.khlua ~= kh.json.null and e.khlua.compare
+    if cmp then
+      local host = extra and extra.device_compare == false
+      T.eq(cmp, host and "host" or "device", name .. ": where the outputs were compared")
+    end
     if want.caught_by and want.caught_by ~= kh.json.null then
       local ok = false
       local all = kh.json.encode(e)

@@ -15,7 +15,7 @@ DEF = {
                "b": {"shape": ["n"], "dtype": "float32"}},
     "outputs": {"c": {"shape": ["n"], "dtype": "float32"}},
     "reference": "import torch\n\ndef run(a, b):\n    return a + b\n",
-    "khlua": {"reference": "add_ref_c", "tolerance": {"atol": 1e-5, "rtol": 1e-5},
+    "khlua": {"reference": "add_ref_cuda", "tolerance": {"atol": 1e-5, "rtol": 1e-5},
               "evaluator": "default",
               "speed_of_light": {"flops": "n"}},
 }
@@ -382,6 +382,25 @@ K["stride_guess"] = SINK + (SIG +
 
 
 # status, check that catches it (None: passes the gate; caught at promotion by the sanitizer)
+# (6) the reference's outputs, where the device compares: the trusted
+# reference runs in the candidate's own worker (docs/evaluation.md,
+# "Verification on the device").  This one looks for a buffer that already
+# holds c = a + b (the reference's outputs for these inputs) within 64 MiB
+# either side of c, one probe per 64 KiB, and copies it instead of adding.
+# The reference runs only after the candidate's calls of a trial, its outputs
+# are overwritten once compared and its buffers are islands: the probes fault.
+K["scan_for_reference"] = ('__device__ const float *found;\n' + SIG +
+    '  long long i = IDX;\n'
+    '  if (threadIdx.x == 0 && !found) {\n'
+    '    float w0 = a[0] + b[0], w1 = a[1] + b[1];\n'
+    '    for (long long off = -(64LL << 20); off < (64LL << 20) && !found; off += 65536) {\n'
+    '      const volatile float *p = (const volatile float *)((const char *)c + off);\n'
+    '      if (off && p[0] == w0 && p[1] == w1) found = (const float *)p;\n'
+    '    }\n'
+    '  }\n'
+    '  __syncthreads();\n'
+    '  if (i < n) c[i] = found ? found[i] : 0.f; }')
+
 EXPECT = {
     "honest": ("PASSED", None),
     "stale_output": ("INCORRECT_NUMERICAL", "poison"),
@@ -428,6 +447,7 @@ EXPECT = {
     "read_past_guard": ("RUNTIME_ERROR", "CUDA_ERROR_ILLEGAL_ADDRESS"),
     "scan_below_output": ("RUNTIME_ERROR", "CUDA_ERROR_ILLEGAL_ADDRESS"),
     "stride_guess": ("RUNTIME_ERROR", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    "scan_for_reference": ("RUNTIME_ERROR", "CUDA_ERROR_ILLEGAL_ADDRESS"),
 }
 
 def solution(name):
@@ -514,6 +534,12 @@ ref = {"name": "add_ref_c", "definition": DEF["name"], "author": "khlua-redteam"
                                    {"axis": "n", "type": "int64"}]}},
        "sources": [{"path": "add_ref.c", "content": REF_C}]}
 json.dump(ref, open("solutions/add_ref_c.json", "w"), indent=2)
+# The definition's trusted reference runs on the GPU, so a candidate's
+# outputs are compared there, in its own request; entries with
+# "device_compare": false take them back to the coordinator instead.
+ref_cuda = solution("honest")
+ref_cuda.update({"name": "add_ref_cuda", "description": "Trusted CUDA reference."})
+json.dump(ref_cuda, open("solutions/add_ref_cuda.json", "w"), indent=2)
 for name in K:
     json.dump(solution(name), open(f"solutions/rt_{name}.json", "w"), indent=2)
 # expect.json (verdicts and the checks that may catch each candidate) is kept by hand

@@ -1,0 +1,82 @@
+-- gpu_compare.lua: a candidate's outputs compared on the device (its trusted
+-- reference runs in the candidate's own request, after the candidate's calls)
+-- give the verdict the coordinator's host comparison gives on the same seeds:
+-- the same status, figures, reason and failed check, bit for bit, when the
+-- candidate passes and when it fails; and the device's reply carries the
+-- comparison's parts, not the outputs.  On a GPU machine (skipped elsewhere).
+local T = require "testlib"
+local kh = require "kh"
+
+if #kh.doctor().gpus == 0 then T.skip_all("no GPU on this machine") end
+
+local SRC = os.getenv("KH_SOURCE_DIR") or "."
+local PKG = SRC .. "/kernels/rmsnorm_h4096"
+math.randomseed(T.seed())
+
+local RT = SRC .. "/tests/redteam/cuda"
+
+-- The same evaluation with the outputs compared on the device, then on the host.
+local function both(pkg, sol, extra)
+  local seed = math.random(1, 1 << 40)
+  local function run(on_device)
+    local o = { seed = seed, record = false, timing = false, device_compare = on_device }
+    for k, v in pairs(extra) do o[k] = v end
+    return assert(kh.eval(pkg, sol, o))
+  end
+  return run(true), run(false)
+end
+
+local function same(d, h, n, want_status)
+  T.eq(#d, n)
+  T.eq(#h, #d)
+  for i = 1, #d do
+    local a, b = d[i].evaluation, h[i].evaluation
+    local u = d[i].solution .. " " .. d[i].workload.uuid
+    T.eq(a.khlua.compare, "device", u)
+    T.eq(b.khlua.compare, "host", u)
+    T.eq(a.status, want_status, u .. " " .. tostring(a.khlua.detail))
+    T.eq(a.status, b.status, u)
+    T.eq(a.khlua.failed_check, b.khlua.failed_check, u)
+    T.eq(a.khlua.detail, b.khlua.detail, u)
+    for _, k in ipairs({ "max_absolute_error", "max_relative_error" }) do
+      T.eq(a.correctness[k], b.correctness[k], u .. " " .. k)
+    end
+    for _, k in ipairs({ "matched_ratio", "norm_error", "max_ulp_error", "elements" }) do
+      T.eq(a.khlua.figures[k], b.khlua.figures[k], u .. " " .. k)
+    end
+    for _, k in ipairs({ "poison", "inputs_unchanged", "guards", "deterministic", "correctness" }) do
+      T.eq(a.khlua.checks[k], b.khlua.checks[k], u .. " " .. k)
+    end
+    T.ok(type(a.khlua.hashes.reference) == "string", u .. ": a reference hash")
+    -- the host's way needs the reference's own request; the device's does not
+    T.eq(a.khlua.phases.reference, nil, u)
+    T.ok(b.khlua.phases.reference.requests == 1, u)
+    local ab, bb = a.khlua.phases.candidate.bytes_back, b.khlua.phases.candidate.bytes_back
+    T.ok(ab * 20 < bb, string.format("%s: %d bytes back on the device's way, %d on the host's",
+                                     u, ab, bb))
+  end
+end
+
+T.test("a passing candidate: the same verdict and figures either way", function()
+  local d, h = both(PKG, "rmsnorm_h4096_cuda_v1", { workloads = "5" })
+  same(d, h, 5, "PASSED")
+end)
+
+T.test("deterministic = true: the two poisoned calls compared on the device", function()
+  local d, h = both(PKG, "rmsnorm_h4096_cuda_v1", { workloads = "5", deterministic = true })
+  same(d, h, 5, "PASSED")
+end)
+
+-- Failing candidates (tests/redteam/cuda, whose reference runs on the GPU):
+-- wrong values (fp8 rounding), elements left unwritten (the poison), a NaN
+-- (a final verdict), the previous call's outputs.
+for _, c in ipairs({ { "rt_precision_downgrade", "correctness" },
+                     { "rt_partial_computation", "poison" },
+                     { "rt_nan_output", "correctness" },
+                     { "rt_deferred_work", nil } }) do
+  T.test(c[1] .. ": the same failure, figures and reason either way", function()
+    local d, h = both(RT, c[1], {})
+    same(d, h, 2, "INCORRECT_NUMERICAL")
+    if c[2] then T.eq(d[1].evaluation.khlua.failed_check, c[2]) end
+  end)
+end
