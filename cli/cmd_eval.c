@@ -124,8 +124,9 @@ static void usage(FILE *f)
             "  --no-reference-timing  time the solution only (no reference latency,\n"
             "                    no speedup)\n"
             "  --parity          FlashInfer-Bench's checks alone (no hardened checks)\n"
-            "  --host-compare    compare outputs in this process, not on the GPU (the\n"
-            "                    default where the trusted reference runs on the GPU)\n"
+            "  --device-compare  where the trusted reference runs on the GPU too, run it in\n"
+            "                    the candidate's request and compare there (parts come\n"
+            "                    back, not outputs); --host-compare (the default): here\n"
             "  --trials N        input sets for correctness (default 3)\n"
             "  --shapes N        also check correctness on N admissible shapes that are not\n"
             "                    in the workload list (drawn from the base seed; 0 to 64)\n"
@@ -337,6 +338,9 @@ static int parse_args(int argc, char **argv, eval_args *ea)
             takes = 0;
         } else if (!strcmp(a, "--host-compare")) {
             ea->o.device_compare = 0;
+            takes = 0;
+        } else if (!strcmp(a, "--device-compare")) {
+            ea->o.device_compare = 1;
             takes = 0;
         } else if (!strcmp(a, "--no-store")) {
             ea->o.record = 0;

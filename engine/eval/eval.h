@@ -79,10 +79,10 @@ typedef struct kh_eval_opts {
     double deadline_s;         /* per workload and per worker request; 300 */
     double atol, rtol, required_matched_ratio; /* < 0: the definition's */
     int time_reference;        /* time the reference too (reference_latency_ms); 1 */
-    /* 1 (default): a gpu candidate whose trusted reference also runs on the
-     * GPU is compared on the device, in its own request (docs/evaluation.md,
-     * "Verification on the device"); 0: the outputs come back and the
-     * coordinator compares them */
+    /* 1: a gpu candidate whose trusted reference also runs on the GPU is
+     * compared on the device, in its own request (docs/evaluation.md,
+     * "Verification on the device"); 0 (default until that path has run on a
+     * GPU in full): the outputs come back and the coordinator compares them */
     int device_compare;
     int record;                /* store every verdict (1, the default) */
     /* What a policy run records with each verdict (the engine is the one

@@ -22,9 +22,10 @@
 # BENCH_EVAL_RUNS picks the khlua runs (default "official screen screen-1");
 # besides those, PROTOCOL-noverify (--verify 0: no timed call's outputs
 # checked), -noref (--no-reference-timing), -parity (FlashInfer-Bench's checks
-# only), -warm (no cache flush), -hostcmp (--host-compare: the outputs back to
-# the coordinator, the reference in its own request) show what each part of
-# the evaluation costs.
+# only), -warm (no cache flush), -hostcmp / -devcmp (--host-compare: the
+# outputs back to the coordinator, the reference in its own request;
+# --device-compare: the reference in the candidate's request, compared on the
+# GPU) show what each part of the evaluation costs.
 # Each line: wall seconds of the whole command, per workload, the sums over
 # the traces of the worker's and the coordinator's seconds, and the ratio of
 # the per-workload time to FlashInfer-Bench's.  Outputs under $OUT (or
@@ -131,6 +132,7 @@ for p in "$@"; do
       *-parity) args+=(--parity);;
       *-warm) args+=(--warm);;
       *-hostcmp) args+=(--host-compare);;
+      *-devcmp) args+=(--device-compare);;
     esac
     t0=$(now)
     timeout -k 5 400 "$K" eval --task "$pkg" --solution "$out/$name.json" "${args[@]}" --json \

@@ -13,7 +13,7 @@ local SRC = os.getenv("KH_SOURCE_DIR") or "."
 local PKG = SRC .. "/kernels/rmsnorm_h4096"
 math.randomseed(T.seed())
 
-local RT = SRC .. "/tests/redteam/cuda"
+local RT = SRC .. "/tests/redteam/cuda_device" -- its reference runs on the GPU
 
 -- The same evaluation with the outputs compared on the device, then on the host.
 local function both(pkg, sol, extra)
@@ -67,7 +67,7 @@ T.test("deterministic = true: the two poisoned calls compared on the device", fu
   same(d, h, 5, "PASSED")
 end)
 
--- Failing candidates (tests/redteam/cuda, whose reference runs on the GPU):
+-- Failing candidates (tests/redteam/cuda_device, whose reference runs on the GPU):
 -- wrong values (fp8 rounding), elements left unwritten (the poison), a NaN
 -- (a final verdict), the previous call's outputs.
 for _, c in ipairs({ { "rt_precision_downgrade", "correctness" },
@@ -80,3 +80,25 @@ for _, c in ipairs({ { "rt_precision_downgrade", "correctness" },
     if c[2] then T.eq(d[1].evaluation.khlua.failed_check, c[2]) end
   end)
 end
+
+-- Timed: the verified timed calls kept on the device and judged there after
+-- the timing phase (no reference request for their seeds), every one of them
+-- verified and right, as on the host's way; the big workloads' calls by their
+-- element ranges.
+T.test("timed: verified calls judged on the device, none wrong, no timed-refs request", function()
+  local d, h = both(PKG, "rmsnorm_h4096_cuda_v1", { timing = true, warmup = 2, iters = 10,
+                                                    protocol = "official" })
+  T.eq(#d, 14)
+  for i = 1, #d do
+    local a, b = d[i].evaluation, h[i].evaluation
+    local u = d[i].workload.uuid
+    T.eq(a.status, "PASSED", u .. " " .. tostring(a.khlua.detail))
+    T.eq(b.status, "PASSED", u)
+    T.eq(a.khlua.checks.timed_outputs, "ok", u)
+    local va, vb = a.khlua.timed_outputs_verified, b.khlua.timed_outputs_verified
+    T.ok(va.calls > 0 and va.failed == 0, u .. " " .. kh.json.encode(va))
+    T.eq(va.calls, vb.calls, u .. ": as many calls verified either way")
+    T.eq(a.khlua.phases.timed_refs and a.khlua.phases.timed_refs.requests or 0, 0, u)
+    T.ok(b.khlua.phases.timed_refs.requests == 1, u)
+  end
+end)

@@ -9,6 +9,8 @@
 -- first entries read as before):
 --   solution     the solution to run (default: the key), so one candidate can
 --                have several entries ("rt_x@fixed_seed");
+--   package      the task package under tests/redteam (default cuda):
+--                cuda_device is the same task with a trusted CUDA reference;
 --   opts         kh.eval options laid over the defaults below; a JSON null
 --                removes a default (so the coordinator's own applies: "seed":
 --                null runs under its default base seed);
@@ -42,9 +44,9 @@ end
 
 -- The worst workload's evaluation (every one must pass for PASSED), the
 -- seconds taken and the traces.
-local function run(name, extra)
+local function run(name, extra, pkg)
   local t0 = kh.time.now()
-  local ok, tr, msg, code = pcall(kh.eval, PKG, name, options(extra))
+  local ok, tr, msg, code = pcall(kh.eval, pkg or PKG, name, options(extra))
   local dt = kh.time.now() - t0
   if not ok then return { status = "ERROR (kh.eval refused: " .. tostring(tr) .. ")" }, dt end
   if not tr then return { status = "ERROR " .. tostring(code), detail = msg }, dt end
@@ -92,7 +94,8 @@ for _, name in ipairs(names) do
     local want = expect[name]
     local sol = want.solution or name
     local extra = want.opts ~= kh.json.null and want.opts or nil
-    local e, dt, traces = run(sol, extra)
+    local pkg = want.package and (SRC .. "/tests/redteam/" .. want.package) or nil
+    local e, dt, traces = run(sol, extra, pkg)
     local by = caught_by(e):gsub("\n", " ")
     rows[#rows + 1] = string.format("%-36s %-20s %-28s %6.2f s", name, tostring(e.status),
       tostring(by):sub(1, 28), dt)
@@ -101,11 +104,12 @@ for _, name in ipairs(names) do
     io.flush()
     T.eq(e.status, want.status, name .. " (" .. tostring(by) .. ")")
     -- the definition's reference runs on the GPU: a candidate whose trials
-    -- were judged was compared there, unless the entry asks for the host
+    -- were judged was compared in the coordinator, unless the entry asks for
+    -- the device (device_compare)
     local cmp = e.khlua and e.khlua ~= kh.json.null and e.khlua.compare
     if cmp then
-      local host = extra and extra.device_compare == false
-      T.eq(cmp, host and "host" or "device", name .. ": where the outputs were compared")
+      local dev = extra and extra.device_compare == true
+      T.eq(cmp, dev and "device" or "host", name .. ": where the outputs were compared")
     end
     if want.caught_by and want.caught_by ~= kh.json.null then
       local ok = false

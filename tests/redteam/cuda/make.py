@@ -15,7 +15,7 @@ DEF = {
                "b": {"shape": ["n"], "dtype": "float32"}},
     "outputs": {"c": {"shape": ["n"], "dtype": "float32"}},
     "reference": "import torch\n\ndef run(a, b):\n    return a + b\n",
-    "khlua": {"reference": "add_ref_cuda", "tolerance": {"atol": 1e-5, "rtol": 1e-5},
+    "khlua": {"reference": "add_ref_c", "tolerance": {"atol": 1e-5, "rtol": 1e-5},
               "evaluator": "default",
               "speed_of_light": {"flops": "n"}},
 }
@@ -534,13 +534,29 @@ ref = {"name": "add_ref_c", "definition": DEF["name"], "author": "khlua-redteam"
                                    {"axis": "n", "type": "int64"}]}},
        "sources": [{"path": "add_ref.c", "content": REF_C}]}
 json.dump(ref, open("solutions/add_ref_c.json", "w"), indent=2)
-# The definition's trusted reference runs on the GPU, so a candidate's
-# outputs are compared there, in its own request; entries with
-# "device_compare": false take them back to the coordinator instead.
-ref_cuda = solution("honest")
-ref_cuda.update({"name": "add_ref_cuda", "description": "Trusted CUDA reference."})
-json.dump(ref_cuda, open("solutions/add_ref_cuda.json", "w"), indent=2)
 for name in K:
     json.dump(solution(name), open(f"solutions/rt_{name}.json", "w"), indent=2)
+
+# ../cuda_device: the same task with a trusted CUDA reference, so that its
+# entries ("package": "cuda_device", with "device_compare": true) can run the
+# reference in the candidate's own request and compare on the device
+# (docs/evaluation.md, "Verification on the device"); only the candidates
+# those entries run.
+DEVICE = ["honest", "stale_output", "partial_computation", "nan_output", "skip_odd_poison",
+          "partial_tail_large", "cross_call_cache", "scan_for_reference",
+          "precision_downgrade", "deferred_work"]  # the last two: tests/lua/gpu_compare.lua
+dev = os.path.join("..", "cuda_device")
+os.makedirs(os.path.join(dev, "solutions"), exist_ok=True)
+ddef = json.loads(json.dumps(DEF))
+ddef["khlua"]["reference"] = "add_ref_cuda"
+json.dump(ddef, open(os.path.join(dev, "definition.json"), "w"), indent=2)
+with open("workloads.jsonl") as src, open(os.path.join(dev, "workloads.jsonl"), "w") as dst:
+    dst.write(src.read())
+ref_cuda = solution("honest")
+ref_cuda.update({"name": "add_ref_cuda", "description": "Trusted CUDA reference."})
+json.dump(ref_cuda, open(os.path.join(dev, "solutions", "add_ref_cuda.json"), "w"), indent=2)
+for name in DEVICE:
+    json.dump(solution(name), open(os.path.join(dev, "solutions", f"rt_{name}.json"), "w"),
+              indent=2)
 # expect.json (verdicts and the checks that may catch each candidate) is kept by hand
 print(f"{len(K)} candidates")
