@@ -174,9 +174,16 @@ static kh_status judge_one(ev_run *r, ev_verify *v, const ev_tensor *t, CUdevice
     return KH_OK;
 }
 
-kh_status gev_verify_judge(ev_run *r, ev_verify *v, int from_stash, unsigned pat, obuf *o,
-                           json_t **parts_out, json_t **untouched_out, kh_err *err)
+/* Every output of r against the reference's: from the trial's stash
+ * (from_stash), its own buffer, or kept timed call tc's slot, whose ranges
+ * (if any) are compared with the same ranges of the reference's output,
+ * gathered end to end. */
+static kh_status judge_all(ev_run *r, ev_verify *v, int from_stash, const ev_tcall *tc,
+                           unsigned pat, obuf *o, json_t **parts_out, json_t **untouched_out,
+                           kh_err *err)
 {
+    const kh_cuda_api *cu = kh_gpu_api(r->ev->g);
+    CUstream s = kh_gpu_stream(r->ev->g);
     json_t *parts = json_object(), *ut = json_object();
     kh_check_part *buf = NULL;
     size_t cap = 0;
@@ -190,9 +197,35 @@ kh_status gev_verify_judge(ev_run *r, ev_verify *v, int from_stash, unsigned pat
             st = kh_err_set(err, KH_EINVAL, "verify: no reference output '%s'", t->name);
             break;
         }
-        CUdeviceptr x = from_stash ? v->stash[i].ptr : r->shared[i].buf.ptr;
-        st = judge_one(r, v, t, x, v->ref->shared[k].buf.ptr, t->numel, pat, o, parts, ut, &buf,
-                       &cap, err);
+        CUdeviceptr x = tc           ? v->tstash.ptr + tc->off[i]
+                        : from_stash ? v->stash[i].ptr
+                                     : r->shared[i].buf.ptr;
+        CUdeviceptr y = v->ref->shared[k].buf.ptr;
+        uint64_t numel = t->numel;
+        const json_t *list = tc && tc->ranges ? json_object_get(tc->ranges, t->name) : NULL;
+        if (list) { /* the reference's same ranges, gathered one after another */
+            size_t q, used = 0;
+            json_t *e;
+            numel = 0;
+            json_array_foreach(list, q, e) {
+                uint64_t a = (uint64_t)json_integer_value(json_array_get(e, 0)),
+                         n = (uint64_t)json_integer_value(json_array_get(e, 1));
+                size_t boff = kh_dtype_nbytes(t->dtype, a);
+                size_t blen = kh_dtype_nbytes(t->dtype, a + n) - boff;
+                if (!st)
+                    st = kh_gpu_check(r->ev->g,
+                                      cu->cuMemcpyDtoDAsync(v->gather.ptr + used, y + boff, blen,
+                                                            s),
+                                      "cuMemcpyDtoDAsync (the reference's ranges)", err);
+                used += blen;
+                numel += n;
+            }
+            y = v->gather.ptr;
+            if (!st)
+                st = kh_gpu_sync(r->ev->g, err);
+        }
+        if (!st)
+            st = judge_one(r, v, t, x, y, numel, pat, o, parts, ut, &buf, &cap, err);
     }
     free(buf);
     if (st) {
@@ -203,6 +236,12 @@ kh_status gev_verify_judge(ev_run *r, ev_verify *v, int from_stash, unsigned pat
     *parts_out = parts;
     *untouched_out = ut;
     return KH_OK;
+}
+
+kh_status gev_verify_judge(ev_run *r, ev_verify *v, int from_stash, unsigned pat, obuf *o,
+                           json_t **parts_out, json_t **untouched_out, kh_err *err)
+{
+    return judge_all(r, v, from_stash, NULL, pat, o, parts_out, untouched_out, err);
 }
 
 /* ---- the timing phase's verified calls -------------------------------------------
@@ -300,56 +339,10 @@ kh_status gev_verify_keep_timed(ev_run *r, ev_verify *v, long k, int set, kh_err
 kh_status gev_verify_judge_timed(ev_run *r, ev_verify *v, const ev_tcall *tc, obuf *o,
                                  json_t **parts_out, kh_err *err)
 {
-    const kh_cuda_api *cu = kh_gpu_api(r->ev->g);
-    CUstream s = kh_gpu_stream(r->ev->g);
-    json_t *parts = json_object(), *ut = json_object();
-    kh_check_part *buf = NULL;
-    size_t cap = 0;
-    kh_status st = KH_OK;
-    for (size_t i = 0; i < r->nt && !st; i++) {
-        const ev_tensor *t = &r->ts[i];
-        if (t->role != ROLE_OUT)
-            continue;
-        long k = ref_output(r, v, i);
-        if (k < 0) {
-            st = kh_err_set(err, KH_EINVAL, "verify: no reference output '%s'", t->name);
-            break;
-        }
-        CUdeviceptr x = v->tstash.ptr + tc->off[i], y = v->ref->shared[k].buf.ptr;
-        uint64_t numel = t->numel;
-        const json_t *list = tc->ranges ? json_object_get(tc->ranges, t->name) : NULL;
-        if (list) { /* the reference's same ranges, gathered one after another */
-            size_t q, used = 0;
-            json_t *e;
-            numel = 0;
-            json_array_foreach(list, q, e) {
-                uint64_t a = (uint64_t)json_integer_value(json_array_get(e, 0)),
-                         n = (uint64_t)json_integer_value(json_array_get(e, 1));
-                size_t boff = kh_dtype_nbytes(t->dtype, a);
-                size_t blen = kh_dtype_nbytes(t->dtype, a + n) - boff;
-                if (!st)
-                    st = kh_gpu_check(r->ev->g,
-                                      cu->cuMemcpyDtoDAsync(v->gather.ptr + used, y + boff, blen,
-                                                            s),
-                                      "cuMemcpyDtoDAsync (the reference's ranges)", err);
-                used += blen;
-                numel += n;
-            }
-            y = v->gather.ptr;
-            if (!st)
-                st = kh_gpu_sync(r->ev->g, err);
-        }
-        if (!st)
-            st = judge_one(r, v, t, x, y, numel, 0, o, parts, ut, &buf, &cap, err);
-    }
-    free(buf);
+    json_t *ut = NULL;
+    kh_status st = judge_all(r, v, 0, tc, 0, o, parts_out, &ut, err);
     json_decref(ut);
-    if (st) {
-        json_decref(parts);
-        return st;
-    }
-    *parts_out = parts;
-    return KH_OK;
+    return st;
 }
 
 kh_status gev_verify_sums(ev_verify *v, json_t **sums, kh_err *err)
