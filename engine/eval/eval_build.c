@@ -254,3 +254,15 @@ kh_status eval_build(kh_eval *ev, kh_store *cache, const kh_task_solution *sol, 
     *out = a;
     return KH_OK;
 }
+
+kh_status eval_build_reference(wctx *c, art **out, kh_err *err)
+{
+    const kh_task_solution *ref = c->ref;
+    kh_status st = eval_build(c->ev, eval_cache_store(c), ref, 1, out, err);
+    if (st)
+        return st;
+    if (!(*out)->ok)
+        return kh_err_set(err, KH_ECOMPILE, "the trusted reference '%s' does not build: %.300s",
+                          ref->name, (*out)->log ? (*out)->log : "");
+    return KH_OK;
+}

@@ -356,6 +356,9 @@ json_t *eval_placement_json(kh_eval *ev, kh_pool *p, size_t slot, const kh_wproc
  * verdicts are kept in and answered from. */
 kh_status eval_build(kh_eval *ev, kh_store *cache, const kh_task_solution *sol, int trusted,
                      art **out, kh_err *err);
+/* The trusted reference c->ref's artifact (eval_build, trusted); one that
+ * does not build is KH_ECOMPILE with its log. */
+kh_status eval_build_reference(wctx *c, art **out, kh_err *err);
 /* A file's bytes (room for a NUL after them); free() them. */
 kh_status eval_read_whole(const char *path, unsigned char **d, size_t *n, kh_err *err);
 

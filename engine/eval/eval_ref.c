@@ -147,12 +147,9 @@ kh_status eval_ref_post(wctx *c, wstate *s, refout **outs, kh_err *err)
     if (!ref)
         return py_ref_outputs(c, outs, err);
     art *a = NULL;
-    kh_status st = eval_build(c->ev, eval_cache_store(c), ref, 1, &a, err);
+    kh_status st = eval_build_reference(c, &a, err);
     if (st)
         return st;
-    if (!a->ok)
-        return kh_err_set(err, KH_ECOMPILE, "the trusted reference '%s' does not build: %.300s",
-                          ref->name, a->log ? a->log : "");
     json_t *p = NULL;
     if ((st = eval_request(c, ref, a, 1, &p, err)))
         return st;

@@ -335,12 +335,9 @@ kh_status eval_request_fused(wctx *c, const kh_task_solution *sol, const art *a,
 {
     const kh_task_solution *ref = c->ref;
     art *ra = NULL;
-    kh_status st = eval_build(c->ev, eval_cache_store(c), ref, 1, &ra, err);
+    kh_status st = eval_build_reference(c, &ra, err);
     if (st)
         return st;
-    if (!ra->ok)
-        return kh_err_set(err, KH_ECOMPILE, "the trusted reference '%s' does not build: %.300s",
-                          ref->name, ra->log ? ra->log : "");
     json_t *rp = NULL, *p = NULL;
     if ((st = eval_request(c, ref, ra, 1, &rp, err)))
         return st;

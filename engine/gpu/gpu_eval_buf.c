@@ -30,16 +30,21 @@ static const char *checksum_src =
     "  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc); }\n";
 
 /* The generator and the checksum kernel, compiled for this GPU once. */
+void gev_arch(kh_gpu_eval *ev, char arch[16])
+{
+    json_t *info = kh_gpu_info(ev->g);
+    const char *cc = json_string_value(json_object_get(info, "compute_capability"));
+    snprintf(arch, 16, "sm_%c%c", cc[0], cc[2]);
+    json_decref(info);
+}
+
 kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
 {
     if (ev->rng_fill)
         return KH_OK;
     const kh_cuda_api *cu = kh_gpu_api(ev->g);
-    json_t *info = kh_gpu_info(ev->g);
     char arch[16];
-    const char *cc = json_string_value(json_object_get(info, "compute_capability"));
-    snprintf(arch, sizeof arch, "sm_%c%c", cc[0], cc[2]);
-    json_decref(info);
+    gev_arch(ev, arch);
     void *cubin = NULL;
     size_t n = 0;
     kh_status st = kh_rng_compile(ev->e, arch, &cubin, &n, err);

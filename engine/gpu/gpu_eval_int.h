@@ -171,6 +171,9 @@ kh_status gev_verify_judge_timed(ev_run *r, ev_verify *v, const ev_tcall *tc, ob
 
 /* ---- gpu_eval_buf.c ------------------------------------------------------------ */
 
+/* This GPU's architecture for NVRTC ("sm_90"). */
+void gev_arch(kh_gpu_eval *ev, char arch[16]);
+
 /* The generator and the checksum kernel, compiled for this GPU once. */
 kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err);
 

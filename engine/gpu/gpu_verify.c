@@ -19,11 +19,8 @@ kh_status gev_ensure_cmp(kh_gpu_eval *ev, kh_err *err)
 {
     if (ev->cmp)
         return KH_OK;
-    json_t *info = kh_gpu_info(ev->g);
-    const char *cc = json_string_value(json_object_get(info, "compute_capability"));
     char arch[16];
-    snprintf(arch, sizeof arch, "sm_%c%c", cc && cc[0] ? cc[0] : '9', cc && cc[1] ? cc[2] : '0');
-    json_decref(info);
+    gev_arch(ev, arch);
     ev->cmp = kh_gpu_cmp_new(ev->e, kh_gpu_api(ev->g), arch, kh_gpu_stream(ev->g), err);
     return ev->cmp ? KH_OK : kh_err_prefix(err, "the device comparison");
 }
