@@ -38,6 +38,35 @@ static void dur(char *b, size_t n, double s)
         snprintf(b, n, "%lds", x);
 }
 
+/* Per GPU that ran the workloads: its kernel time over the run's wall time
+ * (docs/evaluation.md, "The GPU's busy fraction"). */
+static void print_busy(const json_t *traces, double wall_s)
+{
+    const char *uuids[8];
+    double kern[8];
+    size_t n = 0, i;
+    json_t *t;
+    json_array_foreach(traces, i, t) {
+        json_t *kl = json_object_get(json_object_get(t, "evaluation"), "khlua");
+        const char *u = json_string_value(json_object_get(kl, "gpu_uuid"));
+        json_t *ks = json_object_get(kl, "gpu_kernel_seconds");
+        if (!u || !json_is_number(ks))
+            continue;
+        size_t k = 0;
+        while (k < n && strcmp(uuids[k], u))
+            k++;
+        if (k == n && n < 8) {
+            uuids[n] = u;
+            kern[n++] = 0;
+        }
+        if (k < n)
+            kern[k] += json_number_value(ks);
+    }
+    for (size_t k = 0; k < n && wall_s > 0; k++)
+        printf("GPU %.12s: busy %.1f%% (kernel time %.6f s over %.3f s wall)\n", uuids[k],
+               100.0 * kern[k] / wall_s, kern[k], wall_s);
+}
+
 /* The last line of the table: verdicts by status, and over the PASSED ones
  * the mean latency and the geometric mean speedup. */
 static void print_summary(const json_t *traces)
@@ -226,7 +255,7 @@ static int in_range(const char *a, const char *v, double x, const range *r, size
 /* The verdicts: a table per workload and the summary (FlashInfer-Bench
  * Trace JSONL with as_json); busy-machine and store warnings on stderr.
  * Returns 1 when every workload PASSED. */
-static int print_traces(const json_t *traces, int as_json)
+static int print_traces(const json_t *traces, int as_json, double wall_s)
 {
     int all_ok = 1;
     size_t i;
@@ -298,8 +327,10 @@ static int print_traces(const json_t *traces, int as_json)
             last_detail = detail;
         }
     }
-    if (!as_json)
+    if (!as_json) {
         print_summary(traces);
+        print_busy(traces, wall_s);
+    }
     /* a verdict the store refused is said, not skipped in silence */
     json_array_foreach(traces, i, t) {
         const char *stored = json_string_value(
@@ -496,7 +527,7 @@ int kh_cmd_eval(kh_engine *e, int argc, char **argv)
         fprintf(stderr, "khlua eval: %s\n", err.msg);
         return st == KH_EINTR ? 130 : 1;
     }
-    int all_ok = print_traces(traces, ea.as_json);
+    int all_ok = print_traces(traces, ea.as_json, kh_now() - pg.t0);
     json_decref(traces);
     return all_ok ? 0 : 1;
 }

@@ -263,6 +263,7 @@ typedef enum wl_stage {
  * bytes sent with them and sent back. */
 typedef struct phase_cost {
     double coord_s, worker_s, wait_s;
+    double kernel_s;    /* the GPU's kernel time in its requests (their gpu_kernel_s) */
     size_t requests;
     uint64_t bytes_sent, bytes_back;
 } phase_cost;

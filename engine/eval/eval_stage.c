@@ -706,6 +706,10 @@ static void count_requests(wstate *s)
             p->wait_s += j->t_done - j->t_post;
         p->bytes_sent += j->pl_len;
         p->bytes_back += j->res.reply.payload_len;
+        json_t *k = json_object_get(json_object_get(j->res.reply.head, "result"),
+                                    "gpu_kernel_s");
+        if (json_is_number(k) && json_number_value(k) > 0)
+            p->kernel_s += json_number_value(k);
     }
 }
 

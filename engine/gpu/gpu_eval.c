@@ -51,6 +51,10 @@ void kh_gpu_eval_free(kh_gpu_eval *ev)
         if (ev->util_mod)
             cu->cuModuleUnload(ev->util_mod);
         kh_gpu_cmp_free(ev->cmp);
+        if (ev->busy_a)
+            cu->cuEventDestroy(ev->busy_a);
+        if (ev->busy_b)
+            cu->cuEventDestroy(ev->busy_b);
     }
     free(ev);
 }
@@ -245,11 +249,54 @@ static kh_status so_call(ev_run *r, const kh_launch_buf *bufs, kh_err *err)
     return KH_OK;
 }
 
+/* ---- the GPU's busy time ------------------------------------------------------
+ * The request's kernel time ("gpu_kernel_s" in its result): each call of the
+ * candidate or the reference outside the timing phase between two events,
+ * read once the call has finished (at the next call or the request's end);
+ * the timing phase adds its own measured calls (CUPTI's spans, or its events),
+ * so nothing is added inside a timing window. */
+static kh_status busy_take(kh_gpu_eval *ev, kh_err *err)
+{
+    if (!ev->busy_pending)
+        return KH_OK;
+    ev->busy_pending = 0;
+    const kh_cuda_api *cu = kh_gpu_api(ev->g);
+    float ms = 0;
+    kh_status st = kh_gpu_check(ev->g, cu->cuEventSynchronize(ev->busy_b), "cuEventSynchronize",
+                                err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuEventElapsedTime(&ms, ev->busy_a, ev->busy_b),
+                          "cuEventElapsedTime", err);
+    if (!st)
+        ev->busy_s += (double)ms * 1e-3;
+    return st;
+}
+
+static kh_status busy_mark(kh_gpu_eval *ev, CUevent *e, kh_err *err)
+{
+    const kh_cuda_api *cu = kh_gpu_api(ev->g);
+    kh_status st = KH_OK;
+    if (!*e)
+        st = kh_gpu_check(ev->g, cu->cuEventCreate(e, CU_EVENT_DEFAULT), "cuEventCreate", err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuEventRecord(*e, kh_gpu_stream(ev->g)), "cuEventRecord",
+                          err);
+    return st;
+}
+
 /* A launch list, or for cuda_so the entry on the list's view. */
 static kh_status enqueue(ev_run *r, kh_launch_list *l, const kh_launch_buf *view_bufs,
                          kh_err *err)
 {
-    return r->so ? so_call(r, view_bufs, err) : kh_launch_enqueue(l, err);
+    kh_gpu_eval *ev = r->ev;
+    kh_status st = r->in_bench ? KH_OK : busy_take(ev, err);
+    if (!st && !r->in_bench)
+        st = busy_mark(ev, &ev->busy_a, err);
+    if (!st)
+        st = r->so ? so_call(r, view_bufs, err) : kh_launch_enqueue(l, err);
+    if (!st && !r->in_bench && !(st = busy_mark(ev, &ev->busy_b, err)))
+        ev->busy_pending = 1;
+    return st;
 }
 
 static kh_status bind_lists(ev_run *r, kh_err *err)
@@ -754,8 +801,11 @@ static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing
         r->poison = ck->poison;
         kh_gpu_reset_l2_persisting(ev->g, NULL);
         kh_gpu_read_clocks(ev->g, &cb);
+        r->in_bench = 1;
         st = kh_bench_run(ev->g, ev->c, &t, &bo, &br, err);
+        r->in_bench = 0;
         kh_gpu_read_clocks(ev->g, &ca);
+        ev->busy_s += br.gpu_time_s;
     }
     if (!st && ck->verify)
         st = verify_timed(r, ck->verify, o, timed_outputs, err);
@@ -921,6 +971,8 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
                    : GUARD;
     obuf o = {0};
     json_t *res = NULL, *failures = json_array(), *trials_out = json_array();
+    ev->busy_pending = 0;
+    ev->busy_s = 0;
     kh_status st = gev_ensure_utils(ev, err);
     size_t aoff = 0, alen = 0;
     int is_so = 0;
@@ -963,9 +1015,12 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
     if (!st && timing)
         st = run_timing(r, &ck, timing, trials, &o, timed_outputs, &timing_out, err);
 
+    if (!st)
+        st = busy_take(ev, err);
     if (!st) {
         res = json_pack("{s:o, s:o, s:o}", "trials", trials_out, "timed_outputs", timed_outputs,
                         "failures", failures);
+        json_object_set_new(res, "gpu_kernel_s", json_real(ev->busy_s));
         trials_out = timed_outputs = failures = NULL;
         json_object_set_new(res, "timing", timing_out ? timing_out : json_null());
         timing_out = NULL;

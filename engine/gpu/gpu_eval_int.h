@@ -48,6 +48,11 @@ struct kh_gpu_eval {
     CUfunction rng_fill, rng_kcache, checksum;
     CUdeviceptr sum_buf;
     kh_gpu_cmp *cmp; /* the device comparison (gpu_check.h), made on first use */
+    /* the request's kernel time (gpu_eval.c, "the GPU's busy time"): events
+     * around the last call outside the timing phase, read when pending */
+    CUevent busy_a, busy_b;
+    int busy_pending;
+    double busy_s;
 };
 
 /* The reply payload, grown as outputs are copied in. */
@@ -80,6 +85,7 @@ typedef struct ev_run {
      * included; the call's input set is k mod nsets, refilled before it
      * from the seed derived from (timing_seed, k) */
     int timed, trial, poison;
+    int in_bench;          /* inside kh_bench_run: its own timer measures the calls */
     long call;
     int cur_set;
     uint64_t timing_seed, sample_seed;

@@ -70,14 +70,15 @@ PY
 sums() {
   python3 - "$out/$1.$2.jsonl" <<'PY'
 import json, sys
-n = ok = 0; ws = cs = 0.0
+n = ok = 0; ws = cs = ks = 0.0
 for line in open(sys.argv[1]):
     if not line.strip().startswith("{"):
         continue
     t = json.loads(line); ev = t["evaluation"]; kl = ev.get("khlua", {})
     n += 1; ok += ev["status"] == "PASSED"
     ws += kl.get("worker_seconds") or 0; cs += kl.get("coordinator_seconds") or 0
-print(n, ok, "%.3f" % ws, "%.3f" % cs)
+    ks += kl.get("gpu_kernel_seconds") or 0
+print(n, ok, "%.3f" % ws, "%.3f" % cs, "%.6f" % ks)
 PY
 }
 
@@ -93,18 +94,18 @@ for line in open(sys.argv[1]):
         continue
     ph = json.loads(line)["evaluation"].get("khlua", {}).get("phases") or {}
     for k, v in ph.items():
-        t = tot.setdefault(k, [0.0] * 6)
+        t = tot.setdefault(k, [0.0] * 7)
         for i, f in enumerate(("coordinator_s", "requests", "worker_s", "wait_s",
-                               "bytes_sent", "bytes_back")):
+                               "bytes_sent", "bytes_back", "kernel_s")):
             t[i] += v.get(f, 0)
 for k, t in tot.items():
-    print("    %-11s coord %7.3f s  req %3d  worker %7.3f s  wait %7.3f s  sent %8.1f MB  back %8.1f MB"
-          % (k, t[0], t[1], t[2], t[3], t[4] / 1e6, t[5] / 1e6))
+    print("    %-11s coord %7.3f s  req %3d  worker %7.3f s  wait %7.3f s  kernel %7.4f s  sent %8.1f MB  back %8.1f MB"
+          % (k, t[0], t[1], t[2], t[3], t[6], t[4] / 1e6, t[5] / 1e6))
 PY
 }
 
-row() { printf '%-34s %-16s %9s %9s %7s %9s %9s %9s\n' "$@" | tee -a "$table"; }
-row package run wall_s per_wl_s passed worker_s coord_s vs_FIB
+row() { printf '%-34s %-16s %9s %9s %7s %9s %9s %7s %9s\n' "$@" | tee -a "$table"; }
+row package run wall_s per_wl_s passed worker_s coord_s busy_% vs_FIB
 rc=0
 for p in "$@"; do
   pkg="kernels/$p"
@@ -120,7 +121,7 @@ for p in "$@"; do
   nfib=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["traces"]))' \
     "$out/$p.fib.json")
   fib_per=$(awk -v a="$fib_s" -v n="$nfib" 'BEGIN { printf "%.4f", a / n }')
-  row "$p" "FIB pipeline" "$fib_s" "$fib_per" "$nfib" - - 1.00
+  row "$p" "FIB pipeline" "$fib_s" "$fib_per" "$nfib" - - - 1.00
   for run in ${BENCH_EVAL_RUNS:-official screen screen-1}; do
     name="${base}_fresh_${run//-/_}"
     fresh "$pkg" "$base" "$name"
@@ -140,15 +141,16 @@ for p in "$@"; do
     krc=$?
     t1=$(now)
     [ $krc -eq 0 ] || { echo "khlua eval $run exit $krc:"; tail -3 "$out/$p.$run.log"; rc=1; }
-    read -r n ok ws cs <<< "$(sums "$p" "$run")"
+    read -r n ok ws cs ks <<< "$(sums "$p" "$run")"
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+    busy=$(awk -v k="$ks" -v w="$wall" 'BEGIN { printf "%.1f", w > 0 ? 100 * k / w : 0 }')
     per=$(awk -v w="$wall" -v n="$n" 'BEGIN { printf "%.4f", n ? w / n : 0 }')
     vs=$(awk -v x="$per" -v f="$fib_per" 'BEGIN { printf "%.2f", (f > 0 ? x / f : 0) }')
-    row "$p" "$run" "$wall" "$per" "$ok/$n" "$ws" "$cs" "$vs"
+    row "$p" "$run" "$wall" "$per" "$ok/$n" "$ws" "$cs" "$busy" "$vs"
     phases "$p" "$run" | tee -a "$table"
   done
 done
-echo "vs_FIB: khlua's seconds per workload over FlashInfer-Bench's pipeline's, same run" | tee -a "$table"
+echo "vs_FIB: khlua's seconds per workload over FlashInfer-Bench's pipeline's, same run; busy_%: the GPU's kernel time (khlua.gpu_kernel_seconds) over wall_s" | tee -a "$table"
 rm -rf "$out/store"
 # the device machine sends back a bounded number of files: the runs' files
 # in one archive beside the table

@@ -35,8 +35,25 @@ T.test("the cuda example passes every workload against the host reference", func
     T.ok(e.khlua.checks.timed_outputs == "ok", tostring(e.khlua.checks.timed_outputs))
     T.ok(e.khlua.checks.speed_of_light == "ok" or e.khlua.checks.speed_of_light == "unknown")
     T.ok(e.performance.latency_ms > 0)
+    -- the GPU's kernel time: at least the timed calls' (20 iterations), at
+    -- most the workers' time on the workload
+    local ks, ws = e.khlua.gpu_kernel_seconds, 0
+    for _, p in pairs(e.khlua.phases) do ws = ws + (p.worker_s or 0) end
+    T.ok(e.khlua.phases.candidate.kernel_s > 0)
+    T.ok(ks >= 20 * e.performance.latency_ms * 1e-3 * 0.9 and ks <= ws,
+      ("kernel %.6f s, timed calls %.6f s, workers %.6f s"):format(ks, 20 * e.performance.latency_ms * 1e-3, ws))
     T.ok(e.correctness.max_absolute_error <= 0.01 + 1e-9 or e.correctness.max_relative_error <= 0.01)
   end
+end)
+
+T.test("khlua eval shows the GPU busy fraction: kernel time over wall", function()
+  local out, code = T.khlua("eval", "--task", FIX, "--solution", "rmsnorm_h512_cuda_v1", "--workloads",
+                            "1", "--warmup", "2", "--iters", "20", "--no-store")
+  T.eq(code, 0, out)
+  local pct, ks, wall = out:match("GPU %S+: busy ([%d.]+)%% %(kernel time ([%d.]+) s over ([%d.]+) s wall%)")
+  T.ok(pct, out)
+  T.ok(tonumber(ks) > 0 and tonumber(wall) > tonumber(ks), out)
+  T.near(tonumber(pct), 100 * tonumber(ks) / tonumber(wall), 0.06)
 end)
 
 T.test("--parity: FlashInfer-Bench's checks alone", function()
