@@ -7,7 +7,7 @@
 #   2. the CUDA red team (KH_RT_ONLY limits it; RT_TIMEOUT, default 220 s)
 #   3. bench_eval on rmsnorm_h4096: device and host comparison side by side
 #      with FlashInfer-Bench's pipeline (BENCH_EVAL_RUNS overrides;
-#      BENCH_TIMEOUT, default 120 s)
+#      BENCH_TIMEOUT, default 150 s)
 # Outputs under $OUT: gpu-tests logs, bench-eval/.
 set -uo pipefail
 out=${OUT:-/tmp/issue21}
@@ -19,5 +19,5 @@ KH_GPU_ONLY=gpu_redteam KH_GPU_TEST_TIMEOUT=${RT_TIMEOUT:-220} OUT="$out/rt" \
   bash scripts/gpu-tests.sh build-portable 2>&1 | tail -2
 grep -E "^not ok" -A3 "$out/rt/gpu-tests.log" | head -30
 grep -E "^# rt_" "$out/rt/gpu-tests.log" | awk '{printf "%-38s %-20s %s s\n", $2, $3, $(NF-1)}'
-BENCH_EVAL_RUNS=${BENCH_EVAL_RUNS:-"official screen screen-1 official-devcmp screen-devcmp"} \
-  OUT="$out/bench" timeout ${BENCH_TIMEOUT:-120} bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -30
+BENCH_EVAL_RUNS=${BENCH_EVAL_RUNS:-"official screen screen-1 official-devcmp screen-devcmp screen-inrun1 screen-inrun1-devcmp"} \
+  OUT="$out/bench" timeout ${BENCH_TIMEOUT:-150} bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -30

@@ -25,7 +25,12 @@
 # only), -warm (no cache flush), -hostcmp / -devcmp (--host-compare: the
 # outputs back to the coordinator, the reference in its own request;
 # --device-compare: the reference in the candidate's request, compared on the
-# GPU) show what each part of the evaluation costs.
+# GPU) show what each part of the evaluation costs.  PROTOCOL-inrun
+# (every workload) and PROTOCOL-inrun1 (one) time a fresh candidate's
+# evaluation inside a process that has already evaluated another one
+# (tests/bench/eval_inrun.lua: its workers, compile servers and reference
+# artifacts warm), as a search run evaluates its candidates; -inrun-devcmp,
+# -inrun1-devcmp the same with --device-compare.
 # Each line: wall seconds of the whole command, per workload, the sums over
 # the traces of the worker's and the coordinator's seconds, and the ratio of
 # the per-workload time to FlashInfer-Bench's.  Outputs under $OUT (or
@@ -136,13 +141,27 @@ for p in "$@"; do
       *-devcmp) args+=(--device-compare);;
     esac
     t0=$(now)
-    timeout -k 5 400 "$K" eval --task "$pkg" --solution "$out/$name.json" "${args[@]}" --json \
-      > "$out/$p.$run.jsonl" 2> "$out/$p.$run.log"
+    case $run in
+      *-inrun*)
+        fresh "$pkg" "$base" "${name}_first"
+        cmp=host
+        case $run in *-devcmp) cmp=device;; esac
+        nwl=all
+        case $run in *-inrun1*) nwl=1;; esac
+        timeout -k 5 400 "$K" tests/bench/eval_inrun.lua "$pkg" "$out/${name}_first.json" \
+          "$out/$name.json" "${run%%-*}" "$nwl" "$out/$p.$run.wall" "$cmp" \
+          > "$out/$p.$run.jsonl" 2> "$out/$p.$run.log";;
+      *)
+        timeout -k 5 400 "$K" eval --task "$pkg" --solution "$out/$name.json" "${args[@]}" --json \
+          > "$out/$p.$run.jsonl" 2> "$out/$p.$run.log";;
+    esac
     krc=$?
     t1=$(now)
     [ $krc -eq 0 ] || { echo "khlua eval $run exit $krc:"; tail -3 "$out/$p.$run.log"; rc=1; }
     read -r n ok ws cs ks <<< "$(sums "$p" "$run")"
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+    # in-run: the second evaluation alone (eval_inrun.lua's own clock)
+    [ -s "$out/$p.$run.wall" ] && wall=$(awk '{ printf "%.3f", $1 }' "$out/$p.$run.wall")
     busy=$(awk -v k="$ks" -v w="$wall" 'BEGIN { printf "%.1f", w > 0 ? 100 * k / w : 0 }')
     per=$(awk -v w="$wall" -v n="$n" 'BEGIN { printf "%.4f", n ? w / n : 0 }')
     vs=$(awk -v x="$per" -v f="$fib_per" 'BEGIN { printf "%.2f", (f > 0 ? x / f : 0) }')
