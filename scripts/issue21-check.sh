@@ -20,4 +20,4 @@ KH_GPU_ONLY=gpu_redteam KH_GPU_TEST_TIMEOUT=${RT_TIMEOUT:-220} OUT="$out/rt" \
 grep -E "^not ok" -A3 "$out/rt/gpu-tests.log" | head -30
 grep -E "^# rt_" "$out/rt/gpu-tests.log" | awk '{printf "%-38s %-20s %s s\n", $2, $3, $(NF-1)}'
 BENCH_EVAL_RUNS=${BENCH_EVAL_RUNS:-"official screen screen-1 official-devcmp screen-devcmp screen-inrun1 screen-inrun1-devcmp"} \
-  OUT="$out/bench" timeout ${BENCH_TIMEOUT:-150} bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -30
+  OUT="$out/bench" timeout ${BENCH_TIMEOUT:-150} bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | grep -v "^    " | tail -30
