@@ -131,15 +131,22 @@ for p in "$@"; do
     name="${base}_fresh_${run//-/_}"
     fresh "$pkg" "$base" "$name"
     args=(--protocol "${run%%-*}")
-    case $run in
-      *-1) args+=(--workloads 1);;
-      *-noverify) args+=(--verify 0);;
-      *-noref) args+=(--no-reference-timing);;
-      *-parity) args+=(--parity);;
-      *-warm) args+=(--warm);;
-      *-hostcmp) args+=(--host-compare);;
-      *-devcmp) args+=(--device-compare);;
-    esac
+    # the run's suffixes, each adding its option (screen-1-devcmp: both)
+    IFS=- read -ra sfx <<< "${run#*-}"
+    [ "$run" = "${run%%-*}" ] && sfx=()
+    for x in "${sfx[@]}"; do
+      case $x in
+        1) args+=(--workloads 1);;
+        noverify) args+=(--verify 0);;
+        noref) args+=(--no-reference-timing);;
+        parity) args+=(--parity);;
+        warm) args+=(--warm);;
+        hostcmp) args+=(--host-compare);;
+        devcmp) args+=(--device-compare);;
+        inrun|inrun1) ;;
+        *) echo "bench_eval: unknown run suffix '$x' in '$run'" >&2; exit 2;;
+      esac
+    done
     t0=$(now)
     case $run in
       *-inrun*)
