@@ -50,6 +50,9 @@ local function usage(name)
     .. "  --host-workers N      host workers (1)\n"
     .. "  --launch L            local, srun, ssh or a template ({exe} worker --role {role})\n"
     .. "  --hosts A,B           hosts for --launch ssh\n"
+    .. "  --compare device|host where candidates are judged against the trusted reference:\n"
+    .. "                        on the GPU (the reference in the candidate's request, parts\n"
+    .. "                        back, not outputs) or here (default: kh.eval's)\n"
     .. "  --report FILE         the run's HTML report, rewritten after every round: each\n"
     .. "                        candidate's source, its diff against the incumbent, verdict\n"
     .. "                        and deciding check, the best-so-far plot (default:\n"
@@ -93,10 +96,13 @@ function M.parse(argv)
       local v = argv[i + 1]
       if not ({ task = 1, definition = 1, model = 1, replay = 1, budget = 1, skills = 1,
         resume = 1, ["fake-evaluator"] = 1, ["seed-solution"] = 1, gpus = 1, launch = 1,
-        hosts = 1, report = 1 })[k] and not NUMS[k] then
+        hosts = 1, report = 1, compare = 1 })[k] and not NUMS[k] then
         return nil, "unknown option " .. a
       end
       if v == nil or (k == "report" and v == "") then return nil, a .. " needs a value" end
+      if k == "compare" and v ~= "device" and v ~= "host" then
+        return nil, a .. " needs device or host, got '" .. v .. "'"
+      end
       if NUMS[k] then
         local n = tonumber(v)
         if not n or (NUMS[k] == "integer" and (n ~= math.floor(n) or n < 0)) then
@@ -162,6 +168,7 @@ function M.config(o)
   -- where the evaluations run (kh.eval's placement options)
   local pl = { gpus = o.gpus, workers_per_gpu = o["workers-per-gpu"],
     host_workers = o["host-workers"], launch = o.launch, hosts = o.hosts }
+  if o.compare then pl.device_compare = o.compare == "device" end
   if next(pl) then cfg.placement = pl end
   cfg.model_specs = o.model
   return cfg

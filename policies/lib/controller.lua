@@ -704,8 +704,10 @@ local function initial_state(db, ctx, policy)
     accepted = 0, elapsed_s = 0, policy = {} }
   profile_incumbent(db, ctx, st.incumbent)
   if policy.init then policy.init(st.policy, ctx) end
-  -- the seed's measurement counts toward the run's wall time (its budget)
+  -- the seed's measurement counts toward the run's wall time (its budget);
+  -- seed_s keeps what it cost (the seed's measurement and profile)
   st.elapsed_s = kh.time.now() - t_init
+  st.seed_s = st.elapsed_s
   return st
 end
 

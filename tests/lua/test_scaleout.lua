@@ -73,7 +73,7 @@ T.test("a crashing candidate on 2 workers: every workload RUNTIME_ERROR, then th
   for _, t in ipairs(tr) do T.eq(t.evaluation.status, "PASSED") end
 end)
 
-T.test("a policy's --gpus, --workers-per-gpu, --host-workers, --launch, --hosts reach kh.eval", function()
+T.test("a policy's --gpus, --workers-per-gpu, --host-workers, --launch, --hosts, --compare reach kh.eval", function()
   package.path = SRC .. "/policies/?.lua;" .. package.path
   local cli = require "lib.cli"
   local o = assert(cli.parse { "--task", HOST, "--gpus", "0,1", "--workers-per-gpu", "2",
@@ -85,4 +85,12 @@ T.test("a policy's --gpus, --workers-per-gpu, --host-workers, --launch, --hosts 
   local bad, msg = cli.parse { "--task", HOST, "--workers-per-gpu", "two" }
   T.eq(bad, nil)
   T.match(msg, "workers%-per%-gpu")
+  -- --compare: where every evaluation of the run compares (kh.eval's device_compare)
+  T.eq(cli.config(assert(cli.parse { "--task", HOST, "--compare", "device" })).placement,
+    { device_compare = true })
+  T.eq(cli.config(assert(cli.parse { "--task", HOST, "--compare", "host" })).placement,
+    { device_compare = false })
+  bad, msg = cli.parse { "--task", HOST, "--compare", "gpu" }
+  T.eq(bad, nil)
+  T.match(msg, "%-%-compare needs device or host, got 'gpu'")
 end)

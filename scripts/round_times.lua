@@ -1,0 +1,35 @@
+-- round_times.lua: where a search run's wall time went, round by round, from
+-- its records (issue 21's round targets): the seed's measurement and profile
+-- (before round 1), then per round its seconds, whether it promoted, its
+-- candidates and the gate step that decided.
+--   khlua [--store PATH] scripts/round_times.lua RUN
+local kh = require "kh"
+local run_id = arg[1]
+if not run_id then
+  io.stderr:write("usage: khlua scripts/round_times.lua RUN\n")
+  os.exit(2)
+end
+local db = assert(kh.store.open(os.getenv("KHLUA_STORE") or ".khlua/store"))
+local rounds = db:query { run = run_id, type = "round" } or {}
+if #rounds == 0 then
+  io.stderr:write("round_times: no rounds of " .. run_id .. "\n")
+  os.exit(1)
+end
+table.sort(rounds, function(a, b) return a.index < b.index end)
+local prev, first = nil, rounds[1]
+print(string.format("%-6s %9s  %-9s %-10s  %s", "round", "seconds", "outcome", "candidates", "reason"))
+for _, r in ipairs(rounds) do
+  local e = r.state_out and r.state_out.elapsed_s or 0
+  local cands = 0
+  for _, v in ipairs(r.verdicts or {}) do if v.candidate then cands = cands + 1 end end
+  local d = r.decision or {}
+  if not prev then
+    -- the seed's measurement and profile: the run's time before round 1 began
+    local seed = r.state_out and r.state_out.seed_s
+    if seed then print(string.format("%-6s %9.2f  %-9s", "seed", seed, "measured")); prev = seed end
+  end
+  print(string.format("%-6d %9.2f  %-9s %-10d  %.90s", r.index, e - (prev or 0),
+    d.promoted and "promoted" or "rejected", cands, tostring(d.reason or "")))
+  prev = e
+end
+db:close()
