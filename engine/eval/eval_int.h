@@ -264,6 +264,7 @@ typedef enum wl_stage {
 typedef struct phase_cost {
     double coord_s, worker_s, wait_s;
     double kernel_s;    /* the GPU's kernel time in its requests (their gpu_kernel_s) */
+    double steps[3];    /* the gpu worker's open, trials and timing seconds (its "steps") */
     size_t requests;
     uint64_t bytes_sent, bytes_back;
 } phase_cost;

@@ -706,10 +706,16 @@ static void count_requests(wstate *s)
             p->wait_s += j->t_done - j->t_post;
         p->bytes_sent += j->pl_len;
         p->bytes_back += j->res.reply.payload_len;
-        json_t *k = json_object_get(json_object_get(j->res.reply.head, "result"),
-                                    "gpu_kernel_s");
+        json_t *res = json_object_get(j->res.reply.head, "result");
+        json_t *k = json_object_get(res, "gpu_kernel_s");
         if (json_is_number(k) && json_number_value(k) > 0)
             p->kernel_s += json_number_value(k);
+        static const char *const steps[3] = {"open_s", "trials_s", "timing_s"};
+        for (int q = 0; q < 3; q++) {
+            json_t *x = json_object_get(json_object_get(res, "steps"), steps[q]);
+            if (json_is_number(x) && json_number_value(x) > 0)
+                p->steps[q] += json_number_value(x);
+        }
     }
 }
 
