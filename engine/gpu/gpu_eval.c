@@ -5,7 +5,7 @@
  * the comparison with the reference is the coordinator's.  Besides cubins run
  * through launch lists, it calls the C entry of a trusted nvcc-built shared
  * object (backend cuda_so: a package's own solution such as a cuBLAS anchor,
- * never a candidate; the coordinator refuses those). */
+ * never a candidate; the coordinator refuses those), in gpu_eval_so.c. */
 #include "gpu/gpu_eval.h"
 #include "gpu/gpu_eval_int.h"
 
@@ -15,13 +15,10 @@
 #include "task/rng.h"
 #include "worker/worker.h"
 
-#include <dlfcn.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define GUARD 4096
 
@@ -57,196 +54,6 @@ void kh_gpu_eval_free(kh_gpu_eval *ev)
             cu->cuEventDestroy(ev->busy_b);
     }
     free(ev);
-}
-
-/* ---- trusted shared objects (cuda_so) ----------------------------------------
- * The entry is called as if it took 16 integer-class and 8 floating-point
- * arguments: under the x86-64 System V and AArch64 calling conventions the
- * callee's own parameters (at most 15 integers or pointers, then the stream,
- * and 8 floats or doubles) land where it expects them, in order per class;
- * extra integer slots are ignored.  A float travels in the low 32 bits of its
- * register.  The entry returns 0 on success. */
-typedef int (*so_fn)(long, long, long, long, long, long, long, long, long, long, long, long,
-                     long, long, long, long, double, double, double, double, double, double,
-                     double, double);
-enum { SA_PTR, SA_INT, SA_F32, SA_F64 };
-#define SO_MAX_INT 15 /* the stream takes the next integer slot */
-#define SO_MAX_FP 8
-
-typedef struct so_entry {
-    void *handle;
-    so_fn fn;
-    void (*fini)(void);
-    char symbol[128];
-    int nargs;
-    struct {
-        int kind;
-        size_t tensor;
-        long i;
-        double f;
-    } a[SO_MAX_INT + SO_MAX_FP];
-} so_entry;
-
-static void so_unload(so_entry *x)
-{
-    if (!x)
-        return;
-    if (x->fini)
-        x->fini(); /* e.g. cublasDestroy: the handle and its workspace go now */
-    if (x->handle)
-        dlclose(x->handle);
-    free(x);
-}
-
-/* Write the object to a private file, dlopen it, unlink it; find the entry
- * and its optional <symbol>_fini.  Then parse the entry's arguments against
- * the request's tensors. */
-static kh_status so_load(ev_run *r, const unsigned char *img, size_t n, const json_t *entry,
-                         kh_err *err)
-{
-    const char *symbol = json_string_value(json_object_get(entry, "symbol"));
-    const json_t *args = json_object_get(entry, "args");
-    if (!symbol || !*symbol || strlen(symbol) > 100 || !json_is_array(args))
-        return kh_err_set(err, KH_EINVAL, "entry: {symbol, args} is required with a shared "
-                          "object artifact");
-    so_entry *x = calloc(1, sizeof *x);
-    if (!x)
-        return kh_err_set(err, KH_ENOMEM, "out of memory");
-    snprintf(x->symbol, sizeof x->symbol, "%s", symbol);
-    int ni = 0, nf = 0;
-    size_t i;
-    json_t *a;
-    json_array_foreach(args, i, a) {
-        const char *key;
-        json_t *val;
-        int ok = json_object_size(a) == 1, k = -1;
-        if (x->nargs >= SO_MAX_INT + SO_MAX_FP) {
-            so_unload(x);
-            return kh_err_set(err, KH_EUNSUPPORTED, "entry: more than %d arguments",
-                              SO_MAX_INT + SO_MAX_FP);
-        }
-        json_object_foreach(a, key, val) {
-            if (!strcmp(key, "tensor") && json_is_string(val)) {
-                for (size_t t = 0; t < r->nt; t++)
-                    if (!strcmp(r->ts[t].name, json_string_value(val))) {
-                        x->a[x->nargs].tensor = t;
-                        k = SA_PTR;
-                    }
-                if (k < 0) {
-                    so_unload(x);
-                    return kh_err_set(err, KH_EINVAL, "entry.args[%zu]: no tensor '%s'", i,
-                                      json_string_value(val));
-                }
-            } else if ((!strcmp(key, "i32") || !strcmp(key, "i64")) && json_is_integer(val)) {
-                k = SA_INT;
-                x->a[x->nargs].i = (long)json_integer_value(val);
-            } else if ((!strcmp(key, "u32") || !strcmp(key, "u64")) && json_is_integer(val)) {
-                k = SA_INT;
-                x->a[x->nargs].i = (long)(uint64_t)json_integer_value(val);
-            } else if ((!strcmp(key, "f32") || !strcmp(key, "f64")) && json_is_number(val)) {
-                k = !strcmp(key, "f32") ? SA_F32 : SA_F64;
-                x->a[x->nargs].f = json_number_value(val);
-            } else if (!strcmp(key, "scalar")) {
-                so_unload(x);
-                return kh_err_set(err, KH_EUNSUPPORTED, "entry.args[%zu]: a random scalar input "
-                                  "is not supported by the gpu worker yet; give the workload a "
-                                  "scalar value", i);
-            } else {
-                ok = 0;
-            }
-        }
-        if (!ok || k < 0) {
-            so_unload(x);
-            return kh_err_set(err, KH_EINVAL, "entry.args[%zu]: expected one of "
-                              "{tensor|i32|i64|u32|u64|f32|f64: value}", i);
-        }
-        if ((k == SA_F32 || k == SA_F64) ? ++nf > SO_MAX_FP : ++ni > SO_MAX_INT) {
-            so_unload(x);
-            return kh_err_set(err, KH_EUNSUPPORTED, "entry: at most %d integer or pointer and %d "
-                              "floating-point arguments (the stream comes last)", SO_MAX_INT,
-                              SO_MAX_FP);
-        }
-        x->a[x->nargs++].kind = k;
-    }
-
-    const char *tmp = getenv("TMPDIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/khlua-gpu-XXXXXX.so", tmp && *tmp ? tmp : "/tmp");
-    int fd = mkstemps(path, 3);
-    if (fd < 0) {
-        so_unload(x);
-        return kh_err_set(err, KH_EIO, "cannot create a temporary file for the shared object: %s",
-                          strerror(errno));
-    }
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = write(fd, img + off, n - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(path);
-            so_unload(x);
-            return kh_err_set(err, KH_EIO, "cannot write the shared object: %s", strerror(e));
-        }
-        off += (size_t)w;
-    }
-    close(fd);
-    x->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    unlink(path);
-    if (!x->handle) {
-        kh_status st = kh_err_set(err, KH_ECOMPILE, "cannot load the shared object: %s",
-                                  dlerror());
-        so_unload(x);
-        return st;
-    }
-    dlerror();
-    void *f = dlsym(x->handle, symbol);
-    if (!f) {
-        so_unload(x);
-        return kh_err_set(err, KH_ECOMPILE, "entry symbol '%s' not found in the shared object",
-                          symbol);
-    }
-    memcpy(&x->fn, &f, sizeof f); /* object pointer to function pointer (POSIX allows it) */
-    char fini[160];
-    snprintf(fini, sizeof fini, "%s_fini", symbol);
-    void *g = dlsym(x->handle, fini);
-    if (g)
-        memcpy(&x->fini, &g, sizeof g);
-    so_unload(r->so);
-    r->so = x;
-    return KH_OK;
-}
-
-/* One call of the entry against the buffers of a view, on the GPU's stream. */
-static kh_status so_call(ev_run *r, const kh_launch_buf *bufs, kh_err *err)
-{
-    const so_entry *x = r->so;
-    long iv[16] = {0};
-    double fv[SO_MAX_FP] = {0};
-    int ni = 0, nf = 0;
-    for (int k = 0; k < x->nargs; k++) {
-        switch (x->a[k].kind) {
-        case SA_PTR: iv[ni++] = (long)bufs[x->a[k].tensor].buf.ptr; break;
-        case SA_INT: iv[ni++] = x->a[k].i; break;
-        case SA_F32: {
-            float f = (float)x->a[k].f;
-            uint64_t bits = 0;
-            memcpy(&bits, &f, sizeof f);
-            memcpy(&fv[nf++], &bits, sizeof bits);
-            break;
-        }
-        default: fv[nf++] = x->a[k].f; break;
-        }
-    }
-    iv[ni] = (long)(uintptr_t)kh_gpu_stream(r->ev->g);
-    int rc = x->fn(iv[0], iv[1], iv[2], iv[3], iv[4], iv[5], iv[6], iv[7], iv[8], iv[9], iv[10],
-                   iv[11], iv[12], iv[13], iv[14], iv[15], fv[0], fv[1], fv[2], fv[3], fv[4],
-                   fv[5], fv[6], fv[7]);
-    if (rc)
-        return kh_err_set(err, KH_ECUDA, "the trusted entry '%s' returned %d", x->symbol, rc);
-    return KH_OK;
 }
 
 /* ---- the GPU's busy time ------------------------------------------------------
@@ -293,7 +100,7 @@ static kh_status enqueue(ev_run *r, kh_launch_list *l, const kh_launch_buf *view
     if (!st && !r->in_bench)
         st = busy_mark(ev, &ev->busy_a, err);
     if (!st)
-        st = r->so ? so_call(r, view_bufs, err) : kh_launch_enqueue(l, err);
+        st = r->so ? gev_so_call(r, view_bufs, err) : kh_launch_enqueue(l, err);
     if (!st && !r->in_bench && !(st = busy_mark(ev, &ev->busy_b, err)))
         ev->busy_pending = 1;
     return st;
@@ -860,7 +667,7 @@ static kh_status open_run(ev_run *r, const json_t *spec, size_t payload_len, siz
     /* set 0 serves the correctness trials */
     r->nsets = 1;
     if (!st)
-        st = *is_so ? so_load(r, r->payload + *aoff, *alen, json_object_get(spec, "entry"), err)
+        st = *is_so ? gev_so_load(r, r->payload + *aoff, *alen, json_object_get(spec, "entry"), err)
                     : load_module(r, r->payload + *aoff, *alen, err);
     if (!st)
         st = gev_alloc_set(r, r->in[0], 1 << ROLE_IN, err);
@@ -885,7 +692,7 @@ static void close_run(ev_run *r)
         gev_free_set(r, r->shared);
         if (r->mod)
             kh_gpu_api(r->ev->g)->cuModuleUnload(r->mod);
-        so_unload(r->so);
+        gev_so_free(r->so);
     }
     free(r);
 }

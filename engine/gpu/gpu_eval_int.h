@@ -235,4 +235,14 @@ kh_status gev_obuf_add(obuf *o, const void *d, size_t n, size_t *off, kh_err *er
 /* The checksum of each input of set into sums (0 for the other tensors). */
 kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err);
 
+/* ---- gpu_eval_so.c: a trusted shared object (cuda_so) ----
+ * Load the object of n bytes at img, find entry's symbol and parse its args
+ * against r's tensors; it becomes r->so (the one before is freed). */
+kh_status gev_so_load(ev_run *r, const unsigned char *img, size_t n, const json_t *entry,
+                      kh_err *err);
+/* One call of r->so's entry on the buffers of a view, on the GPU's stream. */
+kh_status gev_so_call(ev_run *r, const kh_launch_buf *bufs, kh_err *err);
+/* Its fini (if any) called, the object closed; NULL is nothing. */
+void gev_so_free(struct so_entry *x);
+
 #endif
