@@ -161,6 +161,11 @@ static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tens
                                                        uint64_t n, kh_check_part *res)
 {
     kh_check_part a = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
+    /* the sums of norm_error in KH_CHECK_LANES partial sums, element i in
+     * lane (i - lo) % KH_CHECK_LANES in element order, then folded in halves
+     * (lane j + half into lane j): the device's warp adds the same numbers
+     * in the same order (gpu_check.c), its 32 lanes at once */
+    double sd[KH_CHECK_LANES] = {0}, sr[KH_CHECK_LANES] = {0};
     const void *xp = out->data, *yp = ref->data;
     for (uint64_t i = lo; i < n; i++) {
         uint64_t cx = kh_dtype_get_code(t, xp, i), cy = kh_dtype_get_code(t, yp, i);
@@ -188,14 +193,23 @@ static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tens
         if (e.fail && a.fails++ == 0)
             a.first_fail = (int64_t)i;
         if (xfin && yfin) {
-            a.sdiff += (x - y) * (x - y);
-            a.sref += y * y;
+            unsigned l = (unsigned)((i - lo) % KH_CHECK_LANES);
+            double dd = (x - y) * (x - y), yy = y * y;
+            sd[l] += dd;
+            sr[l] += yy;
         }
         /* for integer dtypes the "ulp" distance is the integer difference */
         uint64_t d = kh_dtype_ulp_distance(t, cx, cy);
         if (d > a.max_ulp)
             a.max_ulp = d;
     }
+    for (unsigned half = KH_CHECK_LANES / 2; half; half >>= 1)
+        for (unsigned j = 0; j < half; j++) {
+            sd[j] += sd[j + half];
+            sr[j] += sr[j + half];
+        }
+    a.sdiff = sd[0];
+    a.sref = sr[0];
     if (a.worst >= 0) {
         a.worst_out = kh_dtype_load(t, xp, (uint64_t)a.worst);
         a.worst_ref = kh_dtype_load(t, yp, (uint64_t)a.worst);

@@ -19,9 +19,14 @@ _Static_assert(KH_DTYPE_F32 == 0 && KH_DTYPE_F16 == 1 && KH_DTYPE_BF16 == 2 &&
                "the kernel's dtype numbers");
 
 /* One warp per chunk.  Each lane takes every 32nd element of the chunk, in
- * order, keeping the order-free figures (counts, maxima, first indices) of
- * its own; the sums of norm_error are added in element order, the warp's 32
- * products passed lane by lane, so they round as the host's loop does. */
+ * order, keeping the order-free figures (counts, maxima, first indices) and
+ * its own partial sums of norm_error; the warp folds the partial sums in
+ * halves (lane j + 16 into lane j, then 8, ...), the order check.c's scan
+ * uses (KH_CHECK_LANES), so they round as the host's do.  The products and
+ * sums are __dmul_rn / __dadd_rn: never contracted into an FMA the host's
+ * loop does not make.  (Until 2026-12-07 the sums went element by element,
+ * the warp's products passed lane by lane: 13 ms for one 2^18-element chunk
+ * on an H100, 100 cycles an element.) */
 static const char cmp_src[] =
     "typedef unsigned long long u64;\n"
     "typedef long long i64;\n"
@@ -124,8 +129,6 @@ static const char cmp_src[] =
     "    int anan = 0, rnan = 0;\n"
     "    for (u64 base = lo; base < hi; base += 32) {\n"
     "      u64 i = base + lane;\n"
-    "      double dd = 0, yy = 0;\n"
-    "      int fin = 0;\n"
     "      if (i < hi) {\n"
     "        u64 cx = code_at(t, out, i), cy = code_at(t, ref, i);\n"
     "        double x = decode(t, cx), y = decode(t, cy);\n"
@@ -152,16 +155,18 @@ static const char cmp_src[] =
     "        if (isnan(er)) rnan = 1;\n"
     "        else if (er > mrel) mrel = er;\n"
     "        if (ef && fails++ == 0) ff = (i64)i;\n"
-    "        if (xfin && yfin) { dd = (x - y) * (x - y); yy = y * y; fin = 1; }\n"
+    "        if (xfin && yfin) {\n"
+    "          double e = __dadd_rn(x, -y);\n"
+    "          sd = __dadd_rn(sd, __dmul_rn(e, e));\n"
+    "          sr = __dadd_rn(sr, __dmul_rn(y, y));\n"
+    "        }\n"
     "        u64 d = ulp(t, cx, cy);\n"
     "        if (d > mulp) mulp = d;\n"
     "      }\n"
-    "      for (int k = 0; k < 32; k++) {\n"
-    "        double a = __shfl_sync(FULL, dd, k), b = __shfl_sync(FULL, yy, k);\n"
-    "        if (__shfl_sync(FULL, fin, k)) { sd += a; sr += b; }\n"
-    "      }\n"
     "    }\n"
     "    for (int off = 16; off; off >>= 1) {\n"
+    "      sd = __dadd_rn(sd, __shfl_down_sync(FULL, sd, off));\n"
+    "      sr = __dadd_rn(sr, __shfl_down_sync(FULL, sr, off));\n"
     "      fails += __shfl_down_sync(FULL, fails, off);\n"
     "      oinf += __shfl_down_sync(FULL, oinf, off);\n"
     "      onan += __shfl_down_sync(FULL, onan, off);\n"
