@@ -172,7 +172,7 @@ for p in "$@"; do
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
     # in-run: the second evaluation alone (eval_inrun.lua's own clock)
     [ -s "$out/$p.$run.wall" ] && wall=$(awk '{ printf "%.3f", $1 }' "$out/$p.$run.wall")
-    busy=$(awk -v k="$ks" -v w="$wall" 'BEGIN { printf "%.1f", w > 0 ? 100 * k / w : 0 }')
+    busy=$(awk -v k="$ks" -v w="$wall" 'BEGIN { printf "%.1f", (w > 0 ? 100 * k / w : 0) }')
     per=$(awk -v w="$wall" -v n="$n" 'BEGIN { printf "%.4f", n ? w / n : 0 }')
     vs=$(awk -v x="$per" -v f="$fib_per" 'BEGIN { printf "%.2f", (f > 0 ? x / f : 0) }')
     row "$p" "$run" "$wall" "$per" "$ok/$n" "$ws" "$cs" "$busy" "$vs"
