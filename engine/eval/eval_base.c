@@ -44,7 +44,7 @@ void kh_eval_opts_default(kh_eval_opts *o)
     o->deadline_s = 300;
     o->atol = o->rtol = o->required_matched_ratio = -1;
     o->time_reference = 1;
-    o->device_compare = 0; /* 1 once it has run on a GPU: issue 21 */
+    o->device_compare = 0; /* opt-in until its lane-wise sums ran on a GPU: issue 21 */
     o->record = 1;
     o->round_index = -1;
 }
