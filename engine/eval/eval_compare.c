@@ -56,6 +56,17 @@ int eval_untouched(const kh_tensor *t, int64_t idx, unsigned pat)
     return code == want;
 }
 
+/* Output ot's dtype and its shape on this workload (nd 0: a scalar). */
+static kh_status out_shape(const wctx *c, const kh_task_tensor *ot, kh_dtype *dt,
+                           int64_t shape[KH_TENSOR_MAX_DIMS], int *nd, kh_err *err)
+{
+    kh_status st = kh_dtype_parse(ot->dtype, dt, err);
+    *nd = ot->is_scalar ? 0 : (int)ot->rank;
+    for (int i = 0; i < *nd; i++)
+        shape[i] = c->w->axes[ot->dims[i]];
+    return st;
+}
+
 /* Compare the outputs at slices `outs` of the reply with the reference ro.
  * Returns 1 when they pass; fills r with the merged result. */
 kh_status eval_compare_set(wctx *c, const kh_msg *m, const json_t *outs, const refout *ro,
@@ -67,13 +78,11 @@ kh_status eval_compare_set(wctx *c, const kh_msg *m, const json_t *outs, const r
     for (size_t k = 0; k < c->d->noutputs; k++) {
         const kh_task_tensor *ot = &c->d->outputs[k];
         kh_dtype dt;
-        kh_status st = kh_dtype_parse(ot->dtype, &dt, err);
+        int64_t shape[KH_TENSOR_MAX_DIMS];
+        int nd;
+        kh_status st = out_shape(c, ot, &dt, shape, &nd, err);
         if (st)
             return st;
-        int64_t shape[KH_TENSOR_MAX_DIMS];
-        int nd = ot->is_scalar ? 0 : (int)ot->rank;
-        for (int i = 0; i < nd; i++)
-            shape[i] = c->w->axes[ot->dims[i]];
         size_t want = ro->lens[k];
         const unsigned char *b = eval_reply_bytes(m, json_object_get(outs, ot->name), want);
         if (!b)
@@ -230,12 +239,14 @@ kh_status eval_compare_parts(wctx *c, const kh_msg *m, const json_t *parts,
     for (size_t k = 0; k < c->d->noutputs; k++) {
         const kh_task_tensor *ot = &c->d->outputs[k];
         kh_dtype dt;
-        kh_status st = kh_dtype_parse(ot->dtype, &dt, err);
+        int64_t shape[KH_TENSOR_MAX_DIMS];
+        int nd;
+        kh_status st = out_shape(c, ot, &dt, shape, &nd, err);
         if (st)
             return st;
         uint64_t numel = 1;
-        for (size_t i = 0; !ot->is_scalar && i < ot->rank; i++)
-            numel *= (uint64_t)c->w->axes[ot->dims[i]];
+        for (int i = 0; i < nd; i++)
+            numel *= (uint64_t)shape[i];
         const json_t *list = ranges ? json_object_get(ranges, ot->name) : NULL;
         if (ranges) { /* a verified timed call's element ranges */
             size_t q;
