@@ -163,8 +163,8 @@ static inline __attribute__((always_inline)) void scan(kh_dtype t, const kh_tens
     kh_check_part a = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
     /* the sums of norm_error in KH_CHECK_LANES partial sums, element i in
      * lane (i - lo) % KH_CHECK_LANES in element order, then folded in halves
-     * (lane j + half into lane j): the device's warp adds the same numbers
-     * in the same order (gpu_check.c), its 32 lanes at once */
+     * (lane j + half into lane j): the device's block adds the same numbers
+     * in the same order (gpu_check.c), its 1024 lanes at once */
     double sd[KH_CHECK_LANES] = {0}, sr[KH_CHECK_LANES] = {0};
     const void *xp = out->data, *yp = ref->data;
     for (uint64_t i = lo; i < n; i++) {

@@ -102,14 +102,15 @@ kh_status kh_check_compare(const kh_tensor *out, const kh_tensor *ref, const kh_
  * each in element order into a part, and merges the parts in chunk order;
  * so every figure, the sums of norm_error included, is the same bits
  * whoever scans the chunks.  Within a chunk the sums go in KH_CHECK_LANES
- * partial sums (element i into lane i % KH_CHECK_LANES, in element order),
- * folded in halves at the end: a warp's order, so the device adds them 32
- * lanes at once instead of one element after another.  The gpu worker scans
+ * partial sums (element lo + j into lane j % KH_CHECK_LANES, in element
+ * order), folded in halves at the end: a block's order, so the device adds
+ * them 1024 lanes at once (64 steps a lane) instead of one element after
+ * another.  The gpu worker scans
  * the chunks on the device (engine/gpu/gpu_check.c, the same layout) and
  * kh_check_from_parts gives the verdict kh_check_compare gives on the host
  * copies. */
-#define KH_CHECK_CHUNK (1u << 18)
-#define KH_CHECK_LANES 32
+#define KH_CHECK_CHUNK (1u << 16)
+#define KH_CHECK_LANES 1024
 
 typedef struct kh_check_part {
     uint64_t fails, out_inf, out_nan, ref_nonfinite, max_ulp;

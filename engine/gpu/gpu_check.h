@@ -5,7 +5,7 @@
  * merges them with kh_check_from_parts: the verdict, its figures and its
  * reason are the same bits as kh_check_compare's on copies of the two
  * tensors (tests/c/test_gpu_check.c), and what crosses PCIe is one part of
- * 144 bytes per 2^18 elements.
+ * 144 bytes per 2^16 elements.
  *
  * The module is compiled with NVRTC for the device's architecture once per
  * kh_gpu_cmp, without FMA contraction (the host's arithmetic rounds every

@@ -219,10 +219,10 @@ static void test_error_figures(void **state)
 static void test_threads_same_bits(void **state)
 {
     (void)state;
-    int64_t shape[1] = {(int64_t)(5u << 18) + 1 + (int64_t)rnd(1000)};
+    int64_t shape[1] = {(int64_t)(5u * KH_CHECK_CHUNK) + 1 + (int64_t)rnd(1000)};
     kh_tensor *ref = randt(KH_DTYPE_BF16, 1, shape);
     kh_tensor *out = clone(ref);
-    uint64_t n = ref->numel, chunk = 1u << 18;
+    uint64_t n = ref->numel, chunk = KH_CHECK_CHUNK;
     /* two failing elements, in chunks 2 and 4; the worst one in chunk 3 */
     uint64_t f1 = 2 * chunk + rnd(chunk), f2 = 4 * chunk + rnd(n - 4 * chunk);
     uint64_t w = 3 * chunk + rnd(chunk);

@@ -105,8 +105,10 @@ static void same_both_ways(const kh_tensor *out, const kh_tensor *ref, const kh_
 
 static void test_same_bits(void **state)
 {
-    const uint64_t sizes[] = {0, 1, 31, 33, 1000, KH_CHECK_CHUNK - 1, KH_CHECK_CHUNK + 13,
-                              3 * KH_CHECK_CHUNK + 77};
+    /* around a warp, a block's 256 threads, its 1024 lanes and a chunk */
+    const uint64_t sizes[] = {0,    1,    31,   33,   255,  257, 1000, 1023,
+                              1025, 5 * KH_CHECK_LANES + 300, KH_CHECK_CHUNK - 1,
+                              KH_CHECK_CHUNK + 13, 3 * KH_CHECK_CHUNK + 77};
     size_t cases = 0;
     for (int t = 0; t < KH_DTYPE_COUNT; t++) {
         for (size_t si = 0; si < KH_ARRAY_LEN(sizes); si++) {
@@ -134,14 +136,24 @@ static void test_same_bits(void **state)
 }
 
 /* A passing and a failing output of rmsnorm_h4096's largest workload
- * (14509 x 4096 bfloat16): the same verdicts, and the two times. */
+ * (14509 x 4096 bfloat16), and a failing int8 one of more chunks than the
+ * kernel's grid (its blocks take a second chunk each): the same verdicts,
+ * and the two times. */
 static void test_large(void **state)
 {
-    const uint64_t n = 14509ull * 4096;
-    for (int v = 0; v < 2; v++) {
+    const struct {
+        kh_dtype t;
+        uint64_t n;
+        int pass;
+    } cases[] = {{KH_DTYPE_BF16, 14509ull * 4096, 1},
+                 {KH_DTYPE_BF16, 14509ull * 4096, 0},
+                 {KH_DTYPE_I8, 4100ull * KH_CHECK_CHUNK + 777, 0}};
+    for (size_t v = 0; v < KH_ARRAY_LEN(cases); v++) {
+        kh_dtype t = cases[v].t;
+        uint64_t n = cases[v].n;
         kh_tensor *out, *ref;
-        kh_test_compare_pair(KH_DTYPE_BF16, n, seed ^ 0x1A26E, 1, &out, &ref);
-        if (v == 0) /* the output within tolerance: a copy */
+        kh_test_compare_pair(t, n, seed ^ 0x1A26E, 1, &out, &ref);
+        if (cases[v].pass) /* the output within tolerance: a copy */
             memcpy(out->data, ref->data, out->nbytes);
         kh_check_opts o;
         kh_check_opts_default(&o);
@@ -152,18 +164,18 @@ static void test_large(void **state)
         double t1 = kh_now();
         CUdeviceptr dout = upload(out), dref = upload(ref);
         double t2 = kh_now();
-        if (kh_gpu_cmp_run(gc, KH_DTYPE_BF16, dout, dref, n, &o, &b, &err) != KH_OK)
+        if (kh_gpu_cmp_run(gc, t, dout, dref, n, &o, &b, &err) != KH_OK)
             fail_msg("%s", err.msg);
         double t3 = kh_now();
         CU_OK(cu.cuMemFree(dout));
         CU_OK(cu.cuMemFree(dref));
         if (memcmp(&a, &b, sizeof a))
-            fail_msg("large %s output: host '%s', device '%s'", v ? "failing" : "passing",
-                     a.reason, b.reason);
-        assert_int_equal(a.status, v ? KH_CHECK_INCORRECT_NUMERICAL : KH_CHECK_PASSED);
-        printf("# %llu bf16 elements, %s: host %.1f ms, device %.2f ms (parts %llu)\n",
-               (unsigned long long)n, v ? "failing" : "passing", (t1 - t0) * 1e3,
-               (t3 - t2) * 1e3, (unsigned long long)kh_check_nchunks(n));
+            fail_msg("large %s %s output: host '%s', device '%s'", kh_dtype_name(t),
+                     cases[v].pass ? "passing" : "failing", a.reason, b.reason);
+        assert_int_equal(a.status, cases[v].pass ? KH_CHECK_PASSED : KH_CHECK_INCORRECT_NUMERICAL);
+        printf("# %llu %s elements, %s: host %.1f ms, device %.2f ms (parts %llu)\n",
+               (unsigned long long)n, kh_dtype_name(t), cases[v].pass ? "passing" : "failing",
+               (t1 - t0) * 1e3, (t3 - t2) * 1e3, (unsigned long long)kh_check_nchunks(n));
         kh_tensor_free(out);
         kh_tensor_free(ref);
     }
