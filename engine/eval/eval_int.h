@@ -76,6 +76,11 @@ typedef struct peak {
 struct job;
 
 #define MAX_GPUS 64
+/* The gpu worker's reply's "steps", seconds: open, trials, timing; within
+ * timing, the refills before calls, the kept calls after them, the kept
+ * calls judged. */
+#define KH_WORKER_STEPS 6
+extern const char *const eval_worker_steps[KH_WORKER_STEPS];
 #define KH_MAX_VERIFIED 256 /* verified timed calls per request, at most */
 #define KH_VERIFY_RANGES 64  /* a large output's verified call returns 64 runs */
 #define KH_VERIFY_ELEMS 512  /* of 512 elements each */
@@ -264,7 +269,7 @@ typedef enum wl_stage {
 typedef struct phase_cost {
     double coord_s, worker_s, wait_s;
     double kernel_s;    /* the GPU's kernel time in its requests (their gpu_kernel_s) */
-    double steps[3];    /* the gpu worker's open, trials and timing seconds (its "steps") */
+    double steps[KH_WORKER_STEPS]; /* the gpu worker's "steps" (eval_worker_steps) */
     size_t requests;
     uint64_t bytes_sent, bytes_back;
 } phase_cost;

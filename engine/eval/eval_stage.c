@@ -694,6 +694,9 @@ static kh_status step(wctx *c, wstate *s, int resumed, kh_err *err)
     return KH_OK;
 }
 
+const char *const eval_worker_steps[KH_WORKER_STEPS] = {"open_s",   "trials_s", "timing_s",
+                                                           "refill_s", "keep_s",   "judge_s"};
+
 /* The replies of the requests s's stage filed, counted in its phase. */
 static void count_requests(wstate *s)
 {
@@ -710,9 +713,8 @@ static void count_requests(wstate *s)
         json_t *k = json_object_get(res, "gpu_kernel_s");
         if (json_is_number(k) && json_number_value(k) > 0)
             p->kernel_s += json_number_value(k);
-        static const char *const steps[3] = {"open_s", "trials_s", "timing_s"};
-        for (int q = 0; q < 3; q++) {
-            json_t *x = json_object_get(json_object_get(res, "steps"), steps[q]);
+        for (int q = 0; q < KH_WORKER_STEPS; q++) {
+            json_t *x = json_object_get(json_object_get(res, "steps"), eval_worker_steps[q]);
             if (json_is_number(x) && json_number_value(x) > 0)
                 p->steps[q] += json_number_value(x);
         }

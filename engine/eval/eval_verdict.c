@@ -139,11 +139,12 @@ static json_t *phases_json(const wstate *s)
                                                 "kernel_s", usec(p->kernel_s), "bytes_sent",
                                                 (json_int_t)p->bytes_sent, "bytes_back",
                                                 (json_int_t)p->bytes_back));
-        if (x && p->steps[0] + p->steps[1] + p->steps[2] > 0)
-            json_object_set_new(x, "worker_steps",
-                                json_pack("{s:f, s:f, s:f}", "open_s", usec(p->steps[0]),
-                                          "trials_s", usec(p->steps[1]), "timing_s",
-                                          usec(p->steps[2])));
+        if (x && p->steps[0] + p->steps[1] + p->steps[2] > 0) {
+            json_t *w = json_object();
+            for (int q = 0; q < KH_WORKER_STEPS; q++)
+                json_object_set_new(w, eval_worker_steps[q], json_real(usec(p->steps[q])));
+            json_object_set_new(x, "worker_steps", w);
+        }
         if (x)
             json_object_set_new(o, names[k], x);
     }

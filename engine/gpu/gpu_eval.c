@@ -175,7 +175,7 @@ static int verify_draw(const ev_run *r, long k)
     return (double)(h >> 11) * 0x1p-53 < r->verify_p;
 }
 
-static kh_status tgt_before(void *ctx, kh_err *err)
+static kh_status before_call(void *ctx, kh_err *err)
 {
     ev_run *r = ctx;
     long k = r->call;
@@ -202,7 +202,7 @@ static kh_status tgt_call(void *ctx, kh_err *err)
 
 /* After a timed call has finished: a verified one's outputs go back with the
  * seed of its inputs, and its inputs and guard bands are checked. */
-static kh_status tgt_after(void *ctx, kh_err *err)
+static kh_status after_call(void *ctx, kh_err *err)
 {
     ev_run *r = ctx;
     if (!r->verify_now)
@@ -546,6 +546,25 @@ static kh_status run_trial(ev_run *r, const ev_checks *ck, const json_t *tj, siz
  * module when asked, kh_bench_run on the timing target with the outputs of
  * verified calls into the payload o and timed_outputs, then the timing
  * record (*timing_out) and the guard bands of every set. */
+
+/* before_call and after_call, their seconds counted (the reply's steps) */
+static kh_status tgt_before(void *ctx, kh_err *err)
+{
+    ev_run *r = ctx;
+    double t0 = kh_now();
+    kh_status st = before_call(ctx, err);
+    r->t_refill += kh_now() - t0;
+    return st;
+}
+
+static kh_status tgt_after(void *ctx, kh_err *err)
+{
+    ev_run *r = ctx;
+    double t0 = kh_now();
+    kh_status st = after_call(ctx, err);
+    r->t_keep += kh_now() - t0;
+    return st;
+}
 static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing,
                             const json_t *trials, obuf *o, json_t *timed_outputs,
                             json_t **timing_out, kh_err *err)
@@ -614,8 +633,10 @@ static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing
         kh_gpu_read_clocks(ev->g, &ca);
         ev->busy_s += br.gpu_time_s;
     }
+    double tj = kh_now();
     if (!st && ck->verify)
         st = verify_timed(r, ck->verify, o, timed_outputs, err);
+    r->t_judge += kh_now() - tj;
     if (!st) {
         json_t *tout = bench_json(&br);
         *timing_out = tout;
@@ -837,9 +858,10 @@ kh_status kh_gpu_evaluate(kh_gpu_eval *ev, const json_t *params, const unsigned 
          * trials (their verification included); timing: the timing phase
          * (its verified calls judged included) */
         json_object_set_new(res, "steps",
-                            json_pack("{s:f, s:f, s:f}", "open_s", t_trials - t_open,
-                                      "trials_s", t_timing - t_trials, "timing_s",
-                                      t_end - t_timing));
+                            json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "open_s",
+                                      t_trials - t_open, "trials_s", t_timing - t_trials,
+                                      "timing_s", t_end - t_timing, "refill_s", r->t_refill,
+                                      "keep_s", r->t_keep, "judge_s", r->t_judge));
         trials_out = timed_outputs = failures = NULL;
         json_object_set_new(res, "timing", timing_out ? timing_out : json_null());
         timing_out = NULL;

@@ -86,6 +86,10 @@ typedef struct ev_run {
      * from the seed derived from (timing_seed, k) */
     int timed, trial, poison;
     int in_bench;          /* inside kh_bench_run: its own timer measures the calls */
+    /* the timing phase's host seconds: before each call (inputs refilled,
+     * outputs poisoned), after each (a verified call kept), the kept calls
+     * judged (the reply's steps refill_s, keep_s, judge_s) */
+    double t_refill, t_keep, t_judge;
     long call;
     int cur_set;
     uint64_t timing_seed, sample_seed;

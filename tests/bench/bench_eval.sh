@@ -99,16 +99,16 @@ for line in open(sys.argv[1]):
         continue
     ph = json.loads(line)["evaluation"].get("khlua", {}).get("phases") or {}
     for k, v in ph.items():
-        t = tot.setdefault(k, [0.0] * 10)
+        t = tot.setdefault(k, [0.0] * 13)
         for i, f in enumerate(("coordinator_s", "requests", "worker_s", "wait_s",
                                "bytes_sent", "bytes_back", "kernel_s")):
             t[i] += v.get(f, 0)
         st = v.get("worker_steps") or {}
-        for i, f in enumerate(("open_s", "trials_s", "timing_s")):
+        for i, f in enumerate(("open_s", "trials_s", "timing_s", "refill_s", "keep_s", "judge_s")):
             t[7 + i] += st.get(f, 0)
 for k, t in tot.items():
-    print("    %-11s coord %7.3f s  req %3d  worker %7.3f s (open %6.3f trials %6.3f timing %6.3f)  wait %7.3f s  kernel %7.4f s  sent %8.1f MB  back %8.1f MB"
-          % (k, t[0], t[1], t[2], t[7], t[8], t[9], t[3], t[6], t[4] / 1e6, t[5] / 1e6))
+    print("    %-11s coord %7.3f s  req %3d  worker %7.3f s (open %6.3f trials %6.3f timing %6.3f: refill %6.3f keep %6.3f judge %6.3f)  wait %7.3f s  kernel %7.4f s  sent %8.1f MB  back %8.1f MB"
+          % (k, t[0], t[1], t[2], t[7], t[8], t[9], t[10], t[11], t[12], t[3], t[6], t[4] / 1e6, t[5] / 1e6))
 PY
 }
 
