@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GUARD_BYTE 0xA5
+#define GUARD_BYTE KH_GPU_GUARD_BYTE
 
 struct kh_gpu {
     kh_cuda_api cu;

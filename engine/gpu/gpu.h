@@ -46,6 +46,9 @@ int kh_gpu_poisoned(const kh_gpu *g);
  * zeroed before it is freed, so no buffer ever holds what an earlier one (a
  * reference's outputs) left.  guard == 0 (compute-sanitizer runs, which must
  * see a buffer's true end, and the worker's own scratch) uses cuMemAlloc. */
+/* The byte every guard band holds. */
+#define KH_GPU_GUARD_BYTE 0xA5
+
 typedef struct kh_gpu_buf {
     CUdeviceptr base, ptr;
     size_t bytes, guard;

@@ -43,6 +43,8 @@ void kh_gpu_eval_free(kh_gpu_eval *ev)
         const kh_cuda_api *cu = kh_gpu_api(ev->g);
         if (ev->sum_buf)
             cu->cuMemFree(ev->sum_buf);
+        if (ev->watch)
+            cu->cuMemFree(ev->watch);
         if (ev->rng_mod)
             cu->cuModuleUnload(ev->rng_mod);
         if (ev->util_mod)
@@ -228,32 +230,9 @@ static kh_status after_call(void *ctx, kh_err *err)
             json_object_set_new(to, "ranges", ranges);
         json_array_append_new(r->timed_outputs, to);
     }
-    if (r->guards_check) {
-        kh_launch_buf all[MAX_TENSORS];
-        gev_view(r, set, all);
-        char why[600];
-        if (!gev_guards_ok(r, all, why, sizeof why))
-            add_failure(r->failures, "guards", -1, "during timing (call %ld): %s", k, why);
-    }
-    if (r->inputs_check) {
-        /* the set's true sums: regenerated into nothing but the checksum */
-        uint64_t now[MAX_TENSORS], want[MAX_TENSORS];
-        kh_status st = gev_input_sums(r, set, now, err);
-        if (!st)
-            st = gev_fill_inputs(r, set, r->set_seed[set], 0, err);
-        if (!st)
-            st = gev_input_sums(r, set, want, err);
-        for (size_t i = 0; i < r->nt && !st; i++)
-            if (r->ts[i].role == ROLE_IN && now[i] != want[i]) {
-                add_failure(r->failures, "inputs_unchanged", -1,
-                            "during timing (call %ld): input '%s' changed during the call", k,
-                            r->ts[i].name);
-                break;
-            }
-        if (st)
-            return st;
-    }
-    return KH_OK;
+    /* its guard bands and inputs, on the device (gev_watch_call); read
+     * after the timing phase */
+    return gev_watch_call(r, set, k, r->guards_check, r->inputs_check, err);
 }
 
 static kh_status tgt_trial(void *ctx, int t, kh_err *err)
@@ -542,10 +521,6 @@ static kh_status run_trial(ev_run *r, const ev_checks *ck, const json_t *tj, siz
     return st;
 }
 
-/* The timing phase: the protocol's options, the rotated input sets, a fresh
- * module when asked, kh_bench_run on the timing target with the outputs of
- * verified calls into the payload o and timed_outputs, then the timing
- * record (*timing_out) and the guard bands of every set. */
 
 /* before_call and after_call, their seconds counted (the reply's steps) */
 static kh_status tgt_before(void *ctx, kh_err *err)
@@ -565,6 +540,40 @@ static kh_status tgt_after(void *ctx, kh_err *err)
     r->t_keep += kh_now() - t0;
     return st;
 }
+/* What the timing watch found (gev_watch_call), as failures: the first
+ * call whose guard bands were written, the first whose inputs changed. */
+static kh_status watch_failures(ev_run *r, kh_err *err)
+{
+    uint64_t first[2];
+    kh_status st = gev_watch_read(r->ev, first, err);
+    if (st)
+        return st;
+    if (first[0] != UINT64_MAX) {
+        long k = (long)(first[0] >> 32);
+        size_t i = (size_t)(first[0] >> 24 & 0xFF), at = (size_t)(first[0] & 0x7FFFFF);
+        int after = (int)(first[0] >> 23 & 1);
+        kh_launch_buf all[MAX_TENSORS];
+        gev_view(r, 0, all);
+        size_t guard = i < r->nt ? all[i].buf.guard : 0;
+        add_failure(r->failures, "guards", -1,
+                    "during timing (call %ld): tensor '%s': a write landed %zu bytes %s the "
+                    "buffer",
+                    k, i < r->nt ? r->ts[i].name : "?", after ? at + 1 : guard - at,
+                    after ? "after" : "before");
+    }
+    if (first[1] != UINT64_MAX) {
+        size_t i = (size_t)(first[1] & 0xFFFFFFFFu);
+        add_failure(r->failures, "inputs_unchanged", -1,
+                    "during timing (call %ld): input '%s' changed during the call",
+                    (long)(first[1] >> 32), i < r->nt ? r->ts[i].name : "?");
+    }
+    return KH_OK;
+}
+
+/* The timing phase: the protocol's options, the rotated input sets, a fresh
+ * module when asked, kh_bench_run on the timing target with the outputs of
+ * verified calls into the payload o and timed_outputs, then the timing
+ * record (*timing_out) and the guard bands of every set. */
 static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing,
                             const json_t *trials, obuf *o, json_t *timed_outputs,
                             json_t **timing_out, kh_err *err)
@@ -628,11 +637,15 @@ static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing
         kh_gpu_reset_l2_persisting(ev->g, NULL);
         kh_gpu_read_clocks(ev->g, &cb);
         r->in_bench = 1;
-        st = kh_bench_run(ev->g, ev->c, &t, &bo, &br, err);
+        st = gev_watch_reset(ev, err);
+        if (!st)
+            st = kh_bench_run(ev->g, ev->c, &t, &bo, &br, err);
         r->in_bench = 0;
         kh_gpu_read_clocks(ev->g, &ca);
         ev->busy_s += br.gpu_time_s;
     }
+    if (!st)
+        st = watch_failures(r, err);
     double tj = kh_now();
     if (!st && ck->verify)
         st = verify_timed(r, ck->verify, o, timed_outputs, err);

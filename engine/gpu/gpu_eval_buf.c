@@ -27,7 +27,22 @@ static const char *checksum_src =
     "    for (unsigned int j = 0; j < ntail; j++)\n"
     "      acc += ((unsigned long long)tail[j] + 1) * (0x100000001B3ull + j);\n"
     "  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);\n"
-    "  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc); }\n";
+    "  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc); }\n"
+    /* the timing phase's watch (gev_watch_call): the lowest key | offset of
+     * a byte of n at p that is not want; the lowest key | i where two sums
+     * differ */
+    "extern \"C\" __global__ void kh_guard_scan(const unsigned char *p, unsigned long long n,\n"
+    "    unsigned int want, unsigned long long key, unsigned long long *first) {\n"
+    "  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+    "       i < n; i += (unsigned long long)gridDim.x * blockDim.x)\n"
+    "    if (p[i] != (unsigned char)want) { atomicMin(first, key | i); return; }\n"
+    "}\n"
+    "extern \"C\" __global__ void kh_sums_cmp(const unsigned long long *now,\n"
+    "    const unsigned long long *want, unsigned int n, unsigned long long key,\n"
+    "    unsigned long long *first) {\n"
+    "  for (unsigned int i = 0; i < n; i++)\n"
+    "    if (now[i] != want[i]) { atomicMin(first, key | i); return; }\n"
+    "}\n";
 
 /* The generator and the checksum kernel, compiled for this GPU once. */
 void gev_arch(kh_gpu_eval *ev, char arch[16])
@@ -65,10 +80,10 @@ kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
     kh_compiler *cc_ = kh_compile_new(ev->e, err);
     if (!cc_)
         return err->code;
-    const char *kernels[] = {"kh_checksum"};
+    const char *kernels[] = {"kh_checksum", "kh_guard_scan", "kh_sums_cmp"};
     kh_compile_req req = {.source = checksum_src, .source_len = strlen(checksum_src),
                           .name = "kh_checksum.cu", .arch = arch, .kernels = kernels,
-                          .n_kernels = 1, .trusted = 1, .no_pch = 1, .no_cache = 1};
+                          .n_kernels = 3, .trusted = 1, .no_pch = 1, .no_cache = 1};
     kh_artifact *a = NULL;
     st = kh_compile_build(cc_, &req, &a, err);
     if (!st)
@@ -81,29 +96,46 @@ kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
                                                          "kh_checksum"),
                           "cuModuleGetFunction", err);
     if (!st)
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->guard_scan, ev->util_mod,
+                                                         "kh_guard_scan"),
+                          "cuModuleGetFunction", err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->sums_cmp, ev->util_mod,
+                                                         "kh_sums_cmp"),
+                          "cuModuleGetFunction", err);
+    if (!st)
         st = kh_gpu_check(ev->g, cu->cuMemAlloc(&ev->sum_buf, 8), "cuMemAlloc", err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuMemAlloc(&ev->watch, WATCH_WORDS * 8), "cuMemAlloc", err);
+    return st;
+}
+
+/* The checksum of bytes at p into the device word dst, in stream order. */
+static kh_status checksum_into(kh_gpu_eval *ev, CUdeviceptr p, size_t bytes, CUdeviceptr dst,
+                               kh_err *err)
+{
+    const kh_cuda_api *cu = kh_gpu_api(ev->g);
+    unsigned long long nwords = bytes / 8;
+    CUdeviceptr tail = p + nwords * 8;
+    unsigned int ntail = (unsigned int)(bytes % 8);
+    void *args[] = {&p, &nwords, &tail, &ntail, &dst};
+    kh_status st = kh_gpu_check(ev->g, cu->cuMemsetD8Async(dst, 0, 8, kh_gpu_stream(ev->g)),
+                                "cuMemsetD8Async", err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuLaunchKernel(ev->checksum, 264, 1, 1, 256, 1, 1, 0,
+                                                    kh_gpu_stream(ev->g), args, NULL),
+                          "cuLaunchKernel (checksum)", err);
     return st;
 }
 
 kh_status gev_checksum(kh_gpu_eval *ev, CUdeviceptr p, size_t bytes, uint64_t *out,
                        kh_err *err)
 {
-    const kh_cuda_api *cu = kh_gpu_api(ev->g);
-    unsigned long long nwords = bytes / 8;
-    CUdeviceptr tail = p + nwords * 8;
-    unsigned int ntail = (unsigned int)(bytes % 8);
-    void *args[] = {&p, &nwords, &tail, &ntail, &ev->sum_buf};
-    kh_status st = kh_gpu_check(ev->g, cu->cuMemsetD8Async(ev->sum_buf, 0, 8,
-                                                           kh_gpu_stream(ev->g)),
-                                "cuMemsetD8Async", err);
-    if (!st)
-        st = kh_gpu_check(ev->g, cu->cuLaunchKernel(ev->checksum, 264, 1, 1, 256, 1, 1, 0,
-                                                    kh_gpu_stream(ev->g), args, NULL),
-                          "cuLaunchKernel (checksum)", err);
+    kh_status st = checksum_into(ev, p, bytes, ev->sum_buf, err);
     if (!st)
         st = kh_gpu_sync(ev->g, err);
     if (!st)
-        st = kh_gpu_check(ev->g, cu->cuMemcpyDtoH(out, ev->sum_buf, 8), "cuMemcpyDtoH", err);
+        st = kh_gpu_check(ev->g, kh_gpu_api(ev->g)->cuMemcpyDtoH(out, ev->sum_buf, 8), "cuMemcpyDtoH", err);
     return st;
 }
 
@@ -313,7 +345,12 @@ kh_status gev_fill_inputs(ev_run *r, int set, uint64_t seed, int fresh_only, kh_
         if (st)
             return kh_err_prefix(err, "generating input '%s'", r->ts[i].name);
     }
-    kh_status st = kh_gpu_sync(r->ev->g, err);
+    /* the generators run in stream order before whatever comes next; only
+     * a scalar read back waits for them */
+    int scalars = 0;
+    for (size_t i = 0; i < r->nt; i++)
+        scalars |= gev_is_scalar_input(&r->ts[i]);
+    kh_status st = scalars ? kh_gpu_sync(r->ev->g, err) : KH_OK;
     /* A random scalar passed by value: its bits are whatever the generator
      * wrote, read back rather than recomputed, so they cannot differ. */
     for (size_t i = 0; i < r->nt && !st; i++) {
@@ -485,4 +522,82 @@ kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err)
         }
     }
     return KH_OK;
+}
+
+/* ---- the timing phase's watch -------------------------------------------------
+ * A verified timed call's guard bands and inputs are checked on the device
+ * in stream order, after its window has closed: nothing waits for them and
+ * nothing comes back until gev_watch_read.  Two words hold the lowest key
+ * found so far, UINT64_MAX when none: guards (call << 32 | tensor << 24 |
+ * side << 23 | byte), inputs (call << 32 | tensor); then the inputs' sums
+ * after the call, then their true sums. */
+kh_status gev_watch_reset(kh_gpu_eval *ev, kh_err *err)
+{
+    return kh_gpu_check(ev->g, kh_gpu_api(ev->g)->cuMemsetD32Async(ev->watch, 0xFFFFFFFFu, 4,
+                                                                   kh_gpu_stream(ev->g)),
+                        "cuMemsetD32Async (the timing watch)", err);
+}
+
+static kh_status watch_launch(kh_gpu_eval *ev, CUfunction fn, unsigned grid, void **args,
+                              kh_err *err)
+{
+    return kh_gpu_check(ev->g, kh_gpu_api(ev->g)->cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0,
+                                                                 kh_gpu_stream(ev->g), args,
+                                                                 NULL),
+                        "cuLaunchKernel (the timing watch)", err);
+}
+
+kh_status gev_watch_call(ev_run *r, int set, long k, int guards, int inputs, kh_err *err)
+{
+    kh_gpu_eval *ev = r->ev;
+    unsigned long long key = (unsigned long long)k << 32;
+    kh_status st = KH_OK;
+    if (guards) {
+        kh_launch_buf all[MAX_TENSORS];
+        gev_view(r, set, all);
+        for (size_t i = 0; i < r->nt && !st; i++) {
+            const kh_gpu_buf *b = &all[i].buf;
+            if (!b->base || !b->guard)
+                continue;
+            for (int side = 0; side < 2 && !st; side++) {
+                CUdeviceptr p = side ? b->ptr + b->bytes : b->base, first = ev->watch;
+                unsigned long long n = b->guard,
+                                   kk = key | (unsigned long long)i << 24 |
+                                        (unsigned long long)side << 23;
+                unsigned int want = KH_GPU_GUARD_BYTE;
+                void *args[] = {&p, &n, &want, &kk, &first};
+                unsigned grid = (unsigned)((n + 255) / 256);
+                st = watch_launch(ev, ev->guard_scan, grid > 64 ? 64 : grid, args, err);
+            }
+        }
+    }
+    if (!inputs || st)
+        return st;
+    /* the sums after the call, the set regenerated from its seed, its true
+     * sums, the two compared */
+    CUdeviceptr now = ev->watch + 16, want = now + 8 * MAX_TENSORS, first = ev->watch + 8;
+    /* every tensor's two words 0 (checksum_into sets the inputs') */
+    st = kh_gpu_check(ev->g, kh_gpu_api(ev->g)->cuMemsetD32Async(now, 0, 4 * MAX_TENSORS,
+                                                                 kh_gpu_stream(ev->g)),
+                      "cuMemsetD32Async (the timing watch)", err);
+    for (size_t i = 0; i < r->nt && !st; i++)
+        if (r->ts[i].role == ROLE_IN && r->ts[i].bytes)
+            st = checksum_into(ev, r->in[set][i].buf.ptr, r->ts[i].bytes, now + 8 * i, err);
+    if (!st)
+        st = gev_fill_inputs(r, set, r->set_seed[set], 0, err);
+    for (size_t i = 0; i < r->nt && !st; i++)
+        if (r->ts[i].role == ROLE_IN && r->ts[i].bytes)
+            st = checksum_into(ev, r->in[set][i].buf.ptr, r->ts[i].bytes, want + 8 * i, err);
+    unsigned int n = (unsigned int)r->nt;
+    void *args[] = {&now, &want, &n, &key, &first};
+    return st ? st : watch_launch(ev, ev->sums_cmp, 1, args, err);
+}
+
+kh_status gev_watch_read(kh_gpu_eval *ev, uint64_t first[2], kh_err *err)
+{
+    kh_status st = kh_gpu_sync(ev->g, err);
+    if (!st)
+        st = kh_gpu_check(ev->g, kh_gpu_api(ev->g)->cuMemcpyDtoH(first, ev->watch, 16),
+                          "cuMemcpyDtoH (the timing watch)", err);
+    return st;
 }

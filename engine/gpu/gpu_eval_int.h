@@ -45,8 +45,9 @@ struct kh_gpu_eval {
     kh_gpu *g;
     kh_cupti *c;
     CUmodule rng_mod, util_mod;
-    CUfunction rng_fill, rng_kcache, checksum;
+    CUfunction rng_fill, rng_kcache, checksum, guard_scan, sums_cmp;
     CUdeviceptr sum_buf;
+    CUdeviceptr watch; /* WATCH_WORDS words: the timing phase's watch (gev_watch_call) */
     kh_gpu_cmp *cmp; /* the device comparison (gpu_check.h), made on first use */
     /* the request's kernel time (gpu_eval.c, "the GPU's busy time"): events
      * around the last call outside the timing phase, read when pending */
@@ -238,6 +239,17 @@ kh_status gev_obuf_add(obuf *o, const void *d, size_t n, size_t *off, kh_err *er
 
 /* The checksum of each input of set into sums (0 for the other tensors). */
 kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err);
+
+/* The timing phase's watch (gpu_eval_buf.c): a verified call's guard bands
+ * (guards) and inputs (inputs: their sums against the sums of set's inputs
+ * regenerated from its seed) checked on the device in stream order after
+ * call k, nothing waiting; gev_watch_read gives the lowest findings, each
+ * UINT64_MAX for none: guards (k << 32 | tensor << 24 | side << 23 | byte
+ * in the band, side 0 before the buffer), inputs (k << 32 | tensor). */
+#define WATCH_WORDS (2 + 2 * MAX_TENSORS)
+kh_status gev_watch_reset(kh_gpu_eval *ev, kh_err *err);
+kh_status gev_watch_call(ev_run *r, int set, long k, int guards, int inputs, kh_err *err);
+kh_status gev_watch_read(kh_gpu_eval *ev, uint64_t first[2], kh_err *err);
 
 /* ---- gpu_eval_so.c: a trusted shared object (cuda_so) ----
  * Load the object of n bytes at img, find entry's symbol and parse its args

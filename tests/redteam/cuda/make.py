@@ -401,12 +401,34 @@ K["scan_for_reference"] = ('__device__ const float *found;\n' + SIG +
     '  __syncthreads();\n'
     '  if (i < n) c[i] = found ? found[i] : 0.f; }')
 
+# (7) tampering only in the timing phase, undone before it ends: the guard
+# bands and inputs are checked after every verified timed call (on the device,
+# in stream order, read back once at the end: gpu_eval_buf.c, "the timing
+# phase's watch").  The trials are launches 0-5 since the first load and the
+# module is loaded afresh before timing, so launch 10 and later since load
+# are timing calls.  Both compute c honestly first (the last block to finish
+# tampers, after every block has read its inputs).
+K["late_guard_scribble"] = RT + ('__device__ float kept; __device__ int dirty;\n' + SIG +
+    '  long long i = IDX; HONEST(i);\n'
+    '  long long l = launch_no();\n'
+    '  if (last_block() && threadIdx.x == 0) {\n'
+    '    /* undo the last call\'s scribble (so the band is clean whenever the\n'
+    '       calls stop), then scribble past the end again, on odd launches */\n'
+    '    if (dirty) { c[n] = kept; dirty = 0; }\n'
+    '    if (l >= 10 && (l & 1)) { kept = c[n]; c[n] = 1.0f; dirty = 1; } } }')
+K["late_input_mutation"] = RT + (SIG +
+    '  long long i = IDX; HONEST(i);\n'
+    '  long long l = launch_no();\n'
+    '  if (last_block() && threadIdx.x == 0 && l >= 10) ((float *)a)[n - 1] += 1.0f; }')
+
 EXPECT = {
     "honest": ("PASSED", None),
     "stale_output": ("INCORRECT_NUMERICAL", "poison"),
     "constant_output": ("INCORRECT_NUMERICAL", "tolerance"),
     "copy_input": ("INCORRECT_NUMERICAL", "tolerance"),
     "input_mutation": ("RUNTIME_ERROR", "inputs_unchanged"),
+    "late_guard_scribble": ("RUNTIME_ERROR", "guards"),
+    "late_input_mutation": ("RUNTIME_ERROR", "inputs_unchanged"),
     "cross_call_cache": ("INCORRECT_NUMERICAL", "tolerance"),
     "deferred_work": ("INCORRECT_NUMERICAL", "tolerance"),
     "skip_rare_inputs": ("INCORRECT_NUMERICAL", "poison"),
@@ -544,7 +566,7 @@ for name in K:
 # those entries run.
 DEVICE = ["honest", "stale_output", "partial_computation", "nan_output", "skip_odd_poison",
           "partial_tail_large", "cross_call_cache", "scan_for_reference",
-          "precision_downgrade", "deferred_work"]  # the last two: tests/lua/gpu_compare.lua
+          "late_guard_scribble", "precision_downgrade", "deferred_work"]  # the last two: tests/lua/gpu_compare.lua
 dev = os.path.join("..", "cuda_device")
 os.makedirs(os.path.join(dev, "solutions"), exist_ok=True)
 ddef = json.loads(json.dumps(DEF))
