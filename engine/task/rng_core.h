@@ -235,7 +235,14 @@ KH_FN double kh_log(double x)
                    kh_dmul(de2, 1.90821492927058770002e-10));
 }
 
-/* cos(2 pi t) for t in [0, 1): quadrant, then Taylor on [0, pi/2). */
+/* cos(2 pi t) for t in [0, 1): quadrant, then Taylor on [0, pi/2): the
+   cosine's series in quadrants 0 and 2, the sine's in 1 and 3.  The two
+   series have one shape (eleven terms by Horner in x^2, the sine's times x
+   at the end), so one chain runs whichever the quadrant needs, its
+   coefficients picked per element (the sine's first): a GPU warp whose
+   lanes fall in different quadrants does not run both series (the same
+   operations on the same values as evaluating each in full, so the same
+   bits). */
 KH_FN double kh_cos2pi(double t)
 {
     double r = kh_dmul(t, 4.0);
@@ -243,36 +250,22 @@ KH_FN double kh_cos2pi(double t)
     double f = kh_dsub(r, (double)q);
     double x = kh_dmul(f, 1.5707963267948966);
     double x2 = kh_dmul(x, x);
-    double c = 1.0 / 2432902008176640000.0;
-    c = kh_dsub(1.0 / 6402373705728000.0, kh_dmul(c, x2));
-    c = kh_dsub(1.0 / 20922789888000.0, kh_dmul(c, x2));
-    c = kh_dsub(1.0 / 87178291200.0, kh_dmul(c, x2));
-    c = kh_dsub(1.0 / 479001600.0, kh_dmul(c, x2));
-    c = kh_dsub(1.0 / 3628800.0, kh_dmul(c, x2));
-    c = kh_dsub(1.0 / 40320.0, kh_dmul(c, x2));
-    c = kh_dsub(1.0 / 720.0, kh_dmul(c, x2));
-    c = kh_dsub(1.0 / 24.0, kh_dmul(c, x2));
-    c = kh_dsub(0.5, kh_dmul(c, x2));
-    c = kh_dsub(1.0, kh_dmul(c, x2));
-    double s = 1.0 / 51090942171709440000.0;
-    s = kh_dsub(1.0 / 121645100408832000.0, kh_dmul(s, x2));
-    s = kh_dsub(1.0 / 355687428096000.0, kh_dmul(s, x2));
-    s = kh_dsub(1.0 / 1307674368000.0, kh_dmul(s, x2));
-    s = kh_dsub(1.0 / 6227020800.0, kh_dmul(s, x2));
-    s = kh_dsub(1.0 / 39916800.0, kh_dmul(s, x2));
-    s = kh_dsub(1.0 / 362880.0, kh_dmul(s, x2));
-    s = kh_dsub(1.0 / 5040.0, kh_dmul(s, x2));
-    s = kh_dsub(1.0 / 120.0, kh_dmul(s, x2));
-    s = kh_dsub(1.0 / 6.0, kh_dmul(s, x2));
-    s = kh_dsub(1.0, kh_dmul(s, x2));
-    s = kh_dmul(s, x);
-    if (q == 0)
-        return c;
-    if (q == 1)
-        return kh_dsub(0.0, s);
-    if (q == 2)
-        return kh_dsub(0.0, c);
-    return s;
+    int odd = q & 1;
+    double v = odd ? 1.0 / 51090942171709440000.0 : 1.0 / 2432902008176640000.0;
+    v = kh_dsub(odd ? 1.0 / 121645100408832000.0 : 1.0 / 6402373705728000.0, kh_dmul(v, x2));
+    v = kh_dsub(odd ? 1.0 / 355687428096000.0 : 1.0 / 20922789888000.0, kh_dmul(v, x2));
+    v = kh_dsub(odd ? 1.0 / 1307674368000.0 : 1.0 / 87178291200.0, kh_dmul(v, x2));
+    v = kh_dsub(odd ? 1.0 / 6227020800.0 : 1.0 / 479001600.0, kh_dmul(v, x2));
+    v = kh_dsub(odd ? 1.0 / 39916800.0 : 1.0 / 3628800.0, kh_dmul(v, x2));
+    v = kh_dsub(odd ? 1.0 / 362880.0 : 1.0 / 40320.0, kh_dmul(v, x2));
+    v = kh_dsub(odd ? 1.0 / 5040.0 : 1.0 / 720.0, kh_dmul(v, x2));
+    v = kh_dsub(odd ? 1.0 / 120.0 : 1.0 / 24.0, kh_dmul(v, x2));
+    v = kh_dsub(odd ? 1.0 / 6.0 : 0.5, kh_dmul(v, x2));
+    v = kh_dsub(1.0, kh_dmul(v, x2));
+    if (odd)
+        v = kh_dmul(v, x);
+    /* q 0: cos; 1: -sin; 2: -cos; 3: sin */
+    return (q == 1 || q == 2) ? kh_dsub(0.0, v) : v;
 }
 
 /* A standard normal from four words (Box-Muller, cosine branch only, so each
