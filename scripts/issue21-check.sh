@@ -22,5 +22,5 @@ KH_GPU_ONLY=gpu_redteam KH_GPU_TEST_TIMEOUT=${RT_TIMEOUT:-150} OUT="$out/rt" \
 grep -E "^not ok" -A3 "$out/rt/gpu-tests.log" | head -30
 grep -E "^# rt_" "$out/rt/gpu-tests.log" | awk '{printf "%-38s %-20s %s s\n", $2, $3, $(NF-1)}'
 echo "[$SECONDS s]"
-BENCH_EVAL_RUNS=${BENCH_EVAL_RUNS:-"official official-devcmp screen-devcmp screen-inrun1-devcmp screen screen-1"} \
+BENCH_EVAL_RUNS=${BENCH_EVAL_RUNS:-"official official-hostcmp screen screen-hostcmp screen-inrun1 screen-1"} \
   OUT="$out/bench" timeout ${BENCH_TIMEOUT:-150} bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | grep -v "^    " | tail -30

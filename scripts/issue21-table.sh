@@ -11,5 +11,5 @@ mkdir -p "$out"
 pkgs=${PACKAGES:-"rmsnorm_h4096 gdn_decode_qk4_v8_d128_k_last dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64"}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # shellcheck disable=SC2086
-BENCH_EVAL_RUNS=${BENCH_EVAL_RUNS:-"official-devcmp screen-devcmp screen-1-devcmp screen-inrun1-devcmp official"} \
+BENCH_EVAL_RUNS=${BENCH_EVAL_RUNS:-"official screen screen-1 screen-inrun1 official-hostcmp"} \
   OUT="$out" timeout ${BENCH_TIMEOUT:-560} bash tests/bench/bench_eval.sh $pkgs 2>&1 | grep -v "^    "

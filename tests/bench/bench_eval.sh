@@ -24,13 +24,13 @@
 # checked), -noref (--no-reference-timing), -parity (FlashInfer-Bench's checks
 # only), -warm (no cache flush), -hostcmp / -devcmp (--host-compare: the
 # outputs back to the coordinator, the reference in its own request;
-# --device-compare: the reference in the candidate's request, compared on the
+# --device-compare, the default: the reference in the candidate's request, compared on the
 # GPU) show what each part of the evaluation costs.  PROTOCOL-inrun
 # (every workload) and PROTOCOL-inrun1 (one) time a fresh candidate's
 # evaluation inside a process that has already evaluated another one
 # (tests/bench/eval_inrun.lua: its workers, compile servers and reference
-# artifacts warm), as a search run evaluates its candidates; -inrun-devcmp,
-# -inrun1-devcmp the same with --device-compare.
+# artifacts warm), as a search run evaluates its candidates; -inrun-hostcmp,
+# -inrun1-hostcmp the same with --host-compare.
 # Each line: wall seconds of the whole command, per workload, the sums over
 # the traces of the worker's and the coordinator's seconds, and the ratio of
 # the per-workload time to FlashInfer-Bench's.  Outputs under $OUT (or
@@ -154,8 +154,8 @@ for p in "$@"; do
     case $run in
       *-inrun*)
         fresh "$pkg" "$base" "${name}_first"
-        cmp=host
-        case $run in *-devcmp) cmp=device;; esac
+        cmp=default
+        case $run in *-devcmp*) cmp=device;; *-hostcmp*) cmp=host;; esac
         nwl=all
         case $run in *-inrun1*) nwl=1;; esac
         timeout -k 5 400 "$K" tests/bench/eval_inrun.lua "$pkg" "$out/${name}_first.json" \

@@ -8,7 +8,7 @@
 --   khlua tests/bench/eval_inrun.lua TASK FIRST SECOND PROTOCOL WORKLOADS OUT [COMPARE]
 --
 -- WORKLOADS: a count or "all"; COMPARE: "device" or "host" (kh.eval's
--- device_compare; default: kh.eval's default).  Writes SECOND's traces as JSONL on stdout and
+-- device_compare; anything else: kh.eval's default).  Writes SECOND's traces as JSONL on stdout and
 -- the second evaluation's wall seconds into OUT.
 local kh = require "kh"
 
@@ -18,7 +18,7 @@ if not outf then
   os.exit(2)
 end
 local opts = { protocol = protocol, workloads = tonumber(nwl) or nwl }
-if cmp then opts.device_compare = cmp == "device" end
+if cmp == "device" or cmp == "host" then opts.device_compare = cmp == "device" end
 
 local function timed(sol)
   local t0 = kh.time.now()
