@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# issue21-all.sh: issue 21's measurements in one GPU call, most needed first,
+# each step bounded (carry build-portable with its test_gpu_* binaries,
+# kernels/build, devdata and .whl: scripts/h200-prep.sh, then move the other
+# test binaries aside to stay under the carry limit):
+#   1. the quick GPU tests (TESTS, TESTS_TIMEOUT default 150 s)
+#   2. the CUDA red team, KH_RT_ONLY's entries (RT_TIMEOUT default 100 s)
+#   3. bench_eval on rmsnorm_h4096 (RMS_RUNS; RMS_TIMEOUT default 120 s)
+#   4. a search run's rounds (scripts/issue21-rounds.sh; ROUNDS_TIMEOUT 100 s)
+#   5. bench_eval on the issue's two other kernels (OTHER_RUNS; OTHER_TIMEOUT
+#      default 150 s)
+# Outputs under $OUT.
+set -uo pipefail
+out=${OUT:-/tmp/issue21}
+mkdir -p "$out/tests" "$out/rt" "$out/bench" "$out/other"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+KH_GPU_ONLY=${TESTS:-"test_gpu_check test_gpu_rng test_gpu_eval gpu_compare gpu_eval"} \
+  KH_GPU_TEST_TIMEOUT=${TESTS_TIMEOUT:-150} OUT="$out/tests" \
+  bash scripts/gpu-tests.sh build-portable 2>&1 | tail -8
+grep -E "elements|^not ok" -A3 "$out/tests/gpu-tests.log" | head -20
+echo "[$SECONDS s]"
+KH_GPU_ONLY=gpu_redteam KH_GPU_TEST_TIMEOUT=${RT_TIMEOUT:-100} OUT="$out/rt" \
+  bash scripts/gpu-tests.sh build-portable 2>&1 | tail -2
+grep -E "^not ok" -A3 "$out/rt/gpu-tests.log" | head -20
+grep -E "^# rt_" "$out/rt/gpu-tests.log" | awk '{printf "%-40s %-20s %s s\n", $2, $3, $(NF-1)}'
+echo "[$SECONDS s]"
+BENCH_EVAL_RUNS=${RMS_RUNS:-"official screen screen-inrun1 official-hostcmp"} OUT="$out/bench" \
+  timeout "${RMS_TIMEOUT:-120}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -45
+echo "[$SECONDS s]"
+OUT="$out" ROUNDS_TIMEOUT=${ROUNDS_TIMEOUT:-100} bash scripts/issue21-rounds.sh 2>&1 | tail -20
+echo "[$SECONDS s]"
+BENCH_EVAL_RUNS=${OTHER_RUNS:-"official screen screen-inrun1"} OUT="$out/other" \
+  timeout "${OTHER_TIMEOUT:-150}" bash tests/bench/bench_eval.sh \
+  gdn_decode_qk4_v8_d128_k_last dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64 2>&1 |
+  grep -v "^    "
+echo "[$SECONDS s]"
