@@ -449,6 +449,24 @@ kh_status kh_check_parts(const kh_tensor *out, const kh_tensor *ref, const kh_ch
     return KH_OK;
 }
 
+/* Whether part p could come from a scan of [lo, hi): each index it names
+ * lies in the chunk, is -1 exactly when its count is 0 (the worst element:
+ * when every error was NaN), and no count exceeds the chunk.  A part the
+ * scan did not write (memory left as it was: zeros, or another call's)
+ * fails this: an all-zero part names element 0 as its first failure with
+ * no failures. */
+static int part_sane(const kh_check_part *p, uint64_t lo, uint64_t hi)
+{
+    uint64_t len = hi - lo;
+#define KH_IN(i) ((i) >= 0 && (uint64_t)(i) >= lo && (uint64_t)(i) < hi)
+    return p->fails <= len && p->out_inf <= len && p->out_nan <= len &&
+           p->ref_nonfinite <= len && (p->fails ? KH_IN(p->first_fail) : p->first_fail == -1) &&
+           (p->out_inf ? KH_IN(p->first_inf) : p->first_inf == -1) &&
+           (p->out_nan ? KH_IN(p->first_nan) : p->first_nan == -1) &&
+           (p->worst == -1 ? p->abs_nan != 0 : KH_IN(p->worst));
+#undef KH_IN
+}
+
 kh_status kh_check_from_parts(const kh_check_part *parts, size_t nparts, uint64_t numel,
                               const kh_check_opts *o, kh_check_result *r, kh_err *err)
 {
@@ -462,6 +480,17 @@ kh_status kh_check_from_parts(const kh_check_part *parts, size_t nparts, uint64_
         return kh_err_set(err, KH_EINVAL, "compare: %zu parts for %llu elements (%llu expected)",
                           nparts, (unsigned long long)numel,
                           (unsigned long long)kh_check_nchunks(numel));
+    for (size_t c = 0; c < nparts; c++) {
+        uint64_t lo = (uint64_t)c * KH_CHECK_CHUNK,
+                 hi = lo + KH_CHECK_CHUNK < numel ? lo + KH_CHECK_CHUNK : numel;
+        if (!part_sane(&parts[c], lo, hi))
+            return kh_err_set(err, KH_EINVAL,
+                              "compare: part %zu of %zu (elements %llu to %llu) cannot come from "
+                              "a scan of its chunk (fails %llu, first %lld, worst %lld)",
+                              c, nparts, (unsigned long long)lo, (unsigned long long)hi,
+                              (unsigned long long)parts[c].fails, (long long)parts[c].first_fail,
+                              (long long)parts[c].worst);
+    }
     kh_check_part acc = {.first_fail = -1, .first_inf = -1, .first_nan = -1, .worst = -1};
     if (nparts)
         acc = parts[0];

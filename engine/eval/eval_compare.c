@@ -277,8 +277,12 @@ kh_status eval_compare_parts(wctx *c, const kh_msg *m, const json_t *parts,
         kh_check_result r;
         st = kh_check_from_parts(pp, np, numel, &c->copts, &r, err);
         free(pp);
-        if (st)
-            return st;
+        if (st) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            return kh_err_set(err, KH_ECORRUPT, "the worker's comparison of output '%s': %.900s",
+                              ot->name, why);
+        }
         if (r.status != KH_CHECK_PASSED && !*untouched_fail)
             *untouched_fail = json_is_true(json_object_get(untouched, ot->name));
         if (r.status != KH_CHECK_PASSED) {

@@ -103,6 +103,31 @@ static void whole_both_ways(fixture *f, kh_tensor *out, kh_tensor *ref, const ch
         assert_int_equal(st, KH_ECORRUPT);
         assert_non_null(strstr(err.msg, "'c'"));
         json_decref(cut);
+        /* a part the scan did not write (left zero), or one chunk's part in
+         * another's place: refused, naming the output and the part */
+        for (int how = 0; how < 2 && (how == 0 || np > 1); how++) {
+            kh_msg bad = m2;
+            bad.payload = malloc(m2.payload_len);
+            assert_non_null(bad.payload);
+            memcpy(bad.payload, m2.payload, m2.payload_len);
+            kh_check_part *q = (kh_check_part *)(void *)(bad.payload + 3), tmp;
+            size_t at = (size_t)((seed ^ (uint64_t)np * 0x9E37u) % np); /* any part */
+            if (how == 0) {
+                memset(&tmp, 0, sizeof tmp);
+                memcpy((unsigned char *)q + at * sizeof tmp, &tmp, sizeof tmp);
+            } else { /* parts 0 and 1 swapped */
+                kh_check_part p0, p1;
+                memcpy(&p0, q, sizeof p0);
+                memcpy(&p1, (unsigned char *)q + sizeof p0, sizeof p1);
+                memcpy(q, &p1, sizeof p1);
+                memcpy((unsigned char *)q + sizeof p0, &p0, sizeof p0);
+            }
+            kh_status bst = eval_compare_parts(&f->c, &bad, parts, ut, NULL, &b, &ub, &err);
+            assert_int_equal(bst, KH_ECORRUPT);
+            if (!strstr(err.msg, "'c'") || !strstr(err.msg, "cannot come from a scan"))
+                fail_msg("%s: %s", what, err.msg);
+            free(bad.payload);
+        }
     }
     json_decref(ut);
     json_decref(outs);
