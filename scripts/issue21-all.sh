@@ -9,28 +9,40 @@
 #   4. a search run's rounds (scripts/issue21-rounds.sh; ROUNDS_TIMEOUT 100 s)
 #   5. bench_eval on the issue's two other kernels (OTHER_RUNS; OTHER_TIMEOUT
 #      default 150 s)
-# Outputs under $OUT.
+# STEPS (default "tests rt rms rounds other") picks them.  Outputs under $OUT.
 set -uo pipefail
 out=${OUT:-/tmp/issue21}
+steps=" ${STEPS:-tests rt rms rounds other} "
+on() { case $steps in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$out/tests" "$out/rt" "$out/bench" "$out/other"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-KH_GPU_ONLY=${TESTS:-"test_gpu_check test_gpu_rng test_gpu_eval gpu_compare gpu_eval"} \
-  KH_GPU_TEST_TIMEOUT=${TESTS_TIMEOUT:-150} OUT="$out/tests" \
-  bash scripts/gpu-tests.sh build-portable 2>&1 | tail -8
-grep -E "elements|^not ok" -A3 "$out/tests/gpu-tests.log" | head -20
-echo "[$SECONDS s]"
-KH_GPU_ONLY=gpu_redteam KH_GPU_TEST_TIMEOUT=${RT_TIMEOUT:-100} OUT="$out/rt" \
-  bash scripts/gpu-tests.sh build-portable 2>&1 | tail -2
-grep -E "^not ok" -A3 "$out/rt/gpu-tests.log" | head -20
-grep -E "^# rt_" "$out/rt/gpu-tests.log" | awk '{printf "%-40s %-20s %s s\n", $2, $3, $(NF-1)}'
-echo "[$SECONDS s]"
-BENCH_EVAL_RUNS=${RMS_RUNS:-"official screen screen-inrun1 official-hostcmp"} OUT="$out/bench" \
-  timeout "${RMS_TIMEOUT:-120}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -45
-echo "[$SECONDS s]"
-OUT="$out" ROUNDS_TIMEOUT=${ROUNDS_TIMEOUT:-100} bash scripts/issue21-rounds.sh 2>&1 | tail -20
-echo "[$SECONDS s]"
-BENCH_EVAL_RUNS=${OTHER_RUNS:-"official screen screen-inrun1"} OUT="$out/other" \
-  timeout "${OTHER_TIMEOUT:-150}" bash tests/bench/bench_eval.sh \
-  gdn_decode_qk4_v8_d128_k_last dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64 2>&1 |
-  grep -v "^    "
-echo "[$SECONDS s]"
+if on tests; then
+  KH_GPU_ONLY=${TESTS:-"test_gpu_check test_gpu_rng test_gpu_eval gpu_compare gpu_eval"} \
+    KH_GPU_TEST_TIMEOUT=${TESTS_TIMEOUT:-150} OUT="$out/tests" \
+    bash scripts/gpu-tests.sh build-portable 2>&1 | tail -8
+  grep -E "elements|^not ok" -A3 "$out/tests/gpu-tests.log" | head -20
+  echo "[$SECONDS s]"
+fi
+if on rt; then
+  KH_GPU_ONLY=gpu_redteam KH_GPU_TEST_TIMEOUT=${RT_TIMEOUT:-100} OUT="$out/rt" \
+    bash scripts/gpu-tests.sh build-portable 2>&1 | tail -2
+  grep -E "^not ok" -A3 "$out/rt/gpu-tests.log" | head -20
+  grep -E "^# rt_" "$out/rt/gpu-tests.log" | awk '{printf "%-40s %-20s %s s\n", $2, $3, $(NF-1)}'
+  echo "[$SECONDS s]"
+fi
+if on rms; then
+  BENCH_EVAL_RUNS=${RMS_RUNS:-"official screen screen-inrun1 official-hostcmp"} OUT="$out/bench" \
+    timeout "${RMS_TIMEOUT:-120}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -45
+  echo "[$SECONDS s]"
+fi
+if on rounds; then
+  OUT="$out" ROUNDS_TIMEOUT=${ROUNDS_TIMEOUT:-100} bash scripts/issue21-rounds.sh 2>&1 | tail -20
+  echo "[$SECONDS s]"
+fi
+if on other; then
+  BENCH_EVAL_RUNS=${OTHER_RUNS:-"official screen screen-inrun1"} OUT="$out/other" \
+    timeout "${OTHER_TIMEOUT:-150}" bash tests/bench/bench_eval.sh \
+    gdn_decode_qk4_v8_d128_k_last dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64 2>&1 |
+    grep -v "^    "
+  echo "[$SECONDS s]"
+fi

@@ -11,16 +11,7 @@
 #      BENCH_TIMEOUT, default 150 s)
 # Outputs under $OUT: gpu-tests logs, bench-eval/.
 set -uo pipefail
-out=${OUT:-/tmp/issue21}
-mkdir -p "$out/tests" "$out/bench" "$out/rt"
-KH_GPU_ONLY="test_gpu_check test_gpu_eval gpu_compare gpu_eval" KH_GPU_TEST_TIMEOUT=${TESTS_TIMEOUT:-150} \
-  OUT="$out/tests" bash scripts/gpu-tests.sh build-portable 2>&1 | tail -6
-grep -nE "^not ok|FAILED|ERROR" -A4 "$out/tests/gpu-tests.log" | head -30
-echo "[$SECONDS s]"
-KH_GPU_ONLY=gpu_redteam KH_GPU_TEST_TIMEOUT=${RT_TIMEOUT:-150} OUT="$out/rt" \
-  bash scripts/gpu-tests.sh build-portable 2>&1 | tail -2
-grep -E "^not ok" -A3 "$out/rt/gpu-tests.log" | head -30
-grep -E "^# rt_" "$out/rt/gpu-tests.log" | awk '{printf "%-38s %-20s %s s\n", $2, $3, $(NF-1)}'
-echo "[$SECONDS s]"
-BENCH_EVAL_RUNS=${BENCH_EVAL_RUNS:-"official official-hostcmp screen screen-hostcmp screen-inrun1 screen-1"} \
-  OUT="$out/bench" timeout ${BENCH_TIMEOUT:-150} bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | grep -v "^    " | tail -30
+# scripts/issue21-all.sh's first three steps, with this script's defaults
+STEPS="tests rt rms" TESTS="test_gpu_check test_gpu_eval gpu_compare gpu_eval" \
+  RMS_RUNS=${BENCH_EVAL_RUNS:-"official official-hostcmp screen screen-hostcmp screen-inrun1 screen-1"} \
+  RMS_TIMEOUT=${BENCH_TIMEOUT:-150} exec bash "$(dirname "$0")/issue21-all.sh"
