@@ -7,12 +7,14 @@
 #   2. the CUDA red team, KH_RT_ONLY's entries (RT_TIMEOUT default 100 s)
 #   3. bench_eval on rmsnorm_h4096 (RMS_RUNS; RMS_TIMEOUT default 120 s)
 #   4. a search run's rounds (scripts/issue21-rounds.sh; ROUNDS_TIMEOUT 100 s)
-#   5. bench_eval on the issue's two other kernels (OTHER_RUNS; OTHER_TIMEOUT
+#   5. screening throughput with a mock model and K = 8 calls in flight
+#      (scripts/issue21-throughput.sh; TP_TIMEOUT default 150 s)
+#   6. bench_eval on the issue's two other kernels (OTHER_RUNS; OTHER_TIMEOUT
 #      default 150 s)
-# STEPS (default "tests rt rms rounds other") picks them.  Outputs under $OUT.
+# STEPS (default "tests rt rms rounds throughput other") picks them.  Outputs under $OUT.
 set -uo pipefail
 out=${OUT:-/tmp/issue21}
-steps=" ${STEPS:-tests rt rms rounds other} "
+steps=" ${STEPS:-tests rt rms rounds throughput other} "
 on() { case $steps in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$out/tests" "$out/rt" "$out/bench" "$out/other"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -37,6 +39,10 @@ if on rms; then
 fi
 if on rounds; then
   OUT="$out" ROUNDS_TIMEOUT=${ROUNDS_TIMEOUT:-100} bash scripts/issue21-rounds.sh 2>&1 | tail -20
+  echo "[$SECONDS s]"
+fi
+if on throughput; then
+  OUT="$out" TIMEOUT=${TP_TIMEOUT:-150} bash scripts/issue21-throughput.sh 2>&1 | tail -8
   echo "[$SECONDS s]"
 fi
 if on other; then
