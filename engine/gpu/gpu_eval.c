@@ -521,25 +521,26 @@ static kh_status run_trial(ev_run *r, const ev_checks *ck, const json_t *tj, siz
     return st;
 }
 
+/* fn on ctx, its seconds added to *acc (the reply's steps) */
+static kh_status counted(kh_status (*fn)(void *, kh_err *), void *ctx, double *acc,
+                         kh_err *err)
+{
+    double t0 = kh_now();
+    kh_status st = fn(ctx, err);
+    *acc += kh_now() - t0;
+    return st;
+}
 
-/* before_call and after_call, their seconds counted (the reply's steps) */
 static kh_status tgt_before(void *ctx, kh_err *err)
 {
-    ev_run *r = ctx;
-    double t0 = kh_now();
-    kh_status st = before_call(ctx, err);
-    r->t_refill += kh_now() - t0;
-    return st;
+    return counted(before_call, ctx, &((ev_run *)ctx)->t_refill, err);
 }
 
 static kh_status tgt_after(void *ctx, kh_err *err)
 {
-    ev_run *r = ctx;
-    double t0 = kh_now();
-    kh_status st = after_call(ctx, err);
-    r->t_keep += kh_now() - t0;
-    return st;
+    return counted(after_call, ctx, &((ev_run *)ctx)->t_keep, err);
 }
+
 /* What the timing watch found (gev_watch_call), as failures: the first
  * call whose guard bands were written, the first whose inputs changed. */
 static kh_status watch_failures(ev_run *r, kh_err *err)
