@@ -348,9 +348,9 @@ void kh_gpu_cmp_free(kh_gpu_cmp *c)
     free(c);
 }
 
-kh_status kh_gpu_cmp_parts(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
-                           uint64_t numel, const kh_check_opts *o, kh_check_part *parts,
-                           kh_err *err)
+kh_status kh_gpu_cmp_parts_async(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
+                                 uint64_t numel, const kh_check_opts *o, CUdeviceptr dparts,
+                                 kh_err *err)
 {
     kh_check_opts def;
     if (!o) {
@@ -360,6 +360,27 @@ kh_status kh_gpu_cmp_parts(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdevicep
     if ((int)t < 0 || t > KH_DTYPE_BOOL)
         return kh_err_set(err, KH_EINVAL, "device comparison: invalid dtype %d", (int)t);
     unsigned long long n = numel, nchunks = kh_check_nchunks(numel), chunk = KH_CHECK_CHUNK;
+    if (!nchunks)
+        return KH_OK;
+    int ti = (int)t, f32 = o->precision == KH_CHECK_FIB_F32;
+    double atol = o->atol, rtol = o->rtol;
+    void *args[] = {&out, &ref, &n, &ti, &atol, &rtol, &f32, &chunk, &dparts, &nchunks};
+    /* a block (256 threads) per chunk */
+    unsigned grid = (unsigned)nchunks;
+    if (grid > 4096)
+        grid = 4096;
+    return cu_ok(c->cu,
+                 c->cu->cuLaunchKernel(c->fn, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
+                 "cuLaunchKernel", err);
+}
+
+kh_status kh_gpu_cmp_parts(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
+                           uint64_t numel, const kh_check_opts *o, kh_check_part *parts,
+                           kh_err *err)
+{
+    uint64_t nchunks = kh_check_nchunks(numel);
+    if ((int)t < 0 || t > KH_DTYPE_BOOL)
+        return kh_err_set(err, KH_EINVAL, "device comparison: invalid dtype %d", (int)t);
     if (!nchunks)
         return KH_OK;
     const kh_cuda_api *cu = c->cu;
@@ -374,15 +395,7 @@ kh_status kh_gpu_cmp_parts(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdevicep
             return st;
         c->cap = nchunks;
     }
-    int ti = (int)t, f32 = o->precision == KH_CHECK_FIB_F32;
-    double atol = o->atol, rtol = o->rtol;
-    void *args[] = {&out, &ref, &n, &ti, &atol, &rtol, &f32, &chunk, &c->parts, &nchunks};
-    /* a block (256 threads) per chunk */
-    unsigned grid = (unsigned)nchunks;
-    if (grid > 4096)
-        grid = 4096;
-    st = cu_ok(cu, cu->cuLaunchKernel(c->fn, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
-               "cuLaunchKernel", err);
+    st = kh_gpu_cmp_parts_async(c, t, out, ref, numel, o, c->parts, err);
     if (!st)
         st = cu_ok(cu, cu->cuStreamSynchronize(c->stream), "cuStreamSynchronize", err);
     if (!st)

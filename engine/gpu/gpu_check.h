@@ -34,6 +34,11 @@ void kh_gpu_cmp_free(kh_gpu_cmp *c); /* only while its context is usable */
 kh_status kh_gpu_cmp_parts(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
                            uint64_t numel, const kh_check_opts *o, kh_check_part *parts,
                            kh_err *err);
+/* The same parts into device memory at dparts, in stream order: nothing
+ * waits (the caller syncs and copies them back). */
+kh_status kh_gpu_cmp_parts_async(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
+                                 uint64_t numel, const kh_check_opts *o, CUdeviceptr dparts,
+                                 kh_err *err);
 /* The verdict itself: kh_gpu_cmp_parts, then kh_check_from_parts. */
 kh_status kh_gpu_cmp_run(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
                          uint64_t numel, const kh_check_opts *o, kh_check_result *r,

@@ -342,17 +342,18 @@ static void unload_module(ev_run *q)
     q->mod = NULL;
 }
 
-/* The trusted reference's call on seed's inputs, in its own buffers.  A
- * cubin's module is loaded for the call and unloaded after it: no
- * candidate's call runs while it is there (its globals, its code). */
-static kh_status ref_call(ev_run *q, uint64_t seed, kh_err *err)
+/* The trusted reference's call on seed's inputs, in its own buffers,
+ * enqueued (wait: and waited for).  A cubin's module is loaded for the call
+ * and unloaded after it: no candidate's call runs while it is there (its
+ * globals, its code). */
+static kh_status ref_call(ev_run *q, uint64_t seed, int wait, kh_err *err)
 {
     kh_status st = gev_fill_inputs(q, 0, seed, 0, err);
     if (!st)
         st = gev_zero_workspace(q, err);
     if (!st)
         st = enqueue(q, &q->lists[0], q->views[0], err);
-    if (!st)
+    if (!st && wait)
         st = kh_gpu_sync(q->ev->g, err);
     return st;
 }
@@ -364,7 +365,7 @@ static kh_status run_reference(ev_verify *v, uint64_t seed, kh_err *err)
     if (!st && !v->is_so)
         st = bind_lists(q, err);
     if (!st)
-        st = ref_call(q, seed, err);
+        st = ref_call(q, seed, 1, err);
     if (!v->is_so && !kh_gpu_poisoned(q->ev->g))
         unload_module(q);
     return st ? kh_err_prefix(err, "verification: the trusted reference's call") : KH_OK;
@@ -388,19 +389,17 @@ static kh_status verify_timed(ev_run *r, ev_verify *v, obuf *o, json_t *timed_ou
         st = load_module(q, q->payload + v->aoff, v->alen, err);
     if (!st)
         st = bind_lists(q, err);
+    /* every kept call's reference call and comparison enqueued, one wait at
+     * the end (the reference's buffers and the gather buffer are reused in
+     * stream order) */
+    if (!st)
+        st = gev_verify_timed_begin(r, v, err);
     for (size_t j = 0; j < v->ntc && !st; j++) {
-        const ev_tcall *tc = &v->tc[j];
-        json_t *parts = NULL;
-        if ((st = ref_call(q, tc->seed, err)))
-            break;
-        if ((st = gev_verify_judge_timed(r, v, tc, o, &parts, err)))
-            break;
-        json_t *to = json_pack("{s:I, s:i, s:I, s:o}", "seed", (json_int_t)tc->seed, "set",
-                               tc->set, "call", (json_int_t)tc->call, "parts", parts);
-        if (tc->ranges)
-            json_object_set(to, "ranges", tc->ranges);
-        json_array_append_new(timed_outputs, to);
+        if (!(st = ref_call(q, v->tc[j].seed, 0, err)))
+            st = gev_verify_timed_enqueue(r, v, &v->tc[j], err);
     }
+    if (!st)
+        st = gev_verify_timed_finish(r, v, o, timed_outputs, err);
     kh_status cst = st ? KH_OK : gev_verify_clear(v, err);
     if (!v->is_so && !kh_gpu_poisoned(q->ev->g))
         unload_module(q);

@@ -123,6 +123,7 @@ typedef struct ev_tcall {
     long call;
     size_t off[MAX_TENSORS];
     json_t *ranges; /* {name: [[start, n], ...]}; NULL: whole outputs */
+    size_t poff[MAX_TENSORS], pn[MAX_TENSORS]; /* its parts in v->dparts, per output */
 } ev_tcall;
 
 typedef struct ev_verify {
@@ -136,6 +137,8 @@ typedef struct ev_verify {
     size_t tused, per_call;
     ev_tcall *tc;
     size_t ntc;
+    CUdeviceptr dparts; /* every kept call's parts (gev_verify_timed_enqueue) */
+    size_t dparts_n, pused;
 } ev_verify;
 
 /* ---- gpu_verify.c --------------------------------------------------------------- */
@@ -175,10 +178,17 @@ void gev_verify_free_stash(ev_run *r, ev_verify *v);
  * set of its inputs: judged after the timing phase. */
 kh_status gev_verify_keep_timed(ev_run *r, ev_verify *v, long k, int set, kh_err *err);
 
-/* Kept call tc's outputs against the reference's (after its call on tc's
- * seed): parts into the payload, {name: [off, len]} into *parts. */
-kh_status gev_verify_judge_timed(ev_run *r, ev_verify *v, const ev_tcall *tc, obuf *o,
-                                 json_t **parts, kh_err *err);
+/* The kept calls judged in one pass, nothing waiting between them:
+ * gev_verify_timed_begin makes room on the device for every kept call's
+ * parts; gev_verify_timed_enqueue compares kept call tc's outputs with the
+ * reference's (its call on tc's seed enqueued just before) into that room;
+ * gev_verify_timed_finish waits once, copies every part back, and appends
+ * each call's record ({seed, set, call, parts: {name: [off, len]}, ranges})
+ * to timed_outputs, its parts into the payload. */
+kh_status gev_verify_timed_begin(ev_run *r, ev_verify *v, kh_err *err);
+kh_status gev_verify_timed_enqueue(ev_run *r, ev_verify *v, ev_tcall *tc, kh_err *err);
+kh_status gev_verify_timed_finish(ev_run *r, ev_verify *v, obuf *o, json_t *timed_outputs,
+                                  kh_err *err);
 
 /* ---- gpu_eval_buf.c ------------------------------------------------------------ */
 

@@ -172,15 +172,10 @@ static kh_status judge_one(ev_run *r, ev_verify *v, const ev_tensor *t, CUdevice
 }
 
 /* Every output of r against the reference's: from the trial's stash
- * (from_stash), its own buffer, or kept timed call tc's slot, whose ranges
- * (if any) are compared with the same ranges of the reference's output,
- * gathered end to end. */
-static kh_status judge_all(ev_run *r, ev_verify *v, int from_stash, const ev_tcall *tc,
-                           unsigned pat, obuf *o, json_t **parts_out, json_t **untouched_out,
-                           kh_err *err)
+ * (from_stash) or its own buffer. */
+static kh_status judge_all(ev_run *r, ev_verify *v, int from_stash, unsigned pat, obuf *o,
+                           json_t **parts_out, json_t **untouched_out, kh_err *err)
 {
-    const kh_cuda_api *cu = kh_gpu_api(r->ev->g);
-    CUstream s = kh_gpu_stream(r->ev->g);
     json_t *parts = json_object(), *ut = json_object();
     kh_check_part *buf = NULL;
     size_t cap = 0;
@@ -194,35 +189,9 @@ static kh_status judge_all(ev_run *r, ev_verify *v, int from_stash, const ev_tca
             st = kh_err_set(err, KH_EINVAL, "verify: no reference output '%s'", t->name);
             break;
         }
-        CUdeviceptr x = tc           ? v->tstash.ptr + tc->off[i]
-                        : from_stash ? v->stash[i].ptr
-                                     : r->shared[i].buf.ptr;
-        CUdeviceptr y = v->ref->shared[k].buf.ptr;
-        uint64_t numel = t->numel;
-        const json_t *list = tc && tc->ranges ? json_object_get(tc->ranges, t->name) : NULL;
-        if (list) { /* the reference's same ranges, gathered one after another */
-            size_t q, used = 0;
-            json_t *e;
-            numel = 0;
-            json_array_foreach(list, q, e) {
-                uint64_t a = (uint64_t)json_integer_value(json_array_get(e, 0)),
-                         n = (uint64_t)json_integer_value(json_array_get(e, 1));
-                size_t boff = kh_dtype_nbytes(t->dtype, a);
-                size_t blen = kh_dtype_nbytes(t->dtype, a + n) - boff;
-                if (!st)
-                    st = kh_gpu_check(r->ev->g,
-                                      cu->cuMemcpyDtoDAsync(v->gather.ptr + used, y + boff, blen,
-                                                            s),
-                                      "cuMemcpyDtoDAsync (the reference's ranges)", err);
-                used += blen;
-                numel += n;
-            }
-            y = v->gather.ptr;
-            if (!st)
-                st = kh_gpu_sync(r->ev->g, err);
-        }
-        if (!st)
-            st = judge_one(r, v, t, x, y, numel, pat, o, parts, ut, &buf, &cap, err);
+        CUdeviceptr x = from_stash ? v->stash[i].ptr : r->shared[i].buf.ptr;
+        st = judge_one(r, v, t, x, v->ref->shared[k].buf.ptr, t->numel, pat, o, parts, ut, &buf,
+                       &cap, err);
     }
     free(buf);
     if (st) {
@@ -238,7 +207,7 @@ static kh_status judge_all(ev_run *r, ev_verify *v, int from_stash, const ev_tca
 kh_status gev_verify_judge(ev_run *r, ev_verify *v, int from_stash, unsigned pat, obuf *o,
                            json_t **parts_out, json_t **untouched_out, kh_err *err)
 {
-    return judge_all(r, v, from_stash, NULL, pat, o, parts_out, untouched_out, err);
+    return judge_all(r, v, from_stash, pat, o, parts_out, untouched_out, err);
 }
 
 /* ---- the timing phase's verified calls -------------------------------------------
@@ -332,12 +301,126 @@ kh_status gev_verify_keep_timed(ev_run *r, ev_verify *v, long k, int set, kh_err
     return KH_OK;
 }
 
-kh_status gev_verify_judge_timed(ev_run *r, ev_verify *v, const ev_tcall *tc, obuf *o,
-                                 json_t **parts_out, kh_err *err)
+/* Output i's element count in kept call tc (its ranges' total, or whole). */
+static uint64_t kept_numel(const ev_run *r, const ev_tcall *tc, size_t i)
 {
-    json_t *ut = NULL;
-    kh_status st = judge_all(r, v, 0, tc, 0, o, parts_out, &ut, err);
-    json_decref(ut);
+    const json_t *list = tc->ranges ? json_object_get(tc->ranges, r->ts[i].name) : NULL;
+    if (!list)
+        return r->ts[i].numel;
+    uint64_t n = 0;
+    size_t q;
+    json_t *e;
+    json_array_foreach(list, q, e) n += (uint64_t)json_integer_value(json_array_get(e, 1));
+    return n;
+}
+
+kh_status gev_verify_timed_begin(ev_run *r, ev_verify *v, kh_err *err)
+{
+    kh_status st = gev_ensure_cmp(r->ev, err);
+    if (st)
+        return st;
+    size_t total = 0;
+    for (size_t j = 0; j < v->ntc; j++)
+        for (size_t i = 0; i < r->nt; i++)
+            if (r->ts[i].role == ROLE_OUT)
+                total += (size_t)kh_check_nchunks(kept_numel(r, &v->tc[j], i));
+    v->pused = 0;
+    if (total <= v->dparts_n)
+        return KH_OK;
+    const kh_cuda_api *cu = kh_gpu_api(r->ev->g);
+    if (v->dparts)
+        cu->cuMemFree(v->dparts);
+    v->dparts = 0;
+    v->dparts_n = 0;
+    st = kh_gpu_check(r->ev->g, cu->cuMemAlloc(&v->dparts, total * sizeof(kh_check_part)),
+                      "cuMemAlloc (the kept calls' parts)", err);
+    if (!st)
+        v->dparts_n = total;
+    return st;
+}
+
+kh_status gev_verify_timed_enqueue(ev_run *r, ev_verify *v, ev_tcall *tc, kh_err *err)
+{
+    const kh_cuda_api *cu = kh_gpu_api(r->ev->g);
+    CUstream s = kh_gpu_stream(r->ev->g);
+    kh_status st = KH_OK;
+    for (size_t i = 0; i < r->nt && !st; i++) {
+        const ev_tensor *t = &r->ts[i];
+        if (t->role != ROLE_OUT)
+            continue;
+        long k = ref_output(r, v, i);
+        if (k < 0)
+            return kh_err_set(err, KH_EINVAL, "verify: no reference output '%s'", t->name);
+        CUdeviceptr x = v->tstash.ptr + tc->off[i], y = v->ref->shared[k].buf.ptr;
+        uint64_t numel = t->numel;
+        const json_t *list = tc->ranges ? json_object_get(tc->ranges, t->name) : NULL;
+        if (list) { /* the reference's same ranges, gathered one after another (the
+                     * gather buffer is reused in stream order) */
+            size_t q, used = 0;
+            json_t *e;
+            numel = 0;
+            json_array_foreach(list, q, e) {
+                uint64_t a = (uint64_t)json_integer_value(json_array_get(e, 0)),
+                         n = (uint64_t)json_integer_value(json_array_get(e, 1));
+                size_t boff = kh_dtype_nbytes(t->dtype, a);
+                size_t blen = kh_dtype_nbytes(t->dtype, a + n) - boff;
+                if (!st)
+                    st = kh_gpu_check(r->ev->g,
+                                      cu->cuMemcpyDtoDAsync(v->gather.ptr + used, y + boff, blen,
+                                                            s),
+                                      "cuMemcpyDtoDAsync (the reference's ranges)", err);
+                used += blen;
+                numel += n;
+            }
+            y = v->gather.ptr;
+        }
+        size_t np = (size_t)kh_check_nchunks(numel);
+        if (v->pused + np > v->dparts_n)
+            return kh_err_set(err, KH_ESTATE, "verify: more parts than gev_verify_timed_begin "
+                              "made room for");
+        tc->poff[i] = v->pused;
+        tc->pn[i] = np;
+        if (!st && np)
+            st = kh_gpu_cmp_parts_async(r->ev->cmp, t->dtype, x, y, numel, &v->copts,
+                                        v->dparts + v->pused * sizeof(kh_check_part), err);
+        if (st)
+            return cmp_failed(r, st);
+        v->pused += np;
+    }
+    return st;
+}
+
+kh_status gev_verify_timed_finish(ev_run *r, ev_verify *v, obuf *o, json_t *timed_outputs,
+                                  kh_err *err)
+{
+    kh_check_part *all = v->pused ? malloc(v->pused * sizeof *all) : NULL;
+    if (v->pused && !all)
+        return kh_err_set(err, KH_ENOMEM, "out of memory for %zu parts", v->pused);
+    kh_status st = kh_gpu_sync(r->ev->g, err);
+    if (!st && v->pused)
+        st = kh_gpu_check(r->ev->g,
+                          kh_gpu_api(r->ev->g)->cuMemcpyDtoH(all, v->dparts,
+                                                             v->pused * sizeof *all),
+                          "cuMemcpyDtoH (the kept calls' parts)", err);
+    for (size_t j = 0; j < v->ntc && !st; j++) {
+        const ev_tcall *tc = &v->tc[j];
+        json_t *parts = json_object();
+        for (size_t i = 0; i < r->nt && !st; i++) {
+            if (r->ts[i].role != ROLE_OUT)
+                continue;
+            size_t off = 0, len = tc->pn[i] * sizeof *all;
+            st = gev_obuf_add(o, all + tc->poff[i], len, &off, err);
+            if (!st)
+                json_object_set_new(parts, r->ts[i].name,
+                                    json_pack("[I, I]", (json_int_t)off, (json_int_t)len));
+        }
+        json_t *to = json_pack("{s:I, s:i, s:I, s:o}", "seed", (json_int_t)tc->seed, "set",
+                               tc->set, "call", (json_int_t)tc->call, "parts", parts);
+        if (tc->ranges)
+            json_object_set(to, "ranges", tc->ranges);
+        json_array_append_new(timed_outputs, to);
+    }
+    free(all);
     return st;
 }
 
@@ -390,4 +473,8 @@ void gev_verify_free_stash(ev_run *r, ev_verify *v)
         kh_gpu_buf_free(r->ev->g, &v->gather);
     memset(&v->tstash, 0, sizeof v->tstash);
     memset(&v->gather, 0, sizeof v->gather);
+    if (v->dparts)
+        kh_gpu_api(r->ev->g)->cuMemFree(v->dparts);
+    v->dparts = 0;
+    v->dparts_n = 0;
 }
