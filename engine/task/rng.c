@@ -201,7 +201,37 @@ static const char device_prelude[] =
     "KH_FN uint64_t kh_d2u(double d) { return (uint64_t)__double_as_longlong(d); }\n"
     "KH_FN double kh_u2d(uint64_t u) { return __longlong_as_double((long long)u); }\n";
 
+/* The device's own conversions where the GPU has them: float64 to float32
+ * and float32 to float16, bfloat16 and the two float8s are single rounding
+ * instructions there (round to nearest even, as kh_fp_encode), for values
+ * the generator draws (finite, |x| < 9, float8 clamped to +-2) the same
+ * bits as kh_rng_code's integer encoder, which the host runs (test_gpu_rng
+ * compares every dtype); the rest go through kh_rng_code. */
 static const char device_kernel[] =
+    "\nKH_FN uint64_t kh_rng_code_dev(int kind, uint64_t seed, uint32_t stream, uint64_t idx)\n"
+    "{\n"
+    "#if __CUDA_ARCH__ >= 800\n"
+    "    if (kind <= KH_RK_F8E5M2) {\n"
+    "        uint32_t w[4];\n"
+    "        unsigned short h;\n"
+    "        kh_rng_words(seed, stream, idx, w);\n"
+    "        float f = __double2float_rn(kh_rng_normal(w));\n"
+    "        if (kind == KH_RK_F32) return __float_as_uint(f);\n"
+    "        if (kind == KH_RK_F16) { asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+    "        if (kind == KH_RK_BF16) { asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+    "#if __CUDA_ARCH__ >= 890\n"
+    "        if (f > 2.0f) f = 2.0f;\n"
+    "        if (f < -2.0f) f = -2.0f;\n"
+    "        if (kind == KH_RK_F8E4M3)\n"
+    "            asm(\"cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\" : \"=h\"(h) : \"f\"(0.0f), \"f\"(f));\n"
+    "        else\n"
+    "            asm(\"cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\" : \"=h\"(h) : \"f\"(0.0f), \"f\"(f));\n"
+    "        return h & 0xFFu;\n"
+    "#endif\n"
+    "    }\n"
+    "#endif\n"
+    "    return kh_rng_code(kind, seed, stream, idx);\n"
+    "}\n"
     "\nextern \"C\" __global__ void kh_rng_fill(unsigned char *out, unsigned long long n,\n"
     "    unsigned long long seed, unsigned int stream, int kind)\n"
     "{\n"
@@ -216,7 +246,7 @@ static const char device_kernel[] =
     "        return;\n"
     "    }\n"
     "    for (; i < n; i += step) {\n"
-    "        uint64_t c = kh_rng_code(kind, seed, stream, i);\n"
+    "        uint64_t c = kh_rng_code_dev(kind, seed, stream, i);\n"
     "        if (kind == KH_RK_I64) ((uint64_t *)out)[i] = c;\n"
     "        else if (kind == KH_RK_F32 || kind == KH_RK_I32) ((uint32_t *)out)[i] = (uint32_t)c;\n"
     "        else if (kind == KH_RK_F16 || kind == KH_RK_BF16 || kind == KH_RK_I16)\n"

@@ -414,6 +414,9 @@ static void test_device_source_compiles(void **state)
     assert_non_null(strstr(ptx, "mul.rn.f64"));
     assert_null(strstr(ptx, "fma.rn.f"));
     assert_null(strstr(ptx, "mad.rn.f"));
+    /* the device's own roundings from float32 (kh_rng_code_dev) */
+    assert_non_null(strstr(ptx, "cvt.rn.bf16.f32"));
+    assert_non_null(strstr(ptx, "cvt.rn.satfinite.e4m3x2.f32"));
     free(ptx);
     /* a bad architecture is a compile error with NVRTC's message */
     assert_int_equal(kh_rng_compile(e, "sm_1", &cubin, &n, &err), KH_ECOMPILE);
