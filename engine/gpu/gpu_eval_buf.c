@@ -525,17 +525,29 @@ kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err)
 }
 
 /* ---- the timing phase's watch -------------------------------------------------
- * A verified timed call's guard bands and inputs are checked on the device
- * in stream order, after its window has closed: nothing waits for them and
- * nothing comes back until gev_watch_read.  Two words hold the lowest key
+ * Every call of the timing phase has its inputs and guard bands checked on
+ * the device in stream order: the inputs' sums taken right after they are
+ * filled (gev_watch_want, before the call) against their sums after the
+ * call has finished (gev_watch_call).  Nothing waits for them and nothing
+ * comes back until gev_watch_read, and every call gets the same checks, so
+ * the gap after a call does not tell a verified one.  Words: the lowest key
  * found so far, UINT64_MAX when none: guards (call << 32 | tensor << 24 |
  * side << 23 | byte), inputs (call << 32 | tensor); then the inputs' sums
- * after the call, then their true sums. */
+ * after the call; then each set's sums before it. */
+#define WATCH_NOW 2
+#define WATCH_WANT(set) (WATCH_NOW + MAX_TENSORS + (size_t)(set) * MAX_TENSORS)
+
 kh_status gev_watch_reset(kh_gpu_eval *ev, kh_err *err)
 {
-    return kh_gpu_check(ev->g, kh_gpu_api(ev->g)->cuMemsetD32Async(ev->watch, 0xFFFFFFFFu, 4,
-                                                                   kh_gpu_stream(ev->g)),
-                        "cuMemsetD32Async (the timing watch)", err);
+    CUstream s = kh_gpu_stream(ev->g);
+    const kh_cuda_api *cu = kh_gpu_api(ev->g);
+    kh_status st = kh_gpu_check(ev->g, cu->cuMemsetD32Async(ev->watch, 0xFFFFFFFFu, 4, s),
+                                "cuMemsetD32Async (the timing watch)", err);
+    /* every sum 0: checksum_into sets the inputs' */
+    return st ? st
+              : kh_gpu_check(ev->g, cu->cuMemsetD32Async(ev->watch + 8 * WATCH_NOW, 0,
+                                                         2 * (WATCH_WORDS - WATCH_NOW), s),
+                             "cuMemsetD32Async (the timing watch)", err);
 }
 
 static kh_status watch_launch(kh_gpu_eval *ev, CUfunction fn, unsigned grid, void **args,
@@ -545,6 +557,22 @@ static kh_status watch_launch(kh_gpu_eval *ev, CUfunction fn, unsigned grid, voi
                                                                  kh_gpu_stream(ev->g), args,
                                                                  NULL),
                         "cuLaunchKernel (the timing watch)", err);
+}
+
+/* Whether a refill draws input t again (gev_fill_inputs' fresh_only). */
+static int drawn_each_call(const ev_tensor *t)
+{
+    return t->gen == GEN_RANDOM || t->gen == GEN_DSA_KCACHE;
+}
+
+kh_status gev_watch_want(ev_run *r, int set, int all, kh_err *err)
+{
+    kh_status st = KH_OK;
+    for (size_t i = 0; i < r->nt && !st; i++)
+        if (r->ts[i].role == ROLE_IN && r->ts[i].bytes && (all || drawn_each_call(&r->ts[i])))
+            st = checksum_into(r->ev, r->in[set][i].buf.ptr, r->ts[i].bytes,
+                               r->ev->watch + 8 * (WATCH_WANT(set) + i), err);
+    return st;
 }
 
 kh_status gev_watch_call(ev_run *r, int set, long k, int guards, int inputs, kh_err *err)
@@ -573,21 +601,12 @@ kh_status gev_watch_call(ev_run *r, int set, long k, int guards, int inputs, kh_
     }
     if (!inputs || st)
         return st;
-    /* the sums after the call, the set regenerated from its seed, its true
-     * sums, the two compared */
-    CUdeviceptr now = ev->watch + 16, want = now + 8 * MAX_TENSORS, first = ev->watch + 8;
-    /* every tensor's two words 0 (checksum_into sets the inputs') */
-    st = kh_gpu_check(ev->g, kh_gpu_api(ev->g)->cuMemsetD32Async(now, 0, 4 * MAX_TENSORS,
-                                                                 kh_gpu_stream(ev->g)),
-                      "cuMemsetD32Async (the timing watch)", err);
+    /* the sums after the call against the set's sums before it */
+    CUdeviceptr now = ev->watch + 8 * WATCH_NOW, want = ev->watch + 8 * WATCH_WANT(set),
+                first = ev->watch + 8;
     for (size_t i = 0; i < r->nt && !st; i++)
         if (r->ts[i].role == ROLE_IN && r->ts[i].bytes)
             st = checksum_into(ev, r->in[set][i].buf.ptr, r->ts[i].bytes, now + 8 * i, err);
-    if (!st)
-        st = gev_fill_inputs(r, set, r->set_seed[set], 0, err);
-    for (size_t i = 0; i < r->nt && !st; i++)
-        if (r->ts[i].role == ROLE_IN && r->ts[i].bytes)
-            st = checksum_into(ev, r->in[set][i].buf.ptr, r->ts[i].bytes, want + 8 * i, err);
     unsigned int n = (unsigned int)r->nt;
     void *args[] = {&now, &want, &n, &key, &first};
     return st ? st : watch_launch(ev, ev->sums_cmp, 1, args, err);

@@ -86,6 +86,7 @@ typedef struct ev_run {
      * included; the call's input set is k mod nsets, refilled before it
      * from the seed derived from (timing_seed, k) */
     int timed, trial, poison;
+    int trusted;           /* the reference's latency: its sets are drawn once (before_call) */
     int in_bench;          /* inside kh_bench_run: its own timer measures the calls */
     /* the timing phase's host seconds: before each call (inputs refilled,
      * outputs poisoned), after each (a verified call kept), the kept calls
@@ -250,14 +251,17 @@ kh_status gev_obuf_add(obuf *o, const void *d, size_t n, size_t *off, kh_err *er
 /* The checksum of each input of set into sums (0 for the other tensors). */
 kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err);
 
-/* The timing phase's watch (gpu_eval_buf.c): a verified call's guard bands
- * (guards) and inputs (inputs: their sums against the sums of set's inputs
- * regenerated from its seed) checked on the device in stream order after
- * call k, nothing waiting; gev_watch_read gives the lowest findings, each
- * UINT64_MAX for none: guards (k << 32 | tensor << 24 | side << 23 | byte
- * in the band, side 0 before the buffer), inputs (k << 32 | tensor). */
-#define WATCH_WORDS (2 + 2 * MAX_TENSORS)
+/* The timing phase's watch (gpu_eval_buf.c), on the device in stream order,
+ * nothing waiting: gev_watch_reset before the phase; gev_watch_want after
+ * set's inputs are filled for a call (every input when all, else those each
+ * refill draws again), their sums; gev_watch_call after call k, its guard
+ * bands (guards) and its inputs' sums against those (inputs).
+ * gev_watch_read gives the lowest findings, each UINT64_MAX for none:
+ * guards (k << 32 | tensor << 24 | side << 23 | byte in the band, side 0
+ * before the buffer), inputs (k << 32 | tensor). */
+#define WATCH_WORDS (2 + (1 + MAX_SETS) * MAX_TENSORS)
 kh_status gev_watch_reset(kh_gpu_eval *ev, kh_err *err);
+kh_status gev_watch_want(ev_run *r, int set, int all, kh_err *err);
 kh_status gev_watch_call(ev_run *r, int set, long k, int guards, int inputs, kh_err *err);
 kh_status gev_watch_read(kh_gpu_eval *ev, uint64_t first[2], kh_err *err);
 
