@@ -640,6 +640,7 @@ static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing
         /* set 0 is drawn whole again at its first call, so every sum the
          * watch holds for its inputs is taken right after they were made */
         r->set_fixed[0] = 0;
+        gev_watch_setup(r);
         st = gev_watch_reset(ev, err);
         if (!st)
             st = kh_bench_run(ev->g, ev->c, &t, &bo, &br, err);

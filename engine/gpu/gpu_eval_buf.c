@@ -28,20 +28,57 @@ static const char *checksum_src =
     "      acc += ((unsigned long long)tail[j] + 1) * (0x100000001B3ull + j);\n"
     "  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);\n"
     "  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc); }\n"
-    /* the timing phase's watch (gev_watch_call): the lowest key | offset of
-     * a byte of n at p that is not want; the lowest key | i where two sums
-     * differ */
-    "extern \"C\" __global__ void kh_guard_scan(const unsigned char *p, unsigned long long n,\n"
-    "    unsigned int want, unsigned long long key, unsigned long long *first) {\n"
+    /* the timing phase's watch (gev_watch_want, gev_watch_call), one
+     * launch per step for up to WATCH_CHUNK buffers: tab, passed by value
+     * (nothing a candidate could reach), holds (address, bytes, tag) per
+     * buffer, blockIdx.y picks the entry.  kh_sum_tab:
+     * the same sum as kh_checksum, each block's share into
+     * part[tag * gridDim.x + blockIdx.x]; kh_guard_tab: the lowest key |
+     * tag | offset of a byte that is not want; kh_sums_tab: per tensor
+     * (blockIdx.x), key | tensor where the shares of now and want differ */
+    "struct kh_wtab { unsigned long long e[3 * 24]; };\n"
+    "__device__ unsigned long long kh_block_sum(unsigned long long acc) {\n"
+    "  __shared__ unsigned long long w[32];\n"
+    "  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);\n"
+    "  if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = acc;\n"
+    "  __syncthreads();\n"
+    "  if (threadIdx.x == 0)\n"
+    "    for (unsigned int j = 1; j < (blockDim.x + 31) / 32; j++) acc += w[j];\n"
+    "  __syncthreads();\n"
+    "  return acc; }\n"
+    "extern \"C\" __global__ void kh_sum_tab(const kh_wtab tab,\n"
+    "    unsigned long long *part) {\n"
+    "  const unsigned long long *e = tab.e + 3 * blockIdx.y;\n"
+    "  const unsigned long long *p = (const unsigned long long *)e[0];\n"
+    "  unsigned long long nwords = e[1] / 8, acc = 0;\n"
     "  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
-    "       i < n; i += (unsigned long long)gridDim.x * blockDim.x)\n"
-    "    if (p[i] != (unsigned char)want) { atomicMin(first, key | i); return; }\n"
+    "       i < nwords; i += (unsigned long long)gridDim.x * blockDim.x) {\n"
+    "    unsigned long long x = p[i] ^ (i * 0x9E3779B97F4A7C15ull);\n"
+    "    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33;\n"
+    "    x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33; acc += x; }\n"
+    "  if (blockIdx.x == 0 && threadIdx.x == 0) {\n"
+    "    const unsigned char *tail = (const unsigned char *)(p + nwords);\n"
+    "    for (unsigned int j = 0; j < (unsigned int)(e[1] % 8); j++)\n"
+    "      acc += ((unsigned long long)tail[j] + 1) * (0x100000001B3ull + j); }\n"
+    "  acc = kh_block_sum(acc);\n"
+    "  if (threadIdx.x == 0) part[e[2] * gridDim.x + blockIdx.x] = acc; }\n"
+    "extern \"C\" __global__ void kh_guard_tab(const kh_wtab tab,\n"
+    "    unsigned int want, unsigned long long key, unsigned long long *first) {\n"
+    "  const unsigned long long *e = tab.e + 3 * blockIdx.y;\n"
+    "  const unsigned char *p = (const unsigned char *)e[0];\n"
+    "  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+    "       i < e[1]; i += (unsigned long long)gridDim.x * blockDim.x)\n"
+    "    if (p[i] != (unsigned char)want) { atomicMin(first, key | e[2] | i); return; }\n"
     "}\n"
-    "extern \"C\" __global__ void kh_sums_cmp(const unsigned long long *now,\n"
-    "    const unsigned long long *want, unsigned int n, unsigned long long key,\n"
+    "extern \"C\" __global__ void kh_sums_tab(const unsigned long long *now,\n"
+    "    const unsigned long long *want, unsigned int nb, unsigned long long key,\n"
     "    unsigned long long *first) {\n"
-    "  for (unsigned int i = 0; i < n; i++)\n"
-    "    if (now[i] != want[i]) { atomicMin(first, key | i); return; }\n"
+    "  unsigned long long a = 0, b = 0;\n"
+    "  for (unsigned int j = threadIdx.x; j < nb; j += blockDim.x) {\n"
+    "    a += now[blockIdx.x * nb + j]; b += want[blockIdx.x * nb + j]; }\n"
+    "  a = kh_block_sum(a);\n"
+    "  b = kh_block_sum(b);\n"
+    "  if (threadIdx.x == 0 && a != b) atomicMin(first, key | blockIdx.x);\n"
     "}\n";
 
 /* The generator and the checksum kernel, compiled for this GPU once. */
@@ -80,10 +117,10 @@ kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
     kh_compiler *cc_ = kh_compile_new(ev->e, err);
     if (!cc_)
         return err->code;
-    const char *kernels[] = {"kh_checksum", "kh_guard_scan", "kh_sums_cmp"};
+    const char *kernels[] = {"kh_checksum", "kh_sum_tab", "kh_guard_tab", "kh_sums_tab"};
     kh_compile_req req = {.source = checksum_src, .source_len = strlen(checksum_src),
                           .name = "kh_checksum.cu", .arch = arch, .kernels = kernels,
-                          .n_kernels = 3, .trusted = 1, .no_pch = 1, .no_cache = 1};
+                          .n_kernels = 4, .trusted = 1, .no_pch = 1, .no_cache = 1};
     kh_artifact *a = NULL;
     st = kh_compile_build(cc_, &req, &a, err);
     if (!st)
@@ -96,12 +133,16 @@ kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
                                                          "kh_checksum"),
                           "cuModuleGetFunction", err);
     if (!st)
-        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->guard_scan, ev->util_mod,
-                                                         "kh_guard_scan"),
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->sum_tab, ev->util_mod,
+                                                         "kh_sum_tab"),
                           "cuModuleGetFunction", err);
     if (!st)
-        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->sums_cmp, ev->util_mod,
-                                                         "kh_sums_cmp"),
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->guard_tab, ev->util_mod,
+                                                         "kh_guard_tab"),
+                          "cuModuleGetFunction", err);
+    if (!st)
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->sums_tab, ev->util_mod,
+                                                         "kh_sums_tab"),
                           "cuModuleGetFunction", err);
     if (!st)
         st = kh_gpu_check(ev->g, cu->cuMemAlloc(&ev->sum_buf, 8), "cuMemAlloc", err);
@@ -530,12 +571,14 @@ kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err)
  * filled (gev_watch_want, before the call) against their sums after the
  * call has finished (gev_watch_call).  Nothing waits for them and nothing
  * comes back until gev_watch_read, and every call gets the same checks, so
- * the gap after a call does not tell a verified one.  Words: the lowest key
- * found so far, UINT64_MAX when none: guards (call << 32 | tensor << 24 |
- * side << 23 | byte), inputs (call << 32 | tensor); then the inputs' sums
- * after the call; then each set's sums before it. */
+ * the gap after a call does not tell a verified one.  Each step is one
+ * launch over a table of the set's buffers (gev_watch_setup).  Words: the
+ * lowest key found so far, UINT64_MAX when none: guards (call << 32 |
+ * tensor << 24 | side << 23 | byte), inputs (call << 32 | tensor); then the
+ * blocks' shares of each input's sum after the call; then each set's
+ * shares before it. */
 #define WATCH_NOW 2
-#define WATCH_WANT(set) (WATCH_NOW + MAX_TENSORS + (size_t)(set) * MAX_TENSORS)
+#define WATCH_WANT(set) (WATCH_NOW + ((size_t)(set) + 1) * MAX_TENSORS * WATCH_BLOCKS)
 
 kh_status gev_watch_reset(kh_gpu_eval *ev, kh_err *err)
 {
@@ -543,20 +586,11 @@ kh_status gev_watch_reset(kh_gpu_eval *ev, kh_err *err)
     const kh_cuda_api *cu = kh_gpu_api(ev->g);
     kh_status st = kh_gpu_check(ev->g, cu->cuMemsetD32Async(ev->watch, 0xFFFFFFFFu, 4, s),
                                 "cuMemsetD32Async (the timing watch)", err);
-    /* every sum 0: checksum_into sets the inputs' */
+    /* every share 0: a tensor that is not an input sums to 0 both ways */
     return st ? st
               : kh_gpu_check(ev->g, cu->cuMemsetD32Async(ev->watch + 8 * WATCH_NOW, 0,
                                                          2 * (WATCH_WORDS - WATCH_NOW), s),
                              "cuMemsetD32Async (the timing watch)", err);
-}
-
-static kh_status watch_launch(kh_gpu_eval *ev, CUfunction fn, unsigned grid, void **args,
-                              kh_err *err)
-{
-    return kh_gpu_check(ev->g, kh_gpu_api(ev->g)->cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0,
-                                                                 kh_gpu_stream(ev->g), args,
-                                                                 NULL),
-                        "cuLaunchKernel (the timing watch)", err);
 }
 
 /* Whether a refill draws input t again (gev_fill_inputs' fresh_only). */
@@ -565,51 +599,110 @@ static int drawn_each_call(const ev_tensor *t)
     return t->gen == GEN_RANDOM || t->gen == GEN_DSA_KCACHE;
 }
 
-kh_status gev_watch_want(ev_run *r, int set, int all, kh_err *err)
+static void tab_put(uint64_t *tab, size_t *n, uint64_t addr, uint64_t bytes, uint64_t tag)
+{
+    if (3 * (*n + 1) > WATCH_TAB)
+        return; /* not reached: at most 3 entries per tensor and set */
+    tab[3 * *n] = addr;
+    tab[3 * *n + 1] = bytes;
+    tab[3 * *n + 2] = tag;
+    (*n)++;
+}
+
+void gev_watch_setup(ev_run *r)
+{
+    uint64_t *tab = r->wtab;
+    size_t n = 0;
+    for (int set = 0; set < r->nsets; set++) {
+        kh_launch_buf all[MAX_TENSORS];
+        gev_view(r, set, all);
+        ev_watch_set *w = &r->wset[set];
+        w->guards = n;
+        for (size_t i = 0; i < r->nt; i++) {
+            const kh_gpu_buf *b = &all[i].buf;
+            if (b->base && b->guard) {
+                tab_put(tab, &n, b->base, b->guard, (uint64_t)i << 24);
+                tab_put(tab, &n, b->ptr + b->bytes, b->guard, (uint64_t)i << 24 | 1u << 23);
+            }
+        }
+        w->nguards = n - w->guards;
+        /* the inputs each refill draws again, then the others */
+        w->inputs = n;
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t i = 0; i < r->nt; i++)
+                if (r->ts[i].role == ROLE_IN && r->ts[i].bytes &&
+                    drawn_each_call(&r->ts[i]) == !pass)
+                    tab_put(tab, &n, r->in[set][i].buf.ptr, r->ts[i].bytes, i);
+        w->ninputs = n - w->inputs;
+        w->ndrawn = 0;
+        for (size_t i = 0; i < r->nt; i++)
+            w->ndrawn += r->ts[i].role == ROLE_IN && r->ts[i].bytes && drawn_each_call(&r->ts[i]);
+    }
+}
+
+static kh_status watch_launch(kh_gpu_eval *ev, CUfunction fn, unsigned gx, unsigned gy,
+                              void **args, kh_err *err)
+{
+    return kh_gpu_check(ev->g, kh_gpu_api(ev->g)->cuLaunchKernel(fn, gx, gy, 1, 256, 1, 1, 0,
+                                                                 kh_gpu_stream(ev->g), args,
+                                                                 NULL),
+                        "cuLaunchKernel (the timing watch)", err);
+}
+
+/* A launch's share of the table: up to WATCH_CHUNK entries from `from`. */
+static size_t tab_chunk(const ev_run *r, size_t from, size_t end, wtab_arg *t)
+{
+    size_t n = end - from < WATCH_CHUNK ? end - from : WATCH_CHUNK;
+    memset(t, 0, sizeof *t);
+    memcpy(t->e, r->wtab + 3 * from, n * 24);
+    return n;
+}
+
+/* The sums of entries [from, from + n) of the table into the shares at base. */
+static kh_status sums_into(ev_run *r, size_t from, size_t n, CUdeviceptr base, kh_err *err)
 {
     kh_status st = KH_OK;
-    for (size_t i = 0; i < r->nt && !st; i++)
-        if (r->ts[i].role == ROLE_IN && r->ts[i].bytes && (all || drawn_each_call(&r->ts[i])))
-            st = checksum_into(r->ev, r->in[set][i].buf.ptr, r->ts[i].bytes,
-                               r->ev->watch + 8 * (WATCH_WANT(set) + i), err);
+    for (size_t at = from, k; at < from + n && !st; at += k) {
+        wtab_arg t;
+        k = tab_chunk(r, at, from + n, &t);
+        void *args[] = {&t, &base};
+        st = watch_launch(r->ev, r->ev->sum_tab, WATCH_BLOCKS, (unsigned)k, args, err);
+    }
     return st;
+}
+
+kh_status gev_watch_want(ev_run *r, int set, int all, kh_err *err)
+{
+    const ev_watch_set *w = &r->wset[set];
+    return sums_into(r, w->inputs, all ? w->ninputs : w->ndrawn,
+                     r->ev->watch + 8 * WATCH_WANT(set), err);
 }
 
 kh_status gev_watch_call(ev_run *r, int set, long k, int guards, int inputs, kh_err *err)
 {
     kh_gpu_eval *ev = r->ev;
+    const ev_watch_set *w = &r->wset[set];
     unsigned long long key = (unsigned long long)k << 32;
+    CUdeviceptr first = ev->watch;
     kh_status st = KH_OK;
-    if (guards) {
-        kh_launch_buf all[MAX_TENSORS];
-        gev_view(r, set, all);
-        for (size_t i = 0; i < r->nt && !st; i++) {
-            const kh_gpu_buf *b = &all[i].buf;
-            if (!b->base || !b->guard)
-                continue;
-            for (int side = 0; side < 2 && !st; side++) {
-                CUdeviceptr p = side ? b->ptr + b->bytes : b->base, first = ev->watch;
-                unsigned long long n = b->guard,
-                                   kk = key | (unsigned long long)i << 24 |
-                                        (unsigned long long)side << 23;
-                unsigned int want = KH_GPU_GUARD_BYTE;
-                void *args[] = {&p, &n, &want, &kk, &first};
-                unsigned grid = (unsigned)((n + 255) / 256);
-                st = watch_launch(ev, ev->guard_scan, grid > 64 ? 64 : grid, args, err);
-            }
-        }
+    size_t end = w->guards + (guards ? w->nguards : 0);
+    for (size_t at = w->guards, n; at < end && !st; at += n) {
+        wtab_arg t;
+        n = tab_chunk(r, at, end, &t);
+        unsigned int want = KH_GPU_GUARD_BYTE;
+        void *args[] = {&t, &want, &key, &first};
+        unsigned gx = (unsigned)((r->guard + 255) / 256);
+        st = watch_launch(ev, ev->guard_tab, gx ? gx : 1, (unsigned)n, args, err);
     }
-    if (!inputs || st)
+    if (!inputs || st || !w->ninputs)
         return st;
     /* the sums after the call against the set's sums before it */
-    CUdeviceptr now = ev->watch + 8 * WATCH_NOW, want = ev->watch + 8 * WATCH_WANT(set),
-                first = ev->watch + 8;
-    for (size_t i = 0; i < r->nt && !st; i++)
-        if (r->ts[i].role == ROLE_IN && r->ts[i].bytes)
-            st = checksum_into(ev, r->in[set][i].buf.ptr, r->ts[i].bytes, now + 8 * i, err);
-    unsigned int n = (unsigned int)r->nt;
-    void *args[] = {&now, &want, &n, &key, &first};
-    return st ? st : watch_launch(ev, ev->sums_cmp, 1, args, err);
+    CUdeviceptr now = ev->watch + 8 * WATCH_NOW, want = ev->watch + 8 * WATCH_WANT(set);
+    first = ev->watch + 8;
+    st = sums_into(r, w->inputs, w->ninputs, now, err);
+    unsigned int nb = WATCH_BLOCKS;
+    void *args[] = {&now, &want, &nb, &key, &first};
+    return st ? st : watch_launch(ev, ev->sums_tab, (unsigned)r->nt, 1, args, err);
 }
 
 kh_status gev_watch_read(kh_gpu_eval *ev, uint64_t first[2], kh_err *err)

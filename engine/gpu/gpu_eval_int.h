@@ -45,7 +45,7 @@ struct kh_gpu_eval {
     kh_gpu *g;
     kh_cupti *c;
     CUmodule rng_mod, util_mod;
-    CUfunction rng_fill, rng_kcache, checksum, guard_scan, sums_cmp;
+    CUfunction rng_fill, rng_kcache, checksum, sum_tab, guard_tab, sums_tab;
     CUdeviceptr sum_buf;
     CUdeviceptr watch; /* WATCH_WORDS words: the timing phase's watch (gev_watch_call) */
     kh_gpu_cmp *cmp; /* the device comparison (gpu_check.h), made on first use */
@@ -61,6 +61,19 @@ typedef struct obuf {
     unsigned char *p;
     size_t n, cap;
 } obuf;
+
+/* Where one input set's entries lie in the timing watch's table
+ * (gev_watch_setup): guard bands, then inputs (those drawn each call first). */
+typedef struct ev_watch_set {
+    size_t guards, nguards, inputs, ninputs, ndrawn;
+} ev_watch_set;
+
+/* The timing watch's sizes (gev_watch_call): the blocks of a sum, the
+ * device words, the table's words, the entries one launch takes. */
+#define WATCH_BLOCKS 264
+#define WATCH_WORDS (2 + (1 + MAX_SETS) * MAX_TENSORS * WATCH_BLOCKS)
+#define WATCH_TAB (MAX_SETS * 3 * MAX_TENSORS * 3)
+#define WATCH_CHUNK 24
 
 /* One `evaluate` request: its tensors, buffers, launch lists and timing state. */
 typedef struct ev_run {
@@ -101,6 +114,8 @@ typedef struct ev_run {
     struct ev_verify *tv;  /* fused: verified calls are kept on the device, judged there */
     uint64_t relems;       /* per output (kh_rng_ranges), not the whole outputs */
     int inputs_check, guards_check;
+    ev_watch_set wset[MAX_SETS];
+    uint64_t wtab[WATCH_TAB]; /* the watch's table (address, bytes, tag) per buffer */
     json_t *timed_outputs, *failures;
     struct obuf *out;      /* the reply payload */
     size_t guard;    /* guard band bytes per side (GUARD; 0 under compute-sanitizer) */
@@ -259,7 +274,12 @@ kh_status gev_input_sums(ev_run *r, int set, uint64_t *sums, kh_err *err);
  * gev_watch_read gives the lowest findings, each UINT64_MAX for none:
  * guards (k << 32 | tensor << 24 | side << 23 | byte in the band, side 0
  * before the buffer), inputs (k << 32 | tensor). */
-#define WATCH_WORDS (2 + (1 + MAX_SETS) * MAX_TENSORS)
+/* The table of every set's buffers, once the sets are made (before the
+ * phase); each launch gets up to WATCH_CHUNK of its entries by value. */
+void gev_watch_setup(ev_run *r);
+typedef struct wtab_arg {
+    uint64_t e[3 * WATCH_CHUNK];
+} wtab_arg;
 kh_status gev_watch_reset(kh_gpu_eval *ev, kh_err *err);
 kh_status gev_watch_want(ev_run *r, int set, int all, kh_err *err);
 kh_status gev_watch_call(ev_run *r, int set, long k, int guards, int inputs, kh_err *err);
