@@ -31,6 +31,7 @@
 # (tests/bench/eval_inrun.lua: its workers, compile servers and reference
 # artifacts warm), as a search run evaluates its candidates; -inrun-hostcmp,
 # -inrun1-hostcmp the same with --host-compare.
+# KHLUA_BUILD: the build folder to measure (default build-portable).
 # Each line: wall seconds of the whole command, per workload, the sums over
 # the traces of the worker's and the coordinator's seconds, and the ratio of
 # the per-workload time to FlashInfer-Bench's.  Outputs under $OUT (or
@@ -38,8 +39,9 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-export LD_LIBRARY_PATH="$root/build-portable/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-K="$root/build-portable/khlua"
+b=${KHLUA_BUILD:-$root/build-portable}
+export LD_LIBRARY_PATH="$b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+K="$b/khlua"
 out=${OUT:-/tmp/bench-eval}
 mkdir -p "$out"
 [ $# -gt 0 ] || set -- rmsnorm_h4096
