@@ -11,6 +11,10 @@
 #      (scripts/issue21-throughput.sh; TP_TIMEOUT default 150 s)
 #   6. bench_eval on the issue's two other kernels (OTHER_RUNS; OTHER_TIMEOUT
 #      default 150 s)
+#   rng: the generator against torch.randn (tests/bench/bench_rng.sh) for
+#      build-portable and for RNG_B (another build folder, if set)
+#   evalb: bench_eval official and screen on rmsnorm_h4096 with the build
+#      folder EVAL_B (EVALB_TIMEOUT default 100 s)
 # STEPS (default "tests rt rms rounds throughput other") picks them.  Outputs under $OUT.
 set -uo pipefail
 out=${OUT:-/tmp/issue21}
@@ -18,6 +22,14 @@ steps=" ${STEPS:-tests rt rms rounds throughput other} "
 on() { case $steps in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$out/tests" "$out/rt" "$out/bench" "$out/other"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+if on rng; then
+  for b in build-portable ${RNG_B:-}; do
+    echo "== bench_rng $b"
+    timeout 120 bash tests/bench/bench_rng.sh "$b" > "$out/rng-$(basename "$b").txt" 2>&1
+    tail -6 "$out/rng-$(basename "$b").txt"
+  done
+  echo "[$SECONDS s]"
+fi
 if on tests; then
   KH_GPU_ONLY=${TESTS:-"test_gpu_check test_gpu_rng test_gpu_eval gpu_compare gpu_eval"} \
     KH_GPU_TEST_TIMEOUT=${TESTS_TIMEOUT:-150} OUT="$out/tests" \
@@ -50,5 +62,11 @@ if on other; then
     timeout "${OTHER_TIMEOUT:-150}" bash tests/bench/bench_eval.sh \
     gdn_decode_qk4_v8_d128_k_last dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64 2>&1 |
     grep -v "^    "
+  echo "[$SECONDS s]"
+fi
+if on evalb && [ -n "${EVAL_B:-}" ]; then
+  echo "== bench_eval with $EVAL_B"
+  KHLUA_BUILD="$PWD/$EVAL_B" BENCH_EVAL_RUNS=${EVALB_RUNS:-"official screen"} OUT="$out/evalb" \
+    timeout "${EVALB_TIMEOUT:-100}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -30
   echo "[$SECONDS s]"
 fi
