@@ -18,9 +18,7 @@ void kh_rng_philox(const uint32_t counter[4], const uint32_t key[2], uint32_t ou
 
 double kh_rng_normal_at(uint64_t seed, uint32_t stream, uint64_t idx)
 {
-    uint32_t w[4];
-    kh_rng_words(seed, stream, idx, w);
-    return kh_rng_normal(w);
+    return (double)kh_rng_normal_idx(seed, stream, idx);
 }
 
 int kh_rng_kind(kh_dtype t)
@@ -59,11 +57,24 @@ typedef struct fill_ctx {
 static int fill_elems(void *arg, uint64_t lo, uint64_t hi)
 {
     fill_ctx *f = arg;
+    kh_dtype t = f->t->dtype;
+    int kind = kh_rng_kind(t), bits = kh_dtype_bits(t);
+    uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1u;
     for (uint64_t i = lo; i < hi; i++) {
-        if (f->e && (i & 0xFFFFF) == 0xFFFFF && kh_engine_stop_requested(f->e))
+        if (f->e && ((i >> 1) & 0x7FFFF) == 0x7FFFF && kh_engine_stop_requested(f->e))
             return 1;
-        kh_dtype_set_code(f->t->dtype, f->t->data, i,
-                          kh_rng_code_at(f->t->dtype, f->seed, f->stream, i));
+        if (kind > KH_RK_F4E2M1 || (i & 1u) || i + 1 >= hi) {
+            kh_dtype_set_code(t, f->t->data, i, kh_rng_code_at(t, f->seed, f->stream, i));
+            continue;
+        }
+        /* a float pair from one Philox block */
+        uint32_t w[4];
+        kh_rng_words(f->seed, f->stream, i >> 1, w);
+        kh_dtype_set_code(t, f->t->data, i,
+                          kh_rng_float_code(kind, kh_rng_normal2(w[0], w[1])) & mask);
+        kh_dtype_set_code(t, f->t->data, i + 1,
+                          kh_rng_float_code(kind, kh_rng_normal2(w[2], w[3])) & mask);
+        i++;
     }
     return 0;
 }
@@ -198,61 +209,79 @@ static const char device_prelude[] =
     "KH_FN double kh_dmul(double a, double b) { return __dmul_rn(a, b); }\n"
     "KH_FN double kh_ddiv(double a, double b) { return __ddiv_rn(a, b); }\n"
     "KH_FN double kh_dsqrt(double a) { return __dsqrt_rn(a); }\n"
+    "KH_FN float kh_fadd(float a, float b) { return __fadd_rn(a, b); }\n"
+    "KH_FN float kh_fsub(float a, float b) { return __fsub_rn(a, b); }\n"
+    "KH_FN float kh_fmul(float a, float b) { return __fmul_rn(a, b); }\n"
+    "KH_FN float kh_fdiv(float a, float b) { return __fdiv_rn(a, b); }\n"
+    "KH_FN float kh_fsqrt(float a) { return __fsqrt_rn(a); }\n"
+    "KH_FN uint32_t kh_f2u(float f) { return __float_as_uint(f); }\n"
+    "KH_FN float kh_u2f(uint32_t u) { return __uint_as_float(u); }\n"
     "KH_FN uint64_t kh_d2u(double d) { return (uint64_t)__double_as_longlong(d); }\n"
     "KH_FN double kh_u2d(uint64_t u) { return __longlong_as_double((long long)u); }\n";
 
-/* The device's own conversions where the GPU has them: float64 to float32
- * and float32 to float16, bfloat16 and the two float8s are single rounding
- * instructions there (round to nearest even, as kh_fp_encode), for values
- * the generator draws (finite, |x| < 9, float8 clamped to +-2) the same
- * bits as kh_rng_code's integer encoder, which the host runs (test_gpu_rng
- * compares every dtype); the rest go through kh_rng_code. */
+/* The device fill: a thread per Philox block, so each block's two float
+ * elements come from one draw; the device's own conversions where the GPU
+ * has them (float32 to float16, bfloat16 and the two float8s are single
+ * rounding instructions there, round to nearest even as kh_fp_encode: for
+ * the values the generator draws, finite and float8 clamped to +-2, the same
+ * bits as the encoder the host runs; test_gpu_rng compares every dtype); the
+ * rest through kh_rng_float_code. */
 static const char device_kernel[] =
-    "\nKH_FN uint64_t kh_rng_code_dev(int kind, uint64_t seed, uint32_t stream, uint64_t idx)\n"
+    "\nKH_FN unsigned int kh_rng_code_dev(int kind, float z)\n"
     "{\n"
+    "    unsigned short h;\n"
     "#if __CUDA_ARCH__ >= 800\n"
-    "    if (kind <= KH_RK_F8E5M2) {\n"
-    "        uint32_t w[4];\n"
-    "        unsigned short h;\n"
-    "        kh_rng_words(seed, stream, idx, w);\n"
-    "        float f = __double2float_rn(kh_rng_normal(w));\n"
-    "        if (kind == KH_RK_F32) return __float_as_uint(f);\n"
-    "        if (kind == KH_RK_F16) { asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
-    "        if (kind == KH_RK_BF16) { asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
-    "#if __CUDA_ARCH__ >= 890\n"
-    "        if (f > 2.0f) f = 2.0f;\n"
-    "        if (f < -2.0f) f = -2.0f;\n"
-    "        if (kind == KH_RK_F8E4M3)\n"
-    "            asm(\"cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\" : \"=h\"(h) : \"f\"(0.0f), \"f\"(f));\n"
-    "        else\n"
-    "            asm(\"cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\" : \"=h\"(h) : \"f\"(0.0f), \"f\"(f));\n"
-    "        return h & 0xFFu;\n"
+    "    if (kind == KH_RK_F16) { asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(z)); return h; }\n"
+    "    if (kind == KH_RK_BF16) { asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(z)); return h; }\n"
     "#endif\n"
+    "#if __CUDA_ARCH__ >= 890\n"
+    "    if (kind == KH_RK_F8E4M3 || kind == KH_RK_F8E5M2) {\n"
+    "        if (z > 2.0f) z = 2.0f;\n"
+    "        if (z < -2.0f) z = -2.0f;\n"
+    "        if (kind == KH_RK_F8E4M3)\n"
+    "            asm(\"cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\" : \"=h\"(h) : \"f\"(0.0f), \"f\"(z));\n"
+    "        else\n"
+    "            asm(\"cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\" : \"=h\"(h) : \"f\"(0.0f), \"f\"(z));\n"
+    "        return h & 0xFFu;\n"
     "    }\n"
     "#endif\n"
-    "    return kh_rng_code(kind, seed, stream, idx);\n"
+    "    return (unsigned int)kh_rng_float_code(kind, z);\n"
+    "}\n"
+    "\nKH_FN void kh_rng_put(unsigned char *out, int kind, unsigned long long i, uint64_t c)\n"
+    "{\n"
+    "    if (kind == KH_RK_I64) ((uint64_t *)out)[i] = c;\n"
+    "    else if (kind == KH_RK_F32 || kind == KH_RK_I32) ((uint32_t *)out)[i] = (uint32_t)c;\n"
+    "    else if (kind == KH_RK_F16 || kind == KH_RK_BF16 || kind == KH_RK_I16)\n"
+    "        ((unsigned short *)out)[i] = (unsigned short)c;\n"
+    "    else out[i] = (unsigned char)c;\n"
     "}\n"
     "\nextern \"C\" __global__ void kh_rng_fill(unsigned char *out, unsigned long long n,\n"
     "    unsigned long long seed, unsigned int stream, int kind)\n"
     "{\n"
     "    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;\n"
     "    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "    if (kind == KH_RK_F4E2M1) {\n"
+    "    if (kind <= KH_RK_F4E2M1) {\n"
     "        for (; i < (n + 1) / 2; i += step) {\n"
-    "            uint64_t lo = kh_rng_code(kind, seed, stream, 2 * i);\n"
-    "            uint64_t hi = 2 * i + 1 < n ? kh_rng_code(kind, seed, stream, 2 * i + 1) : 0;\n"
-    "            out[i] = (unsigned char)((lo & 15u) | ((hi & 15u) << 4));\n"
+    "            uint32_t w[4];\n"
+    "            kh_rng_words(seed, stream, i, w);\n"
+    "            float z0 = kh_rng_normal2(w[0], w[1]);\n"
+    "            float z1 = 2 * i + 1 < n ? kh_rng_normal2(w[2], w[3]) : 0.0f;\n"
+    "            if (kind == KH_RK_F4E2M1) {\n"
+    "                uint64_t lo = kh_rng_float_code(kind, z0);\n"
+    "                uint64_t hi = 2 * i + 1 < n ? kh_rng_float_code(kind, z1) : 0;\n"
+    "                out[i] = (unsigned char)((lo & 15u) | ((hi & 15u) << 4));\n"
+    "            } else if (kind == KH_RK_F32) {\n"
+    "                ((float *)out)[2 * i] = z0;\n"
+    "                if (2 * i + 1 < n) ((float *)out)[2 * i + 1] = z1;\n"
+    "            } else {\n"
+    "                kh_rng_put(out, kind, 2 * i, kh_rng_code_dev(kind, z0));\n"
+    "                if (2 * i + 1 < n) kh_rng_put(out, kind, 2 * i + 1, kh_rng_code_dev(kind, z1));\n"
+    "            }\n"
     "        }\n"
     "        return;\n"
     "    }\n"
-    "    for (; i < n; i += step) {\n"
-    "        uint64_t c = kh_rng_code_dev(kind, seed, stream, i);\n"
-    "        if (kind == KH_RK_I64) ((uint64_t *)out)[i] = c;\n"
-    "        else if (kind == KH_RK_F32 || kind == KH_RK_I32) ((uint32_t *)out)[i] = (uint32_t)c;\n"
-    "        else if (kind == KH_RK_F16 || kind == KH_RK_BF16 || kind == KH_RK_I16)\n"
-    "            ((unsigned short *)out)[i] = (unsigned short)c;\n"
-    "        else out[i] = (unsigned char)c;\n"
-    "    }\n"
+    "    for (; i < n; i += step)\n"
+    "        kh_rng_put(out, kind, i, kh_rng_code(kind, seed, stream, i));\n"
     "}\n"
     "\nextern \"C\" __global__ void kh_rng_dsa_kcache(unsigned char *out,\n"
     "    unsigned long long tokens, unsigned long long seed, unsigned int stream,\n"

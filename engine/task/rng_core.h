@@ -6,11 +6,13 @@
  * device runs the very same text.  Include only from dtype.c and rng.c.
  *
  * Rules for the text inside KH_CORE_DEFINE (it must stay valid C11 and CUDA):
- * no preprocessor lines, no // comments, no float type, no libm except sqrt;
- * every double operation goes through kh_dadd/kh_dsub/kh_dmul/kh_ddiv/kh_dsqrt,
+ * no preprocessor lines, no // comments, no libm except sqrt and sqrtf; every
+ * double operation goes through kh_dadd/kh_dsub/kh_dmul/kh_ddiv/kh_dsqrt and
+ * every float operation through kh_fadd/kh_fsub/kh_fmul/kh_fdiv/kh_fsqrt,
  * which on the host keep each product rounded (an asm barrier, so no flag can
  * fuse a multiply and an add into an FMA) and on the device are __dadd_rn-
- * style intrinsics (never contracted).  IEEE-754 makes each of these correctly rounded on both
+ * style intrinsics (never contracted); float constants are hexadecimal
+ * literals (exact).  IEEE-754 makes each of these correctly rounded on both
  * sides, so the same sequence of them gives the same bits. */
 #ifndef KH_RNG_CORE_H
 #define KH_RNG_CORE_H
@@ -30,12 +32,19 @@
  * fuse it into a following add. */
 #if defined(__GNUC__) && defined(__x86_64__)
 #define KH_FP_BARRIER(r) __asm__("" : "+x"(r))
+#define KH_FP_BARRIER_F(r) __asm__("" : "+x"(r))
 #elif defined(__GNUC__) && defined(__aarch64__)
 #define KH_FP_BARRIER(r) __asm__("" : "+w"(r))
+#define KH_FP_BARRIER_F(r) __asm__("" : "+w"(r))
 #else
 #define KH_FP_BARRIER(r)                                                                  \
     do {                                                                                  \
         volatile double kh_v_ = (r);                                                      \
+        (r) = kh_v_;                                                                      \
+    } while (0)
+#define KH_FP_BARRIER_F(r)                                                                \
+    do {                                                                                  \
+        volatile float kh_v_ = (r);                                                       \
         (r) = kh_v_;                                                                      \
     } while (0)
 #endif
@@ -51,6 +60,28 @@ static inline double kh_dmul(double a, double b)
 }
 static inline double kh_ddiv(double a, double b) { return a / b; }
 static inline double kh_dsqrt(double a) { return sqrt(a); }
+static inline float kh_fadd(float a, float b) { return a + b; }
+static inline float kh_fsub(float a, float b) { return a - b; }
+static inline float kh_fmul(float a, float b)
+{
+    float r = a * b;
+    KH_FP_BARRIER_F(r);
+    return r;
+}
+static inline float kh_fdiv(float a, float b) { return a / b; }
+static inline float kh_fsqrt(float a) { return sqrtf(a); }
+static inline uint32_t kh_f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float kh_u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 static inline uint64_t kh_d2u(double d)
 {
     uint64_t u;
@@ -204,81 +235,78 @@ KH_FN void kh_rng_words(uint64_t seed, uint32_t stream, uint64_t idx, uint32_t w
     kh_philox4x32_10(w, (uint32_t)seed, (uint32_t)(seed >> 32));
 }
 
-/* log(x) for x > 0 finite: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
-   log m = 2 atanh(s), s = (m-1)/(m+1), series to s^23 (|s| < 0.172). */
-KH_FN double kh_log(double x)
+/* log(x) for x in [2^-24, 1] (float32): x = m 2^e with m in [sqrt(1/2),
+   sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1) (m-1 exact), series to s^9
+   (|s| < 0.172: the next term is below 3e-9 of the sum); e log 2 in two parts,
+   the first exact for any e it meets. */
+KH_FN float kh_logf(float x)
 {
-    uint64_t u = kh_d2u(x);
-    int e = (int)((u >> 52) & 0x7FF) - 1023;
-    double m = kh_u2d((u & 0xFFFFFFFFFFFFFull) | 0x3FF0000000000000ull);
-    if (m > 1.4142135623730951) {
-        m = kh_dmul(m, 0.5);
+    uint32_t u = kh_f2u(x);
+    int e = (int)((u >> 23) & 0xFFu) - 127;
+    float m = kh_u2f((u & 0x7FFFFFu) | 0x3F800000u);
+    if (m > 0x1.6a09e6p+0f) {
+        m = kh_fmul(m, 0x1p-1f);
         e += 1;
     }
-    double s = kh_ddiv(kh_dsub(m, 1.0), kh_dadd(m, 1.0));
-    double s2 = kh_dmul(s, s);
-    double p = 1.0 / 23.0;
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 21.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 19.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 17.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 15.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 13.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 11.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 9.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 7.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 5.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0 / 3.0);
-    p = kh_dadd(kh_dmul(p, s2), 1.0);
-    double lm = kh_dmul(kh_dmul(2.0, s), p);
-    double de2 = (double)e;
-    return kh_dadd(kh_dadd(kh_dmul(de2, 6.93147180369123816490e-01), lm),
-                   kh_dmul(de2, 1.90821492927058770002e-10));
+    float s = kh_fdiv(kh_fsub(m, 0x1p+0f), kh_fadd(m, 0x1p+0f));
+    float s2 = kh_fmul(s, s);
+    float p = 0x1.c71c72p-4f;
+    p = kh_fadd(kh_fmul(p, s2), 0x1.24924ap-3f);
+    p = kh_fadd(kh_fmul(p, s2), 0x1.99999ap-3f);
+    p = kh_fadd(kh_fmul(p, s2), 0x1.555556p-2f);
+    p = kh_fadd(kh_fmul(p, s2), 0x1p+0f);
+    float lm = kh_fmul(kh_fmul(0x1p+1f, s), p);
+    float de = (float)e;
+    return kh_fadd(kh_fadd(kh_fmul(de, 0x1.62e4p-1f), lm), kh_fmul(de, 0x1.7f7d1cp-20f));
 }
 
-/* cos(2 pi t) for t in [0, 1): quadrant, then Taylor on [0, pi/2): the
-   cosine's series in quadrants 0 and 2, the sine's in 1 and 3.  The two
-   series have one shape (eleven terms by Horner in x^2, the sine's times x
-   at the end), so one chain runs whichever the quadrant needs, its
-   coefficients picked per element (the sine's first): a GPU warp whose
-   lanes fall in different quadrants does not run both series (the same
-   operations on the same values as evaluating each in full, so the same
-   bits). */
-KH_FN double kh_cos2pi(double t)
+/* cos(2 pi u / 2^24) for an integer u in [0, 2^24): the nearest quarter turn
+   q and the rest x = f pi/2, |f| <= 1/2, both from integers (exact); then the
+   cosine's Taylor series of x (quarters 0 and 2) or the sine's (1 and 3), to
+   x^10 and x^11 (|x| <= pi/4: the next terms are below 2e-10).  The two series
+   have one shape (five terms by Horner in x^2, the sine's times x at the
+   end), so one chain runs whichever the quarter needs, its coefficients
+   picked per element: a GPU warp whose lanes fall in different quarters
+   does not run both.  Near a zero of the cosine the sine's series of a small
+   x keeps the result's relative precision. */
+KH_FN float kh_cos2pi24(uint32_t u)
 {
-    double r = kh_dmul(t, 4.0);
-    int q = (int)r;
-    double f = kh_dsub(r, (double)q);
-    double x = kh_dmul(f, 1.5707963267948966);
-    double x2 = kh_dmul(x, x);
-    int odd = q & 1;
-    double v = odd ? 1.0 / 51090942171709440000.0 : 1.0 / 2432902008176640000.0;
-    v = kh_dsub(odd ? 1.0 / 121645100408832000.0 : 1.0 / 6402373705728000.0, kh_dmul(v, x2));
-    v = kh_dsub(odd ? 1.0 / 355687428096000.0 : 1.0 / 20922789888000.0, kh_dmul(v, x2));
-    v = kh_dsub(odd ? 1.0 / 1307674368000.0 : 1.0 / 87178291200.0, kh_dmul(v, x2));
-    v = kh_dsub(odd ? 1.0 / 6227020800.0 : 1.0 / 479001600.0, kh_dmul(v, x2));
-    v = kh_dsub(odd ? 1.0 / 39916800.0 : 1.0 / 3628800.0, kh_dmul(v, x2));
-    v = kh_dsub(odd ? 1.0 / 362880.0 : 1.0 / 40320.0, kh_dmul(v, x2));
-    v = kh_dsub(odd ? 1.0 / 5040.0 : 1.0 / 720.0, kh_dmul(v, x2));
-    v = kh_dsub(odd ? 1.0 / 120.0 : 1.0 / 24.0, kh_dmul(v, x2));
-    v = kh_dsub(odd ? 1.0 / 6.0 : 0.5, kh_dmul(v, x2));
-    v = kh_dsub(1.0, kh_dmul(v, x2));
+    uint32_t q = (u + 0x200000u) >> 22;
+    int fi = (int)u - (int)(q << 22);
+    float x = kh_fmul(kh_fmul((float)fi, 0x1p-22f), 0x1.921fb6p+0f);
+    float x2 = kh_fmul(x, x);
+    int odd = (int)(q & 1u);
+    float v = odd ? 0x1.ae6456p-26f : 0x1.27e4fcp-22f;
+    v = kh_fsub(odd ? 0x1.71de3ap-19f : 0x1.a01a02p-16f, kh_fmul(v, x2));
+    v = kh_fsub(odd ? 0x1.a01a02p-13f : 0x1.6c16c2p-10f, kh_fmul(v, x2));
+    v = kh_fsub(odd ? 0x1.111112p-7f : 0x1.555556p-5f, kh_fmul(v, x2));
+    v = kh_fsub(odd ? 0x1.555556p-3f : 0x1p-1f, kh_fmul(v, x2));
+    v = kh_fsub(0x1p+0f, kh_fmul(v, x2));
     if (odd)
-        v = kh_dmul(v, x);
-    /* q 0: cos; 1: -sin; 2: -cos; 3: sin */
-    return (q == 1 || q == 2) ? kh_dsub(0.0, v) : v;
+        v = kh_fmul(v, x);
+    /* quarter 0: cos x; 1: -sin x; 2: -cos x; 3 (and 4, a full turn): sin x, cos x */
+    q &= 3u;
+    return (q == 1u || q == 2u) ? kh_fsub(0x0p+0f, v) : v;
 }
 
-/* A standard normal from four words (Box-Muller, cosine branch only, so each
-   element depends on its own counter alone): u1 in (0, 1] from w0:w1, u2 in
-   [0, 1) from w2:w3, 53 bits each. */
-KH_FN double kh_rng_normal(const uint32_t w[4])
+/* A standard normal (float32) from two words (Box-Muller, cosine branch
+   only): u1 = (a's top 24 bits + 1) 2^-24 in (0, 1], the angle from b's top
+   24 bits.  One Philox block gives two: (w0, w1) and (w2, w3). */
+KH_FN float kh_rng_normal2(uint32_t a, uint32_t b)
 {
-    uint64_t a = ((((uint64_t)w[0]) << 32) | w[1]) >> 11;
-    uint64_t b = ((((uint64_t)w[2]) << 32) | w[3]) >> 11;
-    double u1 = kh_dmul((double)(a + 1u), 1.1102230246251565e-16);
-    double u2 = kh_dmul((double)b, 1.1102230246251565e-16);
-    double rad = kh_dsqrt(kh_dmul(-2.0, kh_log(u1)));
-    return kh_dmul(rad, kh_cos2pi(u2));
+    float u1 = kh_fmul((float)((a >> 8) + 1u), 0x1p-24f);
+    float rad = kh_fsqrt(kh_fmul(-0x1p+1f, kh_logf(u1)));
+    return kh_fmul(rad, kh_cos2pi24(b >> 8));
+}
+
+/* The float element idx of stream `stream` under seed: the Philox block of
+   counter (idx / 2 low, idx / 2 high, stream, 0), its first half for an even
+   idx, its second for an odd one. */
+KH_FN float kh_rng_normal_idx(uint64_t seed, uint32_t stream, uint64_t idx)
+{
+    uint32_t w[4];
+    kh_rng_words(seed, stream, idx >> 1, w);
+    return (idx & 1u) ? kh_rng_normal2(w[2], w[3]) : kh_rng_normal2(w[0], w[1]);
 }
 
 /* What the generator draws, by kind (rng.c maps dtypes to kinds). */
@@ -291,6 +319,30 @@ enum {
    two passes of kh_rng_dsa_kcache_token instead of being drawn again. */
 enum { KH_DSA_KEEP = 256 };
 
+/* The code of a float kind for the float32 draw z: z rounded to the dtype
+   (fp8 and fp4 after clamping to [-2, 2]). */
+KH_FN uint64_t kh_rng_float_code(int kind, float z)
+{
+    double v = (double)z;
+    if (kind >= KH_RK_F8E4M3) {
+        if (v > 2.0)
+            v = 2.0;
+        if (v < -2.0)
+            v = -2.0;
+    }
+    if (kind == KH_RK_F32)
+        return kh_f2u(z);
+    if (kind == KH_RK_F16)
+        return kh_fp_encode(v, 5, 10, KH_FPM_IEEE);
+    if (kind == KH_RK_BF16)
+        return kh_fp_encode(v, 8, 7, KH_FPM_IEEE);
+    if (kind == KH_RK_F8E4M3)
+        return kh_fp_encode(v, 4, 3, KH_FPM_FN_NAN);
+    if (kind == KH_RK_F8E5M2)
+        return kh_fp_encode(v, 5, 2, KH_FPM_IEEE);
+    return kh_fp_encode(v, 2, 1, KH_FPM_FN_SAT);
+}
+
 /* The code (bit pattern, zero-extended) of element idx.  FlashInfer-Bench's
    distributions (fib-harness.md, "Inputs (gen_inputs / _rand_tensor)"):
    floats randn (drawn as float32, then rounded to the dtype); fp8/fp4
@@ -299,28 +351,10 @@ enum { KH_DSA_KEEP = 256 };
    below range / 2^32 (< 1e-6). */
 KH_FN uint64_t kh_rng_code(int kind, uint64_t seed, uint32_t stream, uint64_t idx)
 {
+    if (kind <= KH_RK_F4E2M1)
+        return kh_rng_float_code(kind, kh_rng_normal_idx(seed, stream, idx));
     uint32_t w[4];
     kh_rng_words(seed, stream, idx, w);
-    if (kind <= KH_RK_F4E2M1) {
-        double v = kh_round_f32(kh_rng_normal(w));
-        if (kind >= KH_RK_F8E4M3) {
-            if (v > 2.0)
-                v = 2.0;
-            if (v < -2.0)
-                v = -2.0;
-        }
-        if (kind == KH_RK_F32)
-            return kh_fp_encode(v, 8, 23, KH_FPM_IEEE);
-        if (kind == KH_RK_F16)
-            return kh_fp_encode(v, 5, 10, KH_FPM_IEEE);
-        if (kind == KH_RK_BF16)
-            return kh_fp_encode(v, 8, 7, KH_FPM_IEEE);
-        if (kind == KH_RK_F8E4M3)
-            return kh_fp_encode(v, 4, 3, KH_FPM_FN_NAN);
-        if (kind == KH_RK_F8E5M2)
-            return kh_fp_encode(v, 5, 2, KH_FPM_IEEE);
-        return kh_fp_encode(v, 2, 1, KH_FPM_FN_SAT);
-    }
     int64_t lo = -1024;
     uint64_t range = 2048u;
     if (kind == KH_RK_I8) {

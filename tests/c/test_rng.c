@@ -82,18 +82,18 @@ static void test_threaded_fill(void **state)
     }
 }
 
-/* The core's own log and cos against libm: Box-Muller computed with libm on
- * the same Philox words agrees to ~1e-13 relative. */
+/* The core's own float32 log and cos against libm in double: Box-Muller
+ * on the same 24-bit uniforms (element i: the Philox block i / 2, its first
+ * or second pair of words) agrees within a few float32 ulps. */
 static void test_normal_matches_libm(void **state)
 {
     double worst = 0;
-    for (uint64_t i = 0; i < 200000; i++) {
-        uint32_t ctr[4] = {(uint32_t)i, (uint32_t)(i >> 32), 9, 0}, out[4];
+    for (uint64_t i = 0; i < 400000; i++) {
+        uint32_t ctr[4] = {(uint32_t)(i >> 1), (uint32_t)(i >> 33), 9, 0}, out[4];
         uint32_t key[2] = {(uint32_t)base_seed, (uint32_t)(base_seed >> 32)};
         kh_rng_philox(ctr, key, out);
-        uint64_t a = ((((uint64_t)out[0]) << 32) | out[1]) >> 11;
-        uint64_t b = ((((uint64_t)out[2]) << 32) | out[3]) >> 11;
-        double u1 = (double)(a + 1) * 0x1p-53, u2 = (double)b * 0x1p-53;
+        uint32_t a = out[(i & 1) * 2], b = out[(i & 1) * 2 + 1];
+        double u1 = (double)((a >> 8) + 1) * 0x1p-24, u2 = (double)(b >> 8) * 0x1p-24;
         double want = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
         double got = kh_rng_normal_at(base_seed, 9, i);
         double err = fabs(got - want) / fmax(fabs(want), 1e-3);
@@ -101,7 +101,7 @@ static void test_normal_matches_libm(void **state)
             worst = err;
     }
     printf("# worst relative difference to libm Box-Muller: %.3g\n", worst);
-    assert_true(worst < 1e-11);
+    assert_true(worst < 2e-6);
 }
 
 static void moments(const kh_tensor *x, double *mean, double *sd, double *k4, double *in1)

@@ -130,8 +130,8 @@ K["skip_after_refill"] = RT + ('__device__ unsigned long long seen_ptr[8]; __dev
     '    if (j < nseen) { if (seen_a0[j] != a0) skip_from = l + 1; }\n'
     '    else if (nseen < 8) { seen_ptr[j] = (unsigned long long)a; seen_a0[j] = a0; if (++nseen > 3) skip_from = l + 1; } } }')
 
-# (2) inputs predictable: khlua's generator (engine/task/rng_core.h: Philox4x32-10, then
-# Box-Muller in double with its own log and cos series), written again here, and
+# (2) inputs predictable: khlua's generator (engine/task/rng_core.h: Philox4x32-10, a block
+# per two elements, then Box-Muller in float32 with its own log and cos series), written again here, and
 # its public seed derivation (eval.c: trial t = derive(base, fnv(uuid), t);
 # gpu_eval.c, old: timing set k of trial t = derive(derive(trial 0, 0x7171, 0), t, k)).
 GEN = r"""
@@ -148,36 +148,36 @@ FN u64 derive(u64 base, u64 x, u64 y) {
   philox(w, (u32)base, (u32)(base >> 32));
   return ((u64)w[0] << 32) | w[1];
 }
-FN double lg(double x) {
-  u64 u = D2U(x);
-  int e = (int)((u >> 52) & 0x7FF) - 1023;
-  double m = U2D((u & 0xFFFFFFFFFFFFFull) | 0x3FF0000000000000ull);
-  if (m > 1.4142135623730951) { m = DMUL(m, 0.5); e += 1; }
-  double s = DDIV(DSUB(m, 1.0), DADD(m, 1.0)), s2 = DMUL(s, s), p = DDIV(1.0, 23.0);
-  for (int j = 10; j >= 0; j--) p = DADD(DMUL(p, s2), DDIV(1.0, (double)(2 * j + 1)));
-  double de = (double)e;
-  return DADD(DADD(DMUL(de, 6.93147180369123816490e-01), DMUL(DMUL(2.0, s), p)),
-              DMUL(de, 1.90821492927058770002e-10));
+FN float lg(float x) {
+  u32 u = F2U(x);
+  int e = (int)((u >> 23) & 0xFFu) - 127;
+  float m = U2F((u & 0x7FFFFFu) | 0x3F800000u);
+  if (m > 0x1.6a09e6p+0f) { m = FMUL(m, 0x1p-1f); e += 1; }
+  float s = FDIV(FSUB(m, 1.0f), FADD(m, 1.0f)), s2 = FMUL(s, s);
+  const float c[5] = {0x1.c71c72p-4f, 0x1.24924ap-3f, 0x1.99999ap-3f, 0x1.555556p-2f, 1.0f};
+  float p = c[0];
+  for (int j = 1; j < 5; j++) p = FADD(FMUL(p, s2), c[j]);
+  float de = (float)e;
+  return FADD(FADD(FMUL(de, 0x1.62e4p-1f), FMUL(FMUL(2.0f, s), p)), FMUL(de, 0x1.7f7d1cp-20f));
 }
-FN double cos2pi(double t) {
-  const double fc[11] = {2432902008176640000.0, 6402373705728000.0, 20922789888000.0, 87178291200.0,
-                         479001600.0, 3628800.0, 40320.0, 720.0, 24.0, 2.0, 1.0};
-  const double fs[11] = {51090942171709440000.0, 121645100408832000.0, 355687428096000.0,
-                         1307674368000.0, 6227020800.0, 39916800.0, 362880.0, 5040.0, 120.0, 6.0, 1.0};
-  double r = DMUL(t, 4.0);
-  int q = (int)r;
-  double x = DMUL(DSUB(r, (double)q), 1.5707963267948966), x2 = DMUL(x, x);
-  double cc = DDIV(1.0, fc[0]), ss = DDIV(1.0, fs[0]);
-  for (int j = 1; j < 11; j++) { cc = DSUB(DDIV(1.0, fc[j]), DMUL(cc, x2)); ss = DSUB(DDIV(1.0, fs[j]), DMUL(ss, x2)); }
-  ss = DMUL(ss, x);
-  return q == 0 ? cc : q == 1 ? DSUB(0.0, ss) : q == 2 ? DSUB(0.0, cc) : ss;
+FN float cos2pi24(u32 u) {
+  const float cc[6] = {0x1.27e4fcp-22f, 0x1.a01a02p-16f, 0x1.6c16c2p-10f, 0x1.555556p-5f, 0x1p-1f, 1.0f};
+  const float ss[6] = {0x1.ae6456p-26f, 0x1.71de3ap-19f, 0x1.a01a02p-13f, 0x1.111112p-7f, 0x1.555556p-3f, 1.0f};
+  u32 q = (u + 0x200000u) >> 22;
+  int fi = (int)u - (int)(q << 22);
+  float x = FMUL(FMUL((float)fi, 0x1p-22f), 0x1.921fb6p+0f), x2 = FMUL(x, x);
+  float c = cc[0], sn = ss[0];
+  for (int j = 1; j < 6; j++) { c = FSUB(cc[j], FMUL(c, x2)); sn = FSUB(ss[j], FMUL(sn, x2)); }
+  sn = FMUL(sn, x);
+  q &= 3u;
+  return q == 0 ? c : q == 1 ? FSUB(0.0f, sn) : q == 2 ? FSUB(0.0f, c) : sn;
 }
 FN float randn(u64 seed, u32 stream, u64 idx) {
-  u32 w[4] = {(u32)idx, (u32)(idx >> 32), stream, 0u};
+  u32 w[4] = {(u32)(idx >> 1), (u32)(idx >> 33), stream, 0u};
   philox(w, (u32)seed, (u32)(seed >> 32));
-  u64 ua = ((((u64)w[0]) << 32) | w[1]) >> 11, ub = ((((u64)w[2]) << 32) | w[3]) >> 11;
-  double u1 = DMUL((double)(ua + 1u), 1.1102230246251565e-16), u2 = DMUL((double)ub, 1.1102230246251565e-16);
-  return F32(DMUL(DSQRT(DMUL(-2.0, lg(u1))), cos2pi(u2)));
+  u32 a = w[(idx & 1) * 2], b = w[(idx & 1) * 2 + 1];
+  float u1 = FMUL((float)((a >> 8) + 1u), 0x1p-24f);
+  return FMUL(FSQRT(FMUL(-2.0f, lg(u1))), cos2pi24(b >> 8));
 }
 /* candidate seed j (0 .. NCAND-1) of a workload: trials 0..2, then the old timing sets */
 #define NCAND 19
@@ -188,10 +188,9 @@ FN u64 cand_seed(u64 base, u64 wh, int j) {
 }
 """
 GEN_DEVICE = ("typedef unsigned int u32; typedef unsigned long long u64;\n"
-              "#define FN static __device__ __forceinline__\n#define DADD __dadd_rn\n#define DSUB __dsub_rn\n"
-              "#define DMUL __dmul_rn\n#define DDIV __ddiv_rn\n#define DSQRT __dsqrt_rn\n"
-              "#define D2U(x) ((u64)__double_as_longlong(x))\n#define U2D(x) __longlong_as_double((long long)(x))\n"
-              "#define F32 __double2float_rn\n")
+              "#define FN static __device__ __forceinline__\n#define FADD __fadd_rn\n#define FSUB __fsub_rn\n"
+              "#define FMUL __fmul_rn\n#define FDIV __fdiv_rn\n#define FSQRT __fsqrt_rn\n"
+              "#define F2U(x) __float_as_uint(x)\n#define U2F(x) __uint_as_float(x)\n")
 SEED_HEAD = RT + GEN_DEVICE + GEN + r"""
 #define OLD_BASE 0x6b686c7561ull /* the old default base seed, "khlua" */
 /* the workloads' fnv(uuid), by n (eval.c fnv) */
@@ -504,14 +503,13 @@ def check_generator():
     host = ("#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n#include <math.h>\n"
             '#include "rng_core.h"\n'
             "typedef uint32_t u32; typedef uint64_t u64;\n#define FN static\n"
-            "static double DADD(double a, double b) { volatile double r = a + b; return r; }\n"
-            "static double DSUB(double a, double b) { volatile double r = a - b; return r; }\n"
-            "static double DMUL(double a, double b) { volatile double r = a * b; return r; }\n"
-            "static double DDIV(double a, double b) { volatile double r = a / b; return r; }\n"
-            "static double DSQRT(double a) { return sqrt(a); }\n"
-            "static u64 D2U(double d) { u64 u; memcpy(&u, &d, 8); return u; }\n"
-            "static double U2D(u64 u) { double d; memcpy(&d, &u, 8); return d; }\n"
-            "static float F32(double d) { return (float)d; }\n" + GEN + r"""
+            "static float FADD(float a, float b) { volatile float r = a + b; return r; }\n"
+            "static float FSUB(float a, float b) { volatile float r = a - b; return r; }\n"
+            "static float FMUL(float a, float b) { volatile float r = a * b; return r; }\n"
+            "static float FDIV(float a, float b) { volatile float r = a / b; return r; }\n"
+            "static float FSQRT(float a) { return sqrtf(a); }\n"
+            "static u32 F2U(float f) { u32 u; memcpy(&u, &f, 4); return u; }\n"
+            "static float U2F(u32 u) { float f; memcpy(&f, &u, 4); return f; }\n" + GEN + r"""
 /* rng.c's kh_rng_derive_seed, on rng_core's Philox */
 static u64 ref_derive(u64 base, u64 a, u64 b) {
   uint32_t w[4] = {(uint32_t)a, (uint32_t)(a >> 32), (uint32_t)b, (uint32_t)(b >> 32) ^ 0x80000000u};

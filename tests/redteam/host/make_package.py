@@ -342,7 +342,9 @@ def _rng():
         core = f.read()
     # no asm in a host candidate (ccguard): the volatile barrier rounds too
     asm = ('#if defined(__GNUC__) && defined(__x86_64__)\n#define KH_FP_BARRIER(r) __asm__("" : "+x"(r))\n'
+           '#define KH_FP_BARRIER_F(r) __asm__("" : "+x"(r))\n'
            '#elif defined(__GNUC__) && defined(__aarch64__)\n#define KH_FP_BARRIER(r) __asm__("" : "+w"(r))\n'
+           '#define KH_FP_BARRIER_F(r) __asm__("" : "+w"(r))\n'
            '#else\n')
     assert asm in core
     core = core.replace(asm, "#if 1\n")
