@@ -117,10 +117,12 @@ kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
     kh_compiler *cc_ = kh_compile_new(ev->e, err);
     if (!cc_)
         return err->code;
+    /* in the order of the functions looked up below */
     const char *kernels[] = {"kh_checksum", "kh_sum_tab", "kh_guard_tab", "kh_sums_tab"};
     kh_compile_req req = {.source = checksum_src, .source_len = strlen(checksum_src),
                           .name = "kh_checksum.cu", .arch = arch, .kernels = kernels,
-                          .n_kernels = 4, .trusted = 1, .no_pch = 1, .no_cache = 1};
+                          .n_kernels = sizeof kernels / sizeof kernels[0], .trusted = 1,
+                          .no_pch = 1, .no_cache = 1};
     kh_artifact *a = NULL;
     st = kh_compile_build(cc_, &req, &a, err);
     if (!st)
@@ -128,21 +130,9 @@ kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
                           "cuModuleLoadData", err);
     kh_artifact_free(a);
     kh_compile_free(cc_);
-    if (!st)
-        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->checksum, ev->util_mod,
-                                                         "kh_checksum"),
-                          "cuModuleGetFunction", err);
-    if (!st)
-        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->sum_tab, ev->util_mod,
-                                                         "kh_sum_tab"),
-                          "cuModuleGetFunction", err);
-    if (!st)
-        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->guard_tab, ev->util_mod,
-                                                         "kh_guard_tab"),
-                          "cuModuleGetFunction", err);
-    if (!st)
-        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->sums_tab, ev->util_mod,
-                                                         "kh_sums_tab"),
+    CUfunction *fns[] = {&ev->checksum, &ev->sum_tab, &ev->guard_tab, &ev->sums_tab};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0] && !st; i++)
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(fns[i], ev->util_mod, kernels[i]),
                           "cuModuleGetFunction", err);
     if (!st)
         st = kh_gpu_check(ev->g, cu->cuMemAlloc(&ev->sum_buf, 8), "cuMemAlloc", err);
@@ -628,15 +618,15 @@ void gev_watch_setup(ev_run *r)
         w->nguards = n - w->guards;
         /* the inputs each refill draws again, then the others */
         w->inputs = n;
-        for (int pass = 0; pass < 2; pass++)
+        for (int pass = 0; pass < 2; pass++) {
             for (size_t i = 0; i < r->nt; i++)
                 if (r->ts[i].role == ROLE_IN && r->ts[i].bytes &&
                     drawn_each_call(&r->ts[i]) == !pass)
                     tab_put(tab, &n, r->in[set][i].buf.ptr, r->ts[i].bytes, i);
+            if (pass == 0)
+                w->ndrawn = n - w->inputs;
+        }
         w->ninputs = n - w->inputs;
-        w->ndrawn = 0;
-        for (size_t i = 0; i < r->nt; i++)
-            w->ndrawn += r->ts[i].role == ROLE_IN && r->ts[i].bytes && drawn_each_call(&r->ts[i]);
     }
 }
 
