@@ -77,6 +77,7 @@ int main(int argc, char **argv)
      * anything else, so it holds nothing but what the warden gave it */
     if (argc == 2 && !strcmp(argv[1], "__host-jail"))
         return kh_jail_main();
+    kh_timeline("main %s", argc > 1 ? argv[1] : "");
     const char *store = NULL, *code = NULL;
     int i = 1;
     /* Global options come before the script or command. */

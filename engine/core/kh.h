@@ -62,6 +62,12 @@ char *kh_utf8_sanitize(const char *src, size_t len, size_t *out_len);
 double kh_now(void);
 double kh_wall_now(void);
 
+/* With KHLUA_TIMELINE set to a file: append a line "monotonic-seconds pid
+ * event" to it (one write, so the coordinator's and its workers' lines
+ * interleave whole).  A diagnostic for where a run's wall time goes
+ * (tests/bench/bench_eval.sh); nothing when unset. */
+void kh_timeline(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Run fn(ctx, lo, hi) over the items [0, n), split into shares of at least
  * min_per items whose boundaries are multiples of align (>= 1), one thread
  * per online core (32 at most); the calling thread does the first share, and

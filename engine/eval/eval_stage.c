@@ -36,7 +36,9 @@ static kh_status st_build(wctx *c, wstate *s, kh_err *err)
         json_object_set_new(s->evj, "log", json_string(c->bad_solution));
         return KH_OK;
     }
+    kh_timeline("eval build begin");
     kh_status st = eval_build(c->ev, eval_cache_store(c), c->sol, 0, &s->a, err);
+    kh_timeline("eval build end");
     if (st)
         return st;
     if (!s->a->ok) {

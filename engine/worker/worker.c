@@ -87,7 +87,9 @@ int kh_worker_main(kh_engine *e, const kh_worker_role *role, int in_fd, int out_
     kh_worker w = {.engine = e, .role = role, .exit_after = -1, .started = kh_now()};
     kh_err err;
     kh_err_clear(&err);
+    kh_timeline("worker %s init", role->name);
     kh_status ist = role->init ? role->init(&w, &err) : KH_OK;
+    kh_timeline("worker %s ready", role->name);
     json_t *hello = json_pack("{s:{s:s, s:i, s:i, s:s}}", "hello", "role", role->name, "pid",
                               (int)getpid(), "protocol", KH_WIRE_VERSION, "khlua", KH_VERSION);
     {
@@ -150,8 +152,11 @@ int kh_worker_main(kh_engine *e, const kh_worker_role *role, int in_fd, int out_
             if (!fn)
                 st = kh_err_set(&err, KH_EINVAL, "role %s has no method '%s'", role->name,
                                 method);
-            else
+            else {
+                kh_timeline("worker %s %s begin", role->name, method);
                 st = fn(&w, params, req.payload, req.payload_len, &result, &rp, &rn, &err);
+                kh_timeline("worker %s %s end", role->name, method);
+            }
         }
         w.served++;
         int sent = send_reply(out, id, st, &err, result, rp, rn, shutdown || w.exit_after >= 0);

@@ -152,6 +152,9 @@ for p in "$@"; do
         *) echo "bench_eval: unknown run suffix '$x' in '$run'" >&2; exit 2;;
       esac
     done
+    # where the wall time goes: the coordinator's and workers' events
+    # (kh_timeline), in the runs' archive
+    export KHLUA_TIMELINE="$out/$p.$run.timeline"
     t0=$(now)
     case $run in
       *-inrun*)
@@ -169,6 +172,7 @@ for p in "$@"; do
     esac
     krc=$?
     t1=$(now)
+    unset KHLUA_TIMELINE
     [ $krc -eq 0 ] || { echo "khlua eval $run exit $krc:"; tail -3 "$out/$p.$run.log"; rc=1; }
     read -r n ok ws cs ks <<< "$(sums "$p" "$run")"
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
