@@ -498,12 +498,25 @@ static void note_changes(const kh_task *t, json_t *arr, kh_err *err)
     kh_task_fp_free(&fp1);
 }
 
+/* The GPU workers started while the candidate compiles (their CUDA context
+ * is most of a fresh evaluation's start).  A failure here is not reported:
+ * the first request starts the worker again and reports it. */
+static void prestart_gpu(kh_eval *ev)
+{
+    kh_err perr;
+    kh_err_clear(&perr);
+    kh_pool *p = eval_pool_for(ev, 0, 0, &perr);
+    if (p)
+        kh_pool_prestart(p, &perr);
+}
+
 /* The workloads chosen, the run set up, every workload evaluated; *traces
  * in workload order. */
 static kh_status run(kh_eval *ev, const kh_task *t, const run_sol *r, const kh_eval_opts *o,
                      json_t **traces, kh_err *err)
 {
     wl_list l = {.shapes = KH_SHAPES_INIT};
+    kh_timeline("eval begin %s", r->d ? r->d->name : "");
     wctx *c = calloc(1, sizeof *c);
     kh_status st = c ? KH_OK : kh_err_set(err, KH_ENOMEM, "out of memory");
     if (!st)
@@ -515,6 +528,8 @@ static kh_status run(kh_eval *ev, const kh_task *t, const run_sol *r, const kh_e
         st = add_shapes(t->set, r->d, o->shapes, c->base_seed, &l, &c->shapes_info, err);
     if (!st)
         st = set_evaluator(c, err);
+    if (!st && (!eval_is_host(c->sol) || c->ref_gpu))
+        prestart_gpu(ev);
     wstate *ws = st ? NULL : calloc(l.n, sizeof *ws);
     json_t **outs = st ? NULL : calloc(l.n, sizeof *outs);
     int *groups = st ? NULL : malloc(l.n * sizeof *groups);
@@ -545,6 +560,7 @@ static kh_status run(kh_eval *ev, const kh_task *t, const run_sol *r, const kh_e
     if (arr)
         note_changes(t, arr, err);
     *traces = arr;
+    kh_timeline("eval end");
     return st;
 }
 

@@ -1,9 +1,12 @@
 /* role_echo.c: the "echo" worker role, a diagnostic and the supervisor's
  * test subject: it echoes, sleeps, and fails on request in every way a real
  * worker can (segfault, abort, exit, stack overflow, hang, junk on stderr),
- * and names the environment variables it was given. */
+ * and names the environment variables it was given.  Its start can be slow
+ * (KHLUA_ECHO_INIT_S seconds, as a GPU worker's CUDA context) or fail
+ * (KHLUA_ECHO_INIT_FAIL: the message). */
 #include "worker/worker.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +106,21 @@ static kh_status m_environ(kh_worker *w, const json_t *params, const unsigned ch
     return KH_OK;
 }
 
+static kh_status echo_init(kh_worker *w, kh_err *err)
+{
+    (void)w;
+    const char *s = getenv("KHLUA_ECHO_INIT_S"), *fail = getenv("KHLUA_ECHO_INIT_FAIL");
+    double secs = s ? atof(s) : 0;
+    if (secs > 0) {
+        struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+        }
+    }
+    if (fail && *fail)
+        return kh_err_set(err, KH_EINVAL, "echo init: %s", fail);
+    return KH_OK;
+}
+
 static const kh_worker_method_entry echo_methods[] = {
     {"echo", m_echo},       {"sleep", m_sleep}, {"fail", m_fail},
     {"environ", m_environ}, {NULL, NULL},
@@ -111,5 +129,6 @@ static const kh_worker_method_entry echo_methods[] = {
 const kh_worker_role kh_role_echo = {
     .name = "echo",
     .summary = "diagnostics: echo, sleep, fail on request, name the environment",
+    .init = echo_init,
     .methods = echo_methods,
 };

@@ -41,6 +41,9 @@ struct kh_wproc {
     double exit_grace; /* kh_wproc_opts.exit_grace_s */
     int remote;            /* launched through another program (srun, ssh) */
     int reaped;            /* the launcher was reaped by the wait loop; status holds it */
+    int hello_pending;     /* spawned, its hello not read yet (kh_wproc_ready) */
+    double hello_deadline;
+    char **argv;           /* its command line, while the hello is pending */
     int worker_pid;        /* from the hello */
     char worker_host[256];
     char slurm_job[64];
@@ -175,11 +178,15 @@ static void describe_status(int st, char *buf, size_t n)
     }
 }
 
-/* Wait for the worker's hello (o->hello_timeout_s, else 30 s) and check
- * the role it names.  w; or NULL with err set, w stopped.  Frees argv. */
-static kh_wproc *await_hello(kh_wproc *w, const kh_wproc_opts *o, char **argv, kh_err *err)
+/* Wait for the worker's hello (until w->hello_deadline) and check the role
+ * it names.  w; or NULL with err set, w stopped.  Frees w->argv. */
+static kh_wproc *await_hello(kh_wproc *w, kh_err *err)
 {
-    double deadline = kh_now() + (o->hello_timeout_s > 0 ? o->hello_timeout_s : 30.0);
+    double deadline = w->hello_deadline;
+    char **argv = w->argv;
+    const char *role_want = w->role;
+    w->argv = NULL;
+    w->hello_pending = 0;
     kh_msg hello = {0};
     for (;;) {
         int done = 0;
@@ -198,7 +205,7 @@ static kh_wproc *await_hello(kh_wproc *w, const kh_wproc_opts *o, char **argv, k
             describe_status(w->status, how, sizeof how);
             last_line(w, line, sizeof line);
             kh_err_set(err, st ? KH_ECHILD : KH_ETIMEOUT,
-                       "worker '%s' (%s) %s before saying hello (%s)%s%s", o->role, argv[0],
+                       "worker '%s' (%s) %s before saying hello (%s)%s%s", role_want, argv[0],
                        st ? how : "did not answer", st ? rerr.msg : "timeout",
                        line[0] ? "; last stderr: " : "", line);
             kh_wproc_free_argv(argv);
@@ -218,13 +225,13 @@ static kh_wproc *await_hello(kh_wproc *w, const kh_wproc_opts *o, char **argv, k
     snprintf(w->slurm_job, sizeof w->slurm_job, "%s", hj ? hj : "");
     json_t *herr = json_object_get(hello.head, "error");
     const char *role = json_string_value(json_object_get(h, "role"));
-    if (herr || !role || strcmp(role, o->role)) {
+    if (herr || !role || strcmp(role, role_want)) {
         if (herr)
-            kh_err_set(err, KH_ECHILD, "worker '%s' could not start: %s", o->role,
+            kh_err_set(err, KH_ECHILD, "worker '%s' could not start: %s", role_want,
                        json_string_value(json_object_get(herr, "message")));
         else
             kh_err_set(err, KH_EPARSE, "worker answered hello as role '%s', expected '%s'",
-                       role ? role : "(none)", o->role);
+                       role ? role : "(none)", role_want);
         kh_msg_free(&hello);
         kh_wproc_stop(w, 1.0);
         return NULL;
@@ -233,7 +240,7 @@ static kh_wproc *await_hello(kh_wproc *w, const kh_wproc_opts *o, char **argv, k
     return w;
 }
 
-kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
+kh_wproc *kh_wproc_spawn(const kh_wproc_opts *o, kh_err *err)
 {
     /* A worker that dies mid-request must not take the coordinator with it
      * through SIGPIPE; write errors are handled where they happen. */
@@ -340,8 +347,12 @@ kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
         return NULL;
     }
 
-    /* The hello. */
-    return await_hello(w, o, argv, err);
+    /* The hello comes later: kh_wproc_ready. */
+    kh_timeline("spawned %s (pid %d)", o->role, (int)pid);
+    w->argv = argv;
+    w->hello_pending = 1;
+    w->hello_deadline = kh_now() + (o->hello_timeout_s > 0 ? o->hello_timeout_s : 30.0);
+    return w;
 
 fail_pipes:
     for (int i = 0; i < 2; i++) {
@@ -355,6 +366,23 @@ fail_pipes:
     kh_wproc_free_argv(argv);
     kh_wproc_free_argv(env);
     return NULL;
+}
+
+kh_wproc *kh_wproc_ready(kh_wproc *w, kh_err *err)
+{
+    if (!w->hello_pending)
+        return w;
+    kh_wproc *ready = await_hello(w, err);
+    kh_timeline("hello %s", ready ? ready->role : "(failed)");
+    return ready;
+}
+
+int kh_wproc_starting(const kh_wproc *w) { return w->hello_pending; }
+
+kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
+{
+    kh_wproc *w = kh_wproc_spawn(o, err);
+    return w ? kh_wproc_ready(w, err) : NULL;
 }
 
 kh_status kh_wproc_submit(kh_wproc *w, const char *method, const json_t *params,
@@ -395,6 +423,7 @@ kh_status kh_wproc_submit(kh_wproc *w, const char *method, const json_t *params,
     w->busy = 1;
     w->busy_id = id;
     snprintf(w->method, sizeof w->method, "%s", method);
+    kh_timeline("submit %s %s (%zu bytes)", w->role, method, payload_len);
     return KH_OK;
 }
 
@@ -479,6 +508,7 @@ size_t kh_wproc_wait(kh_wproc *const *ws, size_t n, double wait_s, kh_wdone *don
                 d->reply = m;
                 d->seconds = kh_now() - w->submitted;
                 w->busy = 0;
+                kh_timeline("reply %s %s", w->role, w->method);
                 if (json_is_true(json_object_get(m.head, "exiting"))) {
                     /* It leaves by itself (a sticky error): reap it now. */
                     kill_and_reap(w, grace(w, 5.0));
@@ -576,6 +606,7 @@ void kh_wproc_stop(kh_wproc *w, double grace_s)
     if (w->err_fd >= 0)
         close(w->err_fd);
     kh_wire_reader_free(&w->reader);
+    kh_wproc_free_argv(w->argv);
     free(w);
 }
 
@@ -667,14 +698,55 @@ const char *kh_pool_slot_host(const kh_pool *p, size_t slot)
 
 const kh_wproc *kh_pool_slot_worker(const kh_pool *p, size_t slot)
 {
-    return slot < p->n && p->w[slot] && p->w[slot]->alive ? p->w[slot] : NULL;
+    return slot < p->n && p->w[slot] && p->w[slot]->alive && !p->w[slot]->hello_pending
+               ? p->w[slot]
+               : NULL;
 }
 
 /* An idle live worker (the one in slot prefer if it qualifies), starting one
  * (after the backoff) if none is; *slot its index. */
+/* A worker kh_pool_prestart spawned: its hello read now; a failure counts
+ * as a death and empties the slot (the caller starts another there). */
+static void pool_ready(kh_pool *p, size_t i)
+{
+    if (!p->w[i] || !kh_wproc_starting(p->w[i]))
+        return;
+    double t0 = kh_now();
+    kh_err err;
+    kh_err_clear(&err);
+    p->w[i] = kh_wproc_ready(p->w[i], &err);
+    if (!p->w[i]) {
+        p->consecutive_deaths++;
+        p->last_death = kh_now();
+        p->last_err = err;
+        return;
+    }
+    p->stats.last_restart_s = kh_now() - t0;
+}
+
+kh_status kh_pool_prestart(kh_pool *p, kh_err *err)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->w[i] && p->w[i]->alive)
+            continue;
+        kh_wproc_stop(p->w[i], 0);
+        p->opts.index = (int)i;
+        p->opts.gpu = p->gpu[i];
+        p->opts.host = p->host[i][0] ? p->host[i] : NULL;
+        if (!(p->w[i] = kh_wproc_spawn(&p->opts, err)))
+            return err->code;
+        p->stats.started++;
+    }
+    return KH_OK;
+}
+
 static kh_wproc *pool_worker_in(kh_pool *p, size_t prefer, int strict, size_t *slot,
                                  kh_err *err)
 {
+    /* the prestarted workers that could serve this request say hello first */
+    for (size_t i = 0; i < p->n; i++)
+        if (!strict || i == prefer)
+            pool_ready(p, i);
     if (prefer < p->n && p->w[prefer] && p->w[prefer]->alive && !p->w[prefer]->busy) {
         *slot = prefer;
         return p->w[prefer];

@@ -57,6 +57,14 @@ typedef struct kh_wproc kh_wproc;
 /* Start a worker and wait for its hello.  NULL with err on failure (cannot
  * exec, no hello in time, wrong role, the role's init failed). */
 kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err);
+/* kh_wproc_start in two halves, so that a worker's start (its process, its
+ * role's init: a CUDA context) overlaps the caller's own work: spawn returns
+ * once the process runs; ready reads its hello (NULL with err, w stopped and
+ * freed, on failure).  Nothing else may be called on a spawned worker before
+ * ready but kh_wproc_stop and kh_wproc_starting (1 until ready). */
+kh_wproc *kh_wproc_spawn(const kh_wproc_opts *o, kh_err *err);
+kh_wproc *kh_wproc_ready(kh_wproc *w, kh_err *err);
+int kh_wproc_starting(const kh_wproc *w);
 
 /* Send one request (one outstanding request per worker: KH_ESTATE if busy,
  * if dead).  params is borrowed.  The deadline starts now. */
@@ -114,6 +122,11 @@ typedef struct kh_pool_stats {
 /* A pool of n workers of one role, started lazily.  o is copied. */
 kh_pool *kh_pool_new(const kh_wproc_opts *o, size_t n, kh_err *err);
 void kh_pool_free(kh_pool *p);
+/* Spawn a worker in every empty slot without waiting for its hello: the
+ * workers start while the caller works; the first request for a slot reads
+ * its hello (a failed start counts as a death there, and the slot is
+ * started again as usual). */
+kh_status kh_pool_prestart(kh_pool *p, kh_err *err);
 
 /* Run one request on an idle worker, starting or respawning one as needed.
  * A worker that dies or overruns is replaced before the next call (with
