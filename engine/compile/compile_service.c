@@ -190,6 +190,11 @@ kh_compile_service *kh_compile_service_new(kh_engine *e, const kh_compile_servic
     return s;
 }
 
+kh_status kh_compile_service_prestart(kh_compile_service *s, size_t n, kh_err *err)
+{
+    return s->pool ? kh_pool_prestart(s->pool, n, err) : KH_OK;
+}
+
 void kh_compile_service_free(kh_compile_service *s)
 {
     if (!s)

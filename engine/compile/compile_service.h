@@ -62,6 +62,10 @@ kh_compile_service *kh_compile_service_new(kh_engine *e, const kh_compile_servic
                                            kh_err *err);
 /* Stops the servers (each gets a second to leave). */
 void kh_compile_service_free(kh_compile_service *s);
+/* Start servers now, until n are alive, rather than on the first jobs
+ * (kh_pool_prestart): their start overlaps the caller's work.  Nothing in
+ * process mode. */
+kh_status kh_compile_service_prestart(kh_compile_service *s, size_t n, kh_err *err);
 
 /* One job; outcomes as kh_compile_build (compile.h), plus: KH_ETIMEOUT with
  * *out an artifact whose log says a server was killed at the hard deadline;

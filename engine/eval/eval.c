@@ -498,16 +498,23 @@ static void note_changes(const kh_task *t, json_t *arr, kh_err *err)
     kh_task_fp_free(&fp1);
 }
 
-/* The GPU workers started while the candidate compiles (their CUDA context
- * is most of a fresh evaluation's start).  A failure here is not reported:
- * the first request starts the worker again and reports it. */
-static void prestart_gpu(kh_eval *ev)
+/* The workers a fresh evaluation needs, started at once so that their
+ * starts overlap: the GPU workers (their CUDA context is most of a fresh
+ * evaluation's start) while the candidate compiles, and one compile server
+ * for it.  A failure here is not reported: the first request starts the
+ * worker again and reports it. */
+static void prestart_workers(wctx *c)
 {
     kh_err perr;
     kh_err_clear(&perr);
-    kh_pool *p = eval_pool_for(ev, 0, 0, &perr);
-    if (p)
-        kh_pool_prestart(p, &perr);
+    if (!eval_is_host(c->sol) || c->ref_gpu) {
+        kh_pool *p = eval_pool_for(c->ev, 0, 0, &perr);
+        if (p)
+            kh_pool_prestart(p, SIZE_MAX, &perr);
+    }
+    if (!c->bad_solution[0] && !eval_is_host(c->sol) && !eval_is_so(c->sol) &&
+        eval_compile_service(c->ev, &perr) == KH_OK)
+        kh_compile_service_prestart(c->ev->cs, 1, &perr);
 }
 
 /* The workloads chosen, the run set up, every workload evaluated; *traces
@@ -528,8 +535,8 @@ static kh_status run(kh_eval *ev, const kh_task *t, const run_sol *r, const kh_e
         st = add_shapes(t->set, r->d, o->shapes, c->base_seed, &l, &c->shapes_info, err);
     if (!st)
         st = set_evaluator(c, err);
-    if (!st && (!eval_is_host(c->sol) || c->ref_gpu))
-        prestart_gpu(ev);
+    if (!st)
+        prestart_workers(c);
     wstate *ws = st ? NULL : calloc(l.n, sizeof *ws);
     json_t **outs = st ? NULL : calloc(l.n, sizeof *outs);
     int *groups = st ? NULL : malloc(l.n * sizeof *groups);

@@ -171,6 +171,17 @@ static kh_status build_so(kh_eval *ev, const kh_task_solution *sol, int trusted,
     return st;
 }
 
+kh_status eval_compile_service(kh_eval *ev, kh_err *err)
+{
+    if (!ev->cs) {
+        /* local servers of the workers' executable (a test binary's is not khlua) */
+        kh_compile_service_opts so = {.exe = ev->exe};
+        if (!(ev->cs = kh_compile_service_new(ev->e, &so, err)))
+            return err->code;
+    }
+    return KH_OK;
+}
+
 /* The entry file is the translation unit; the other sources are its
  * headers, #include-able by their paths. */
 static kh_status build_cubin(kh_eval *ev, kh_store *cache, const kh_task_solution *sol,
@@ -180,12 +191,8 @@ static kh_status build_cubin(kh_eval *ev, kh_store *cache, const kh_task_solutio
     size_t src_len = 0, nh = 0;
     kh_source *hdrs = NULL;
     kh_status st = kh_task_cuda_sources(sol, &src, &src_len, &hdrs, &nh, err);
-    if (!st && !ev->cs) {
-        /* local servers of the workers' executable (a test binary's is not khlua) */
-        kh_compile_service_opts so = {.exe = ev->exe};
-        if (!(ev->cs = kh_compile_service_new(ev->e, &so, err)))
-            st = err->code;
-    }
+    if (!st)
+        st = eval_compile_service(ev, err);
     if (!st) {
         const kh_task_manifest *m = sol->manifest;
         const char *kernels[64];

@@ -352,6 +352,8 @@ size_t eval_group_size(const kh_eval *ev, int host); /* slots per GPU group */
 /* The pool of host or gpu workers, started with the placement on first
  * use; NULL with err when it cannot be made. */
 kh_pool *eval_pool_for(kh_eval *ev, int host, uint64_t mem, kh_err *err);
+/* ev->cs made if it is not yet (eval_build.c). */
+kh_status eval_compile_service(kh_eval *ev, kh_err *err);
 json_t *eval_placement_json(kh_eval *ev, kh_pool *p, size_t slot, const kh_wproc *w);
 
 /* eval_build.c ------------------------------------------------------------ */

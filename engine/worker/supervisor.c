@@ -724,11 +724,15 @@ static void pool_ready(kh_pool *p, size_t i)
     p->stats.last_restart_s = kh_now() - t0;
 }
 
-kh_status kh_pool_prestart(kh_pool *p, kh_err *err)
+kh_status kh_pool_prestart(kh_pool *p, size_t max, kh_err *err)
 {
-    for (size_t i = 0; i < p->n; i++) {
+    size_t live = 0;
+    for (size_t i = 0; i < p->n; i++)
+        live += p->w[i] && p->w[i]->alive;
+    for (size_t i = 0; i < p->n && live < max; i++) {
         if (p->w[i] && p->w[i]->alive)
             continue;
+        live++;
         kh_wproc_stop(p->w[i], 0);
         p->opts.index = (int)i;
         p->opts.gpu = p->gpu[i];

@@ -122,11 +122,11 @@ typedef struct kh_pool_stats {
 /* A pool of n workers of one role, started lazily.  o is copied. */
 kh_pool *kh_pool_new(const kh_wproc_opts *o, size_t n, kh_err *err);
 void kh_pool_free(kh_pool *p);
-/* Spawn a worker in every empty slot without waiting for its hello: the
- * workers start while the caller works; the first request for a slot reads
- * its hello (a failed start counts as a death there, and the slot is
- * started again as usual). */
-kh_status kh_pool_prestart(kh_pool *p, kh_err *err);
+/* Spawn workers in empty slots, until max are alive (SIZE_MAX: every
+ * slot), without waiting for their hello: the workers start while the
+ * caller works; the first request for a slot reads its hello (a failed
+ * start counts as a death there, and the slot is started again as usual). */
+kh_status kh_pool_prestart(kh_pool *p, size_t max, kh_err *err);
 
 /* Run one request on an idle worker, starting or respawning one as needed.
  * A worker that dies or overruns is replaced before the next call (with

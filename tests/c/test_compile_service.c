@@ -102,6 +102,32 @@ static const char *bomb(char *buf, size_t n)
     return buf;
 }
 
+/* kh_compile_service_prestart: a server started before any job, and the
+ * first build served by it rather than by another one started then; asking
+ * again with one alive starts none. */
+static void test_prestart(void **state)
+{
+    fx *f = *state;
+    kh_compile_service *s = service(f, 2, 0);
+    kh_err err;
+    kh_compile_service_stats st;
+    assert_int_equal(kh_compile_service_prestart(s, 1, &err), KH_OK);
+    kh_compile_service_stats_get(s, &st);
+    assert_int_equal(st.started, 1);
+    char src[4096];
+    bf16_kernel(src, sizeof src, 16 + rand() % 2000, rand() % 7);
+    kh_compile_req req = {.source = src, .source_len = strlen(src), .kernels = k_scale,
+                          .n_kernels = 1};
+    kh_artifact *a = build_ok(s, NULL, &req);
+    assert_string_equal(a->served_by, "server");
+    assert_true(a->server_pid > 0 && a->server_pid != getpid());
+    kh_artifact_free(a);
+    assert_int_equal(kh_compile_service_prestart(s, 1, &err), KH_OK);
+    kh_compile_service_stats_get(s, &st);
+    assert_int_equal(st.started, 1);
+    kh_compile_service_free(s);
+}
+
 static void test_servers_compile_and_route(void **state)
 {
     fx *f = *state;
@@ -601,6 +627,7 @@ int main(void)
     srand(g_seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_servers_compile_and_route, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prestart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_headers_on_servers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_server_is_replaced, setup, teardown),

@@ -313,7 +313,7 @@ static void test_pool_prestart(void **state)
     kh_pool *p = kh_pool_new(&o, 2, &err);
     assert_non_null(p);
     double t0 = kh_now();
-    assert_int_equal(kh_pool_prestart(p, &err), KH_OK);
+    assert_int_equal(kh_pool_prestart(p, SIZE_MAX, &err), KH_OK);
     int pid0 = kh_pool_slot_pid(p, 0), pid1 = kh_pool_slot_pid(p, 1);
     assert_true(pid0 > 0 && pid1 > 0 && pid0 != pid1);
     assert_null(kh_pool_slot_worker(p, 0)); /* not ready before its hello */
@@ -347,7 +347,7 @@ static void test_pool_prestart(void **state)
     o.env = bad_env;
     p = kh_pool_new(&o, 1, &err);
     assert_non_null(p);
-    assert_int_equal(kh_pool_prestart(p, &err), KH_OK);
+    assert_int_equal(kh_pool_prestart(p, SIZE_MAX, &err), KH_OK);
     kh_msg reply;
     assert_int_equal(kh_pool_call(p, "ping", NULL, NULL, 0, 20, &reply, &err), KH_ECHILD);
     assert_non_null(strstr(err.msg, "echo init: no device here"));
