@@ -41,9 +41,9 @@ struct kh_wproc {
     double exit_grace; /* kh_wproc_opts.exit_grace_s */
     int remote;            /* launched through another program (srun, ssh) */
     int reaped;            /* the launcher was reaped by the wait loop; status holds it */
-    int hello_pending;     /* spawned, its hello not read yet (kh_wproc_ready) */
+    char **argv;           /* its command line while its hello is not read yet
+                            * (kh_wproc_ready): NULL once it is */
     double hello_deadline;
-    char **argv;           /* its command line, while the hello is pending */
     int worker_pid;        /* from the hello */
     char worker_host[256];
     char slurm_job[64];
@@ -186,7 +186,6 @@ static kh_wproc *await_hello(kh_wproc *w, kh_err *err)
     char **argv = w->argv;
     const char *role_want = w->role;
     w->argv = NULL;
-    w->hello_pending = 0;
     kh_msg hello = {0};
     for (;;) {
         int done = 0;
@@ -350,7 +349,6 @@ kh_wproc *kh_wproc_spawn(const kh_wproc_opts *o, kh_err *err)
     /* The hello comes later: kh_wproc_ready. */
     kh_timeline("spawned %s (pid %d)", o->role, (int)pid);
     w->argv = argv;
-    w->hello_pending = 1;
     w->hello_deadline = kh_now() + (o->hello_timeout_s > 0 ? o->hello_timeout_s : 30.0);
     return w;
 
@@ -370,14 +368,14 @@ fail_pipes:
 
 kh_wproc *kh_wproc_ready(kh_wproc *w, kh_err *err)
 {
-    if (!w->hello_pending)
+    if (!w->argv)
         return w;
     kh_wproc *ready = await_hello(w, err);
     kh_timeline("hello %s", ready ? ready->role : "(failed)");
     return ready;
 }
 
-int kh_wproc_starting(const kh_wproc *w) { return w->hello_pending; }
+int kh_wproc_starting(const kh_wproc *w) { return w->argv != NULL; }
 
 kh_wproc *kh_wproc_start(const kh_wproc_opts *o, kh_err *err)
 {
@@ -698,13 +696,22 @@ const char *kh_pool_slot_host(const kh_pool *p, size_t slot)
 
 const kh_wproc *kh_pool_slot_worker(const kh_pool *p, size_t slot)
 {
-    return slot < p->n && p->w[slot] && p->w[slot]->alive && !p->w[slot]->hello_pending
+    return slot < p->n && p->w[slot] && p->w[slot]->alive && !p->w[slot]->argv
                ? p->w[slot]
                : NULL;
 }
 
 /* An idle live worker (the one in slot prefer if it qualifies), starting one
  * (after the backoff) if none is; *slot its index. */
+/* The pool's options for a worker in slot i. */
+static const kh_wproc_opts *slot_opts(kh_pool *p, size_t i)
+{
+    p->opts.index = (int)i;
+    p->opts.gpu = p->gpu[i];
+    p->opts.host = p->host[i][0] ? p->host[i] : NULL;
+    return &p->opts;
+}
+
 /* A worker kh_pool_prestart spawned: its hello read now; a failure counts
  * as a death and empties the slot (the caller starts another there). */
 static void pool_ready(kh_pool *p, size_t i)
@@ -734,10 +741,7 @@ kh_status kh_pool_prestart(kh_pool *p, size_t max, kh_err *err)
             continue;
         live++;
         kh_wproc_stop(p->w[i], 0);
-        p->opts.index = (int)i;
-        p->opts.gpu = p->gpu[i];
-        p->opts.host = p->host[i][0] ? p->host[i] : NULL;
-        if (!(p->w[i] = kh_wproc_spawn(&p->opts, err)))
+        if (!(p->w[i] = kh_wproc_spawn(slot_opts(p, i), err)))
             return err->code;
         p->stats.started++;
     }
@@ -784,10 +788,7 @@ static kh_wproc *pool_worker_in(kh_pool *p, size_t prefer, int strict, size_t *s
                 usleep(5000);
         }
         double t0 = kh_now();
-        p->opts.index = (int)i;
-        p->opts.gpu = p->gpu[i];
-        p->opts.host = p->host[i][0] ? p->host[i] : NULL;
-        p->w[i] = kh_wproc_start(&p->opts, err);
+        p->w[i] = kh_wproc_start(slot_opts(p, i), err);
         if (!p->w[i]) {
             p->consecutive_deaths++;
             p->last_death = kh_now();
