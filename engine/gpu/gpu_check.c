@@ -18,19 +18,24 @@ _Static_assert(KH_DTYPE_F32 == 0 && KH_DTYPE_F16 == 1 && KH_DTYPE_BF16 == 2 &&
                    KH_DTYPE_I8 == 9 && KH_DTYPE_BOOL == 10,
                "the kernel's dtype numbers");
 
-/* One block of 256 threads per chunk.  The chunk's elements go in
- * KH_CHECK_LANES (1024) lanes, element lo + j into lane j % 1024 in order,
- * four lanes a thread (tid, tid + 256, tid + 512, tid + 768: four
- * independent loads in flight).  Each thread keeps the order-free figures
- * (counts, maxima, first indices) and its lanes' partial sums of
- * norm_error; the block folds the sums in halves (lane j + 512 into lane j,
- * then 256, ... 1), the order check.c's scan uses, so they round as the
- * host's do.  The products and sums are __dmul_rn / __dadd_rn: never
- * contracted into an FMA the host's loop does not make.  (Until 2026-12-07
- * a warp took a 2^18-element chunk in 32 lanes: 8,192 dependent steps a
- * lane, 10 ms for 700,000 elements on an H100; before that the sums went
- * element by element, 13 ms a chunk.) */
-_Static_assert(KH_CHECK_LANES == 1024, "the kernel's THREADS * PER");
+/* GROUPS (4) blocks of 256 threads per chunk.  The chunk's elements go in
+ * KH_CHECK_LANES (1024) lanes, element lo + j into lane j % 1024 in order;
+ * group g's block takes the lanes g, g + 4, ..., one a thread (64 elements
+ * of a full chunk, in order).  Each thread keeps the order-free figures
+ * (counts, maxima, first indices) and its lane's partial sums of
+ * norm_error; the block folds the sums in halves as far as they stay in
+ * the group (lane j + 512 into lane j, then 256, ... 4: all its lanes
+ * into lane g), the order check.c's scan uses, and writes the group's part;
+ * kh_gpu_cmp_fold ends the fold on the host (lanes 2, 3 into 0, 1, then 1
+ * into 0) and merges the groups' order-free figures, so the chunk's part is
+ * the host's bits.  The products and sums are __dmul_rn / __dadd_rn: never
+ * contracted into an FMA the host's loop does not make.  (Earlier on 2026-12-07
+ * a block took a chunk, four lanes a thread: 256 dependent steps a thread,
+ * about 0.3 ms a chunk however few chunks there were, the most of a timing
+ * phase's judging on small outputs; until 2026-12-07 a warp took a
+ * 2^18-element chunk in 32 lanes, 10 ms for 700,000 elements on an H100.) */
+_Static_assert(KH_CHECK_LANES == 256 * KH_GPU_CMP_GROUPS, "the kernel's THREADS * GROUPS");
+_Static_assert(KH_GPU_CMP_GROUPS == 4, "the kernel's GROUPS");
 static const char cmp_src[] =
     "typedef unsigned long long u64;\n"
     "typedef long long i64;\n"
@@ -120,7 +125,7 @@ static const char cmp_src[] =
     "}\n"
     "#define FULL 0xffffffffu\n"
     "#define THREADS 256\n"
-    "#define PER 4 /* lanes a thread: KH_CHECK_LANES = THREADS * PER */\n"
+    "#define GROUPS 4 /* blocks a chunk: KH_CHECK_LANES = THREADS * GROUPS */\n"
     "/* b's order-free figures into a's: counts added, maxima kept, the first\n"
     "   index kept (the worst: the larger error, then the lower index) */\n"
     "__device__ void merge(struct part *a, const struct part *b) {\n"
@@ -137,67 +142,66 @@ static const char cmp_src[] =
     "  if (b->max_rel > a->max_rel) a->max_rel = b->max_rel;\n"
     "  a->abs_nan |= b->abs_nan; a->rel_nan |= b->rel_nan;\n"
     "}\n"
+    "/* block b takes group g = b % GROUPS of chunks b / GROUPS, then on by\n"
+    "   gridDim.x / GROUPS: the lanes g + GROUPS * tid, one a thread, into\n"
+    "   parts[chunk * GROUPS + g] */\n"
     "extern \"C\" __global__ void __launch_bounds__(THREADS) kh_cmp_parts(\n"
     "    const unsigned char *out, const unsigned char *ref, u64 n, int t, double atol,\n"
     "    double rtol, int f32, u64 chunk, struct part *parts, u64 nchunks) {\n"
     "  __shared__ double s_sd[THREADS], s_sr[THREADS];\n"
     "  __shared__ struct part s_p[THREADS / 32];\n"
     "  int tid = threadIdx.x, lane = tid & 31;\n"
-    "  for (u64 c = blockIdx.x; c < nchunks; c += gridDim.x) {\n"
+    "  u64 g = blockIdx.x % GROUPS, step = gridDim.x / GROUPS;\n"
+    "  for (u64 c = blockIdx.x / GROUPS; c < nchunks; c += step) {\n"
     "    u64 lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;\n"
     "    struct part p;\n"
     "    p.fails = 0; p.out_inf = 0; p.out_nan = 0; p.ref_nonfinite = 0; p.max_ulp = 0;\n"
     "    p.first_fail = -1; p.first_inf = -1; p.first_nan = -1; p.worst = -1;\n"
     "    p.max_abs = 0; p.max_rel = 0; p.abs_nan = 0; p.rel_nan = 0;\n"
-    "    double sd[PER], sr[PER];\n"
-    "#pragma unroll\n"
-    "    for (int q = 0; q < PER; q++) { sd[q] = 0; sr[q] = 0; }\n"
-    "    /* lane tid + THREADS * q takes elements lo + lane, lo + lane + 1024, ...\n"
-    "       in order; this thread's elements go in ascending index */\n"
-    "    for (u64 base = lo; base < hi; base += THREADS * PER) {\n"
-    "#pragma unroll\n"
-    "      for (int q = 0; q < PER; q++) {\n"
-    "        u64 i = base + tid + (u64)THREADS * q;\n"
-    "        if (i >= hi) continue;\n"
-    "        u64 cx = code_at(t, out, i), cy = code_at(t, ref, i);\n"
-    "        double x = decode(t, cx), y = decode(t, cy);\n"
-    "        int xfin = isfinite(x), yfin = isfinite(y);\n"
-    "        if (!xfin) {\n"
-    "          if (isinf(x) && p.out_inf++ == 0) p.first_inf = (i64)i;\n"
-    "          if (isnan(x) && p.out_nan++ == 0) p.first_nan = (i64)i;\n"
-    "        }\n"
-    "        if (!yfin) p.ref_nonfinite++;\n"
-    "        double ea, er;\n"
-    "        int ef;\n"
-    "        if (f32) {\n"
-    "          float xf = (float)x, yf = (float)y;\n"
-    "          float a = fabsf(xf - yf);\n"
-    "          float rl = a / (fabsf(yf) + 1e-8f);\n"
-    "          ea = a; er = rl; ef = a > (float)atol && rl > (float)rtol;\n"
-    "        } else {\n"
-    "          double a = fabs(x - y);\n"
-    "          double rl = a / (fabs(y) + 1e-8);\n"
-    "          ea = a; er = rl; ef = a > atol && rl > rtol;\n"
-    "        }\n"
-    "        if (isnan(ea)) p.abs_nan = 1;\n"
-    "        else if (ea > p.max_abs || p.worst < 0) { p.max_abs = ea; p.worst = (i64)i; }\n"
-    "        if (isnan(er)) p.rel_nan = 1;\n"
-    "        else if (er > p.max_rel) p.max_rel = er;\n"
-    "        if (ef && p.fails++ == 0) p.first_fail = (i64)i;\n"
-    "        if (xfin && yfin) {\n"
-    "          double e = __dadd_rn(x, -y);\n"
-    "          sd[q] = __dadd_rn(sd[q], __dmul_rn(e, e));\n"
-    "          sr[q] = __dadd_rn(sr[q], __dmul_rn(y, y));\n"
-    "        }\n"
-    "        u64 d = ulp(t, cx, cy);\n"
-    "        if (d > p.max_ulp) p.max_ulp = d;\n"
+    "    double sd = 0, sr = 0;\n"
+    "    /* lane g + GROUPS * tid takes elements lo + lane, lo + lane + 1024, ...\n"
+    "       in order */\n"
+    "#pragma unroll 4\n"
+    "    for (u64 i = lo + g + (u64)GROUPS * tid; i < hi; i += (u64)GROUPS * THREADS) {\n"
+    "      u64 cx = code_at(t, out, i), cy = code_at(t, ref, i);\n"
+    "      double x = decode(t, cx), y = decode(t, cy);\n"
+    "      int xfin = isfinite(x), yfin = isfinite(y);\n"
+    "      if (!xfin) {\n"
+    "        if (isinf(x) && p.out_inf++ == 0) p.first_inf = (i64)i;\n"
+    "        if (isnan(x) && p.out_nan++ == 0) p.first_nan = (i64)i;\n"
     "      }\n"
+    "      if (!yfin) p.ref_nonfinite++;\n"
+    "      double ea, er;\n"
+    "      int ef;\n"
+    "      if (f32) {\n"
+    "        float xf = (float)x, yf = (float)y;\n"
+    "        float a = fabsf(xf - yf);\n"
+    "        float rl = a / (fabsf(yf) + 1e-8f);\n"
+    "        ea = a; er = rl; ef = a > (float)atol && rl > (float)rtol;\n"
+    "      } else {\n"
+    "        double a = fabs(x - y);\n"
+    "        double rl = a / (fabs(y) + 1e-8);\n"
+    "        ea = a; er = rl; ef = a > atol && rl > rtol;\n"
+    "      }\n"
+    "      if (isnan(ea)) p.abs_nan = 1;\n"
+    "      else if (ea > p.max_abs || p.worst < 0) { p.max_abs = ea; p.worst = (i64)i; }\n"
+    "      if (isnan(er)) p.rel_nan = 1;\n"
+    "      else if (er > p.max_rel) p.max_rel = er;\n"
+    "      if (ef && p.fails++ == 0) p.first_fail = (i64)i;\n"
+    "      if (xfin && yfin) {\n"
+    "        double e = __dadd_rn(x, -y);\n"
+    "        sd = __dadd_rn(sd, __dmul_rn(e, e));\n"
+    "        sr = __dadd_rn(sr, __dmul_rn(y, y));\n"
+    "      }\n"
+    "      u64 d = ulp(t, cx, cy);\n"
+    "      if (d > p.max_ulp) p.max_ulp = d;\n"
     "    }\n"
-    "    /* the fold in halves of check.c: 1024 lanes to 512 (lane j + 512 into\n"
-    "       lane j: q2 into q0, q3 into q1), to 256 (q1 into q0), then across\n"
-    "       the block through shared memory down to 32, then the warp */\n"
-    "    s_sd[tid] = __dadd_rn(__dadd_rn(sd[0], sd[2]), __dadd_rn(sd[1], sd[3]));\n"
-    "    s_sr[tid] = __dadd_rn(__dadd_rn(sr[0], sr[2]), __dadd_rn(sr[1], sr[3]));\n"
+    "    /* check.c's fold in halves, as far as it stays in this group: lane\n"
+    "       j + 512 into lane j is thread tid + 512 / GROUPS into tid, ... down\n"
+    "       to lane g (thread 0); the host folds the groups' lanes 0..3\n"
+    "       (kh_gpu_cmp_fold) */\n"
+    "    s_sd[tid] = sd;\n"
+    "    s_sr[tid] = sr;\n"
     "    __syncthreads();\n"
     "    for (int half = THREADS / 2; half >= 32; half >>= 1) {\n"
     "      if (tid < half) {\n"
@@ -242,7 +246,7 @@ static const char cmp_src[] =
     "      p.worst_ref = p.worst >= 0 ? decode(t, code_at(t, ref, (u64)p.worst)) : 0.0;\n"
     "      p.fail_out = p.first_fail >= 0 ? decode(t, code_at(t, out, (u64)p.first_fail)) : 0.0;\n"
     "      p.fail_ref = p.first_fail >= 0 ? decode(t, code_at(t, ref, (u64)p.first_fail)) : 0.0;\n"
-    "      parts[c] = p;\n"
+    "      parts[c * GROUPS + g] = p;\n"
     "    }\n"
     "    __syncthreads(); /* s_p and s_sd free for the next chunk */\n"
     "  }\n"
@@ -272,7 +276,7 @@ struct kh_gpu_cmp {
     CUstream stream;
     CUmodule mod;
     CUfunction fn, same_fn, find_fn;
-    CUdeviceptr parts; /* device copy of the parts, cap of them */
+    CUdeviceptr parts; /* the groups' parts on the device, cap of them */
     CUdeviceptr scratch; /* 8 bytes: kh_cmp_same's flag, kh_cmp_find's index */
     size_t cap;
 };
@@ -365,42 +369,103 @@ kh_status kh_gpu_cmp_parts_async(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUd
     int ti = (int)t, f32 = o->precision == KH_CHECK_FIB_F32;
     double atol = o->atol, rtol = o->rtol;
     void *args[] = {&out, &ref, &n, &ti, &atol, &rtol, &f32, &chunk, &dparts, &nchunks};
-    /* a block (256 threads) per chunk */
-    unsigned grid = (unsigned)nchunks;
-    if (grid > 4096)
-        grid = 4096;
+    /* GROUPS blocks (256 threads) per chunk, at most 1024 chunks at once */
+    unsigned grid = (unsigned)(nchunks < 1024 ? nchunks : 1024) * KH_GPU_CMP_GROUPS;
     return cu_ok(c->cu,
                  c->cu->cuLaunchKernel(c->fn, grid, 1, 1, 256, 1, 1, 0, c->stream, args, NULL),
                  "cuLaunchKernel", err);
+}
+
+/* b's order-free figures into a's, as the kernel's merge, with the values
+ * at the index kept. */
+static void group_merge(kh_check_part *a, const kh_check_part *b)
+{
+    a->fails += b->fails;
+    a->out_inf += b->out_inf;
+    a->out_nan += b->out_nan;
+    a->ref_nonfinite += b->ref_nonfinite;
+    if (b->max_ulp > a->max_ulp)
+        a->max_ulp = b->max_ulp;
+    if (b->first_fail >= 0 && (a->first_fail < 0 || b->first_fail < a->first_fail)) {
+        a->first_fail = b->first_fail;
+        a->fail_out = b->fail_out;
+        a->fail_ref = b->fail_ref;
+    }
+    if (b->first_inf >= 0 && (a->first_inf < 0 || b->first_inf < a->first_inf))
+        a->first_inf = b->first_inf;
+    if (b->first_nan >= 0 && (a->first_nan < 0 || b->first_nan < a->first_nan))
+        a->first_nan = b->first_nan;
+    if (b->worst >= 0 && (a->worst < 0 || b->max_abs > a->max_abs ||
+                          (b->max_abs == a->max_abs && b->worst < a->worst))) {
+        a->max_abs = b->max_abs;
+        a->worst = b->worst;
+        a->worst_out = b->worst_out;
+        a->worst_ref = b->worst_ref;
+    }
+    if (b->max_rel > a->max_rel)
+        a->max_rel = b->max_rel;
+    a->abs_nan |= b->abs_nan;
+    a->rel_nan |= b->rel_nan;
+}
+
+void kh_gpu_cmp_fold(const kh_check_part *groups, uint64_t nchunks, kh_check_part *parts)
+{
+    for (uint64_t c = 0; c < nchunks; c++) {
+        const kh_check_part *g = groups + c * KH_GPU_CMP_GROUPS;
+        kh_check_part p = g[0];
+        double sd[KH_GPU_CMP_GROUPS], sr[KH_GPU_CMP_GROUPS];
+        for (int k = 0; k < KH_GPU_CMP_GROUPS; k++) {
+            if (k)
+                group_merge(&p, &g[k]);
+            sd[k] = g[k].sdiff;
+            sr[k] = g[k].sref;
+        }
+        /* the end of check.c's fold in halves: group k holds lane k */
+        for (int half = KH_GPU_CMP_GROUPS / 2; half; half >>= 1)
+            for (int j = 0; j < half; j++) {
+                sd[j] += sd[j + half];
+                sr[j] += sr[j + half];
+            }
+        p.sdiff = sd[0];
+        p.sref = sr[0];
+        parts[c] = p;
+    }
 }
 
 kh_status kh_gpu_cmp_parts(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
                            uint64_t numel, const kh_check_opts *o, kh_check_part *parts,
                            kh_err *err)
 {
-    uint64_t nchunks = kh_check_nchunks(numel);
+    uint64_t nchunks = kh_check_nchunks(numel), slots = kh_gpu_cmp_slots(numel);
     if ((int)t < 0 || t > KH_DTYPE_BOOL)
         return kh_err_set(err, KH_EINVAL, "device comparison: invalid dtype %d", (int)t);
     if (!nchunks)
         return KH_OK;
     const kh_cuda_api *cu = c->cu;
     kh_status st = KH_OK;
-    if (c->cap < nchunks) {
+    if (c->cap < slots) {
         if (c->parts)
             cu->cuMemFree(c->parts);
         c->parts = 0;
         c->cap = 0;
-        if ((st = cu_ok(cu, cu->cuMemAlloc(&c->parts, nchunks * sizeof *parts), "cuMemAlloc",
+        if ((st = cu_ok(cu, cu->cuMemAlloc(&c->parts, slots * sizeof *parts), "cuMemAlloc",
                         err)))
             return st;
-        c->cap = nchunks;
+        c->cap = slots;
     }
+    kh_check_part *groups = malloc(slots * sizeof *groups);
+    if (!groups)
+        return kh_err_set(err, KH_ENOMEM, "out of memory for %llu parts",
+                          (unsigned long long)slots);
     st = kh_gpu_cmp_parts_async(c, t, out, ref, numel, o, c->parts, err);
     if (!st)
         st = cu_ok(cu, cu->cuStreamSynchronize(c->stream), "cuStreamSynchronize", err);
     if (!st)
-        st = cu_ok(cu, cu->cuMemcpyDtoH(parts, c->parts, nchunks * sizeof *parts),
+        st = cu_ok(cu, cu->cuMemcpyDtoH(groups, c->parts, slots * sizeof *groups),
                    "cuMemcpyDtoH", err);
+    if (!st)
+        kh_gpu_cmp_fold(groups, nchunks, parts);
+    free(groups);
     return st;
 }
 

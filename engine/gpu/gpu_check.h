@@ -34,11 +34,23 @@ void kh_gpu_cmp_free(kh_gpu_cmp *c); /* only while its context is usable */
 kh_status kh_gpu_cmp_parts(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
                            uint64_t numel, const kh_check_opts *o, kh_check_part *parts,
                            kh_err *err);
-/* The same parts into device memory at dparts, in stream order: nothing
- * waits (the caller syncs and copies them back). */
+/* The kernel writes KH_GPU_CMP_GROUPS parts per chunk (each from a block
+ * of its own, a quarter of the chunk's lanes); kh_gpu_cmp_fold makes the
+ * chunk's part of them on the host. */
+#define KH_GPU_CMP_GROUPS 4
+static inline uint64_t kh_gpu_cmp_slots(uint64_t numel)
+{
+    return kh_check_nchunks(numel) * KH_GPU_CMP_GROUPS;
+}
+/* The groups' parts into device memory at dparts (room for
+ * kh_gpu_cmp_slots(numel) parts), in stream order: nothing waits (the
+ * caller syncs, copies them back and folds them with kh_gpu_cmp_fold). */
 kh_status kh_gpu_cmp_parts_async(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
                                  uint64_t numel, const kh_check_opts *o, CUdeviceptr dparts,
                                  kh_err *err);
+/* The groups' parts of nchunks chunks (kh_gpu_cmp_parts_async's, copied
+ * back) into their nchunks parts, the bits kh_check_parts gives. */
+void kh_gpu_cmp_fold(const kh_check_part *groups, uint64_t nchunks, kh_check_part *parts);
 /* The verdict itself: kh_gpu_cmp_parts, then kh_check_from_parts. */
 kh_status kh_gpu_cmp_run(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUdeviceptr ref,
                          uint64_t numel, const kh_check_opts *o, kh_check_result *r,

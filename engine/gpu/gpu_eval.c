@@ -35,6 +35,12 @@ kh_gpu_eval *kh_gpu_eval_new(kh_engine *e, kh_gpu *g, kh_cupti *c, kh_err *err)
     return ev;
 }
 
+kh_status kh_gpu_eval_warm(kh_gpu_eval *ev, kh_err *err)
+{
+    kh_status st = gev_ensure_utils(ev, err);
+    return st ? st : gev_ensure_cmp(ev, err);
+}
+
 void kh_gpu_eval_free(kh_gpu_eval *ev)
 {
     if (!ev)

@@ -18,6 +18,9 @@ typedef struct kh_gpu_eval kh_gpu_eval;
 /* State kept across evaluations (the generator and checksum modules, built
  * once per worker).  NULL only when out of memory. */
 kh_gpu_eval *kh_gpu_eval_new(kh_engine *e, kh_gpu *g, kh_cupti *c, kh_err *err);
+/* Make the evaluator's own kernels now (the input generator, the utilities,
+ * the device comparison) rather than on the first request. */
+kh_status kh_gpu_eval_warm(kh_gpu_eval *ev, kh_err *err);
 void kh_gpu_eval_free(kh_gpu_eval *ev);
 
 /* One request; result and payload as the contract says.  A CUDA error is

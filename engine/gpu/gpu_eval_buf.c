@@ -70,6 +70,16 @@ static const char *checksum_src =
     "       i < e[1]; i += (unsigned long long)gridDim.x * blockDim.x)\n"
     "    if (p[i] != (unsigned char)want) { atomicMin(first, key | e[2] | i); return; }\n"
     "}\n"
+    /* kh_gather_tab: range blockIdx.x of tab, (source offset, destination
+     * offset, bytes), from src into dst, gridDim.y blocks on each (gev_gather) */
+    "struct kh_gtab { unsigned long long e[3 * 64]; };\n"
+    "extern \"C\" __global__ void kh_gather_tab(const kh_gtab tab,\n"
+    "    const unsigned char *src, unsigned char *dst) {\n"
+    "  const unsigned long long *e = tab.e + 3 * blockIdx.x;\n"
+    "  for (unsigned long long i = (unsigned long long)blockIdx.y * blockDim.x + threadIdx.x;\n"
+    "       i < e[2]; i += (unsigned long long)gridDim.y * blockDim.x)\n"
+    "    dst[e[1] + i] = src[e[0] + i];\n"
+    "}\n"
     "extern \"C\" __global__ void kh_sums_tab(const unsigned long long *now,\n"
     "    const unsigned long long *want, unsigned int nb, unsigned long long key,\n"
     "    unsigned long long *first) {\n"
@@ -90,20 +100,47 @@ void gev_arch(kh_gpu_eval *ev, char arch[16])
     json_decref(info);
 }
 
+/* The utility module's kernels, in the order utils_lookup takes them. */
+static const char *const util_kernels[] = {"kh_checksum", "kh_sum_tab", "kh_guard_tab",
+                                           "kh_sums_tab", "kh_gather_tab"};
+
+/* The loaded utility module's functions and the words they write: the
+ * utilities ready. */
+static kh_status utils_lookup(kh_gpu_eval *ev, kh_err *err)
+{
+    const kh_cuda_api *cu = kh_gpu_api(ev->g);
+    CUfunction *fns[] = {&ev->checksum, &ev->sum_tab, &ev->guard_tab, &ev->sums_tab,
+                         &ev->gather_tab};
+    kh_status st = KH_OK;
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0] && !st; i++)
+        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(fns[i], ev->util_mod, util_kernels[i]),
+                          "cuModuleGetFunction", err);
+    if (!st && !ev->sum_buf)
+        st = kh_gpu_check(ev->g, cu->cuMemAlloc(&ev->sum_buf, 8), "cuMemAlloc", err);
+    if (!st && !ev->watch)
+        st = kh_gpu_check(ev->g, cu->cuMemAlloc(&ev->watch, WATCH_WORDS * 8), "cuMemAlloc", err);
+    ev->utils_ready = !st;
+    return st;
+}
+
 kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
 {
-    if (ev->rng_fill)
+    if (ev->utils_ready)
         return KH_OK;
+    /* a step that failed before is taken again, the ones done are kept */
     const kh_cuda_api *cu = kh_gpu_api(ev->g);
     char arch[16];
     gev_arch(ev, arch);
-    void *cubin = NULL;
-    size_t n = 0;
-    kh_status st = kh_rng_compile(ev->e, arch, &cubin, &n, err);
-    if (st)
-        return kh_err_prefix(err, "compiling the input generator");
-    st = kh_gpu_check(ev->g, cu->cuModuleLoadData(&ev->rng_mod, cubin), "cuModuleLoadData", err);
-    free(cubin);
+    kh_status st = KH_OK;
+    if (!ev->rng_mod) {
+        void *cubin = NULL;
+        size_t n = 0;
+        if ((st = kh_rng_compile(ev->e, arch, &cubin, &n, err)))
+            return kh_err_prefix(err, "compiling the input generator");
+        st = kh_gpu_check(ev->g, cu->cuModuleLoadData(&ev->rng_mod, cubin), "cuModuleLoadData",
+                          err);
+        free(cubin);
+    }
     if (!st)
         st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(&ev->rng_fill, ev->rng_mod,
                                                          KH_RNG_KERNEL),
@@ -114,15 +151,15 @@ kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
                           "cuModuleGetFunction", err);
     if (st)
         return st;
+    if (ev->util_mod)
+        return utils_lookup(ev, err);
     kh_compiler *cc_ = kh_compile_new(ev->e, err);
     if (!cc_)
         return err->code;
-    /* in the order of the functions looked up below */
-    const char *kernels[] = {"kh_checksum", "kh_sum_tab", "kh_guard_tab", "kh_sums_tab"};
     kh_compile_req req = {.source = checksum_src, .source_len = strlen(checksum_src),
-                          .name = "kh_checksum.cu", .arch = arch, .kernels = kernels,
-                          .n_kernels = sizeof kernels / sizeof kernels[0], .trusted = 1,
-                          .no_pch = 1, .no_cache = 1};
+                          .name = "kh_checksum.cu", .arch = arch, .kernels = util_kernels,
+                          .n_kernels = sizeof util_kernels / sizeof util_kernels[0],
+                          .trusted = 1, .no_pch = 1, .no_cache = 1};
     kh_artifact *a = NULL;
     st = kh_compile_build(cc_, &req, &a, err);
     if (!st)
@@ -130,15 +167,37 @@ kh_status gev_ensure_utils(kh_gpu_eval *ev, kh_err *err)
                           "cuModuleLoadData", err);
     kh_artifact_free(a);
     kh_compile_free(cc_);
-    CUfunction *fns[] = {&ev->checksum, &ev->sum_tab, &ev->guard_tab, &ev->sums_tab};
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0] && !st; i++)
-        st = kh_gpu_check(ev->g, cu->cuModuleGetFunction(fns[i], ev->util_mod, kernels[i]),
-                          "cuModuleGetFunction", err);
-    if (!st)
-        st = kh_gpu_check(ev->g, cu->cuMemAlloc(&ev->sum_buf, 8), "cuMemAlloc", err);
-    if (!st)
-        st = kh_gpu_check(ev->g, cu->cuMemAlloc(&ev->watch, WATCH_WORDS * 8), "cuMemAlloc", err);
-    return st;
+    return st ? st : utils_lookup(ev, err);
+}
+
+#define GATHER_TAB 64 /* kh_gtab's ranges */
+kh_status gev_gather(kh_gpu_eval *ev, CUdeviceptr src, const uint64_t (*rg)[2], size_t n,
+                     CUdeviceptr dst, kh_err *err)
+{
+    const kh_cuda_api *cu = kh_gpu_api(ev->g);
+    struct {
+        unsigned long long e[3 * GATHER_TAB];
+    } tab;
+    unsigned long long at = 0;
+    for (size_t k0 = 0; k0 < n; k0 += GATHER_TAB) {
+        unsigned m = (unsigned)(n - k0 < GATHER_TAB ? n - k0 : GATHER_TAB), ny = 1;
+        memset(&tab, 0, sizeof tab);
+        for (unsigned k = 0; k < m; k++) {
+            uint64_t want = rg[k0 + k][1] / 8192 + 1; /* a block per 8 KiB, at most 32 */
+            ny = want > ny ? (want > 32 ? 32 : (unsigned)want) : ny;
+            tab.e[3 * k] = rg[k0 + k][0];
+            tab.e[3 * k + 1] = at;
+            tab.e[3 * k + 2] = rg[k0 + k][1];
+            at += rg[k0 + k][1];
+        }
+        void *args[] = {&tab, &src, &dst};
+        kh_status st = kh_gpu_check(ev->g, cu->cuLaunchKernel(ev->gather_tab, m, ny, 1, 256, 1, 1,
+                                                              0, kh_gpu_stream(ev->g), args, NULL),
+                                    "cuLaunchKernel (gathering ranges)", err);
+        if (st)
+            return st;
+    }
+    return KH_OK;
 }
 
 /* The checksum of bytes at p into the device word dst, in stream order. */

@@ -45,7 +45,8 @@ struct kh_gpu_eval {
     kh_gpu *g;
     kh_cupti *c;
     CUmodule rng_mod, util_mod;
-    CUfunction rng_fill, rng_kcache, checksum, sum_tab, guard_tab, sums_tab;
+    CUfunction rng_fill, rng_kcache, checksum, sum_tab, guard_tab, sums_tab, gather_tab;
+    int utils_ready; /* gev_ensure_utils has made all of the above */
     CUdeviceptr sum_buf;
     CUdeviceptr watch; /* WATCH_WORDS words: the timing phase's watch (gev_watch_call) */
     kh_gpu_cmp *cmp; /* the device comparison (gpu_check.h), made on first use */
@@ -139,7 +140,8 @@ typedef struct ev_tcall {
     long call;
     size_t off[MAX_TENSORS];
     json_t *ranges; /* {name: [[start, n], ...]}; NULL: whole outputs */
-    size_t poff[MAX_TENSORS], pn[MAX_TENSORS]; /* its parts in v->dparts, per output */
+    size_t poff[MAX_TENSORS], pn[MAX_TENSORS]; /* per output: its groups' parts' first
+                                                  * slot in v->dparts, its chunks */
 } ev_tcall;
 
 typedef struct ev_verify {
@@ -255,6 +257,11 @@ json_t *gev_copy_ranged(ev_run *r, const kh_launch_buf *bufs, const json_t *want
 /* Whether every buffer in bufs has its guard bands intact; if not, why
  * names the tensor. */
 int gev_guards_ok(ev_run *r, const kh_launch_buf *bufs, char *why, size_t whyn);
+
+/* The n byte ranges rg[k] = (offset, bytes) of src, one after another into
+ * dst, in stream order (kh_gather_tab: a launch per 64 ranges). */
+kh_status gev_gather(kh_gpu_eval *ev, CUdeviceptr src, const uint64_t (*rg)[2], size_t n,
+                     CUdeviceptr dst, kh_err *err);
 
 /* The checksum of bytes bytes at p (the kernel's sum, order-free). */
 kh_status gev_checksum(kh_gpu_eval *ev, CUdeviceptr p, size_t bytes, uint64_t *out,

@@ -275,19 +275,19 @@ kh_status gev_verify_keep_timed(ev_run *r, ev_verify *v, long k, int set, kh_err
         }
         if (!tc->ranges)
             tc->ranges = json_object();
-        uint64_t rg[MAX_RANGES][2];
+        uint64_t rg[MAX_RANGES][2], bytes[MAX_RANGES][2];
         size_t n = call_ranges(r, i, k, rg), used = 0;
         json_t *list = json_array();
         json_object_set_new(tc->ranges, r->ts[i].name, list);
-        for (size_t q = 0; q < n && !st; q++) {
+        for (size_t q = 0; q < n; q++) {
             size_t boff = kh_dtype_nbytes(r->ts[i].dtype, rg[q][0]);
-            size_t blen = kh_dtype_nbytes(r->ts[i].dtype, rg[q][0] + rg[q][1]) - boff;
-            st = kh_gpu_check(r->ev->g, cu->cuMemcpyDtoDAsync(dst + used, src + boff, blen, s),
-                              "cuMemcpyDtoDAsync (a verified call's ranges)", err);
-            used += blen;
+            bytes[q][0] = boff;
+            bytes[q][1] = kh_dtype_nbytes(r->ts[i].dtype, rg[q][0] + rg[q][1]) - boff;
+            used += bytes[q][1];
             json_array_append_new(list, json_pack("[I, I]", (json_int_t)rg[q][0],
                                                   (json_int_t)rg[q][1]));
         }
+        st = gev_gather(r->ev, src, (const uint64_t (*)[2])bytes, n, dst, err);
         at += SLOT(used);
     }
     /* the copies run in stream order before the next call; nothing waits */
@@ -323,7 +323,7 @@ kh_status gev_verify_timed_begin(ev_run *r, ev_verify *v, kh_err *err)
     for (size_t j = 0; j < v->ntc; j++)
         for (size_t i = 0; i < r->nt; i++)
             if (r->ts[i].role == ROLE_OUT)
-                total += (size_t)kh_check_nchunks(kept_numel(r, &v->tc[j], i));
+                total += (size_t)kh_gpu_cmp_slots(kept_numel(r, &v->tc[j], i));
     v->pused = 0;
     if (total <= v->dparts_n)
         return KH_OK;
@@ -341,8 +341,6 @@ kh_status gev_verify_timed_begin(ev_run *r, ev_verify *v, kh_err *err)
 
 kh_status gev_verify_timed_enqueue(ev_run *r, ev_verify *v, ev_tcall *tc, kh_err *err)
 {
-    const kh_cuda_api *cu = kh_gpu_api(r->ev->g);
-    CUstream s = kh_gpu_stream(r->ev->g);
     kh_status st = KH_OK;
     for (size_t i = 0; i < r->nt && !st; i++) {
         const ev_tensor *t = &r->ts[i];
@@ -356,26 +354,25 @@ kh_status gev_verify_timed_enqueue(ev_run *r, ev_verify *v, ev_tcall *tc, kh_err
         const json_t *list = tc->ranges ? json_object_get(tc->ranges, t->name) : NULL;
         if (list) { /* the reference's same ranges, gathered one after another (the
                      * gather buffer is reused in stream order) */
-            size_t q, used = 0;
+            uint64_t bytes[MAX_RANGES][2];
+            size_t q, nr = json_array_size(list);
             json_t *e;
+            if (nr > MAX_RANGES)
+                return kh_err_set(err, KH_ESTATE, "verify: %zu ranges (at most %d)", nr,
+                                  MAX_RANGES);
             numel = 0;
             json_array_foreach(list, q, e) {
                 uint64_t a = (uint64_t)json_integer_value(json_array_get(e, 0)),
                          n = (uint64_t)json_integer_value(json_array_get(e, 1));
-                size_t boff = kh_dtype_nbytes(t->dtype, a);
-                size_t blen = kh_dtype_nbytes(t->dtype, a + n) - boff;
-                if (!st)
-                    st = kh_gpu_check(r->ev->g,
-                                      cu->cuMemcpyDtoDAsync(v->gather.ptr + used, y + boff, blen,
-                                                            s),
-                                      "cuMemcpyDtoDAsync (the reference's ranges)", err);
-                used += blen;
+                bytes[q][0] = kh_dtype_nbytes(t->dtype, a);
+                bytes[q][1] = kh_dtype_nbytes(t->dtype, a + n) - bytes[q][0];
                 numel += n;
             }
+            st = gev_gather(r->ev, y, (const uint64_t (*)[2])bytes, nr, v->gather.ptr, err);
             y = v->gather.ptr;
         }
-        size_t np = (size_t)kh_check_nchunks(numel);
-        if (v->pused + np > v->dparts_n)
+        size_t np = (size_t)kh_check_nchunks(numel), ns = (size_t)kh_gpu_cmp_slots(numel);
+        if (v->pused + ns > v->dparts_n)
             return kh_err_set(err, KH_ESTATE, "verify: more parts than gev_verify_timed_begin "
                               "made room for");
         tc->poff[i] = v->pused;
@@ -385,7 +382,7 @@ kh_status gev_verify_timed_enqueue(ev_run *r, ev_verify *v, ev_tcall *tc, kh_err
                                         v->dparts + v->pused * sizeof(kh_check_part), err);
         if (st)
             return cmp_failed(r, st);
-        v->pused += np;
+        v->pused += ns;
     }
     return st;
 }
@@ -393,9 +390,15 @@ kh_status gev_verify_timed_enqueue(ev_run *r, ev_verify *v, ev_tcall *tc, kh_err
 kh_status gev_verify_timed_finish(ev_run *r, ev_verify *v, obuf *o, json_t *timed_outputs,
                                   kh_err *err)
 {
-    kh_check_part *all = v->pused ? malloc(v->pused * sizeof *all) : NULL;
-    if (v->pused && !all)
+    /* the groups' parts back, each output's folded into its parts (at
+     * most a quarter as many) */
+    kh_check_part *all = v->pused ? malloc(v->pused * sizeof *all) : NULL,
+                  *fold = v->pused ? malloc(v->pused * sizeof *fold) : NULL;
+    if (v->pused && (!all || !fold)) {
+        free(all);
+        free(fold);
         return kh_err_set(err, KH_ENOMEM, "out of memory for %zu parts", v->pused);
+    }
     kh_status st = kh_gpu_sync(r->ev->g, err);
     if (!st && v->pused)
         st = kh_gpu_check(r->ev->g,
@@ -409,7 +412,8 @@ kh_status gev_verify_timed_finish(ev_run *r, ev_verify *v, obuf *o, json_t *time
             if (r->ts[i].role != ROLE_OUT)
                 continue;
             size_t off = 0, len = tc->pn[i] * sizeof *all;
-            st = gev_obuf_add(o, all + tc->poff[i], len, &off, err);
+            kh_gpu_cmp_fold(all + tc->poff[i], tc->pn[i], fold);
+            st = gev_obuf_add(o, fold, len, &off, err);
             if (!st)
                 json_object_set_new(parts, r->ts[i].name,
                                     json_pack("[I, I]", (json_int_t)off, (json_int_t)len));
@@ -421,6 +425,7 @@ kh_status gev_verify_timed_finish(ev_run *r, ev_verify *v, obuf *o, json_t *time
         json_array_append_new(timed_outputs, to);
     }
     free(all);
+    free(fold);
     return st;
 }
 

@@ -60,6 +60,14 @@ static kh_status gpu_init(kh_worker *w, kh_err *err)
             snprintf(s->cupti_note, sizeof s->cupti_note, "CUPTI unavailable: %s", cerr.msg);
     }
     kh_worker_set_state(w, s);
+    /* the evaluator's own kernels (input generator, utilities, comparison)
+     * made before the hello, while the coordinator compiles the candidate
+     * (kh_pool_prestart); a failure here is reported by the first request,
+     * which makes them again */
+    kh_err werr;
+    kh_err_clear(&werr);
+    if ((s->ev = kh_gpu_eval_new(kh_worker_engine(w), s->g, s->c, &werr)))
+        kh_gpu_eval_warm(s->ev, &werr);
     return KH_OK;
 }
 

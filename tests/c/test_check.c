@@ -915,6 +915,52 @@ static void test_device_source_compiles(void **state)
     free(cubin);
 }
 
+/* kh_gpu_cmp_fold: the device's four group parts per chunk into the
+ * chunk's part as check.c makes it: the first failure and the worst
+ * element (the lower index on a tie) with their values, counts added, and
+ * the groups' sums folded in halves (2, 3 into 0, 1, then 1 into 0), an
+ * order that rounds differently from adding them in turn. */
+static void test_device_groups_fold(void **state)
+{
+    (void)state;
+    kh_check_part g[2 * KH_GPU_CMP_GROUPS], p[2];
+    memset(g, 0, sizeof g);
+    for (int k = 0; k < 2 * KH_GPU_CMP_GROUPS; k++)
+        g[k].first_fail = g[k].first_inf = g[k].first_nan = g[k].worst = -1;
+    g[0].fails = 1, g[0].first_fail = 8, g[0].fail_out = 1.5, g[0].fail_ref = 2.5;
+    g[0].worst = 4, g[0].max_abs = 3.0, g[0].worst_out = 7, g[0].worst_ref = 4;
+    g[0].sdiff = 1e16, g[0].sref = 1e16;
+    g[1].fails = 2, g[1].first_fail = 5, g[1].fail_out = 9, g[1].fail_ref = 10;
+    g[1].worst = 1, g[1].max_abs = 3.0, g[1].worst_out = 5, g[1].worst_ref = 2;
+    g[1].max_rel = 2, g[1].max_ulp = 7, g[1].sdiff = 1, g[1].sref = 1;
+    g[2].sdiff = 1, g[2].sref = 1, g[2].ref_nonfinite = 1;
+    g[3].abs_nan = 1, g[3].out_nan = 1, g[3].first_nan = 3, g[3].sdiff = 1, g[3].sref = 1;
+    g[3].worst = 7, g[3].max_abs = 2.0;
+    /* chunk 1: one group holds all */
+    g[6].fails = 4, g[6].first_fail = 65538, g[6].worst = 65538, g[6].max_abs = 0.5;
+    g[6].sdiff = 0.25;
+    kh_gpu_cmp_fold(g, 2, p);
+    assert_int_equal(p[0].fails, 3);
+    assert_int_equal(p[0].first_fail, 5);
+    assert_true(p[0].fail_out == 9 && p[0].fail_ref == 10);
+    assert_int_equal(p[0].worst, 1);
+    assert_true(p[0].max_abs == 3.0 && p[0].worst_out == 5 && p[0].worst_ref == 2);
+    assert_true(p[0].max_rel == 2);
+    assert_int_equal(p[0].max_ulp, 7);
+    assert_int_equal(p[0].ref_nonfinite, 1);
+    assert_int_equal(p[0].abs_nan, 1);
+    assert_int_equal(p[0].out_nan, 1);
+    assert_int_equal(p[0].first_nan, 3);
+    assert_int_equal(p[0].first_inf, -1);
+    /* (1e16 + 1) + (1 + 1): 1e16 + 2; in turn the ones are lost (1e16) */
+    assert_true(p[0].sdiff == 1e16 + 2 && p[0].sref == 1e16 + 2);
+    assert_true(((1e16 + 1) + 1) + 1 != p[0].sdiff);
+    assert_int_equal(p[1].fails, 4);
+    assert_int_equal(p[1].first_fail, 65538);
+    assert_int_equal(p[1].worst, 65538);
+    assert_true(p[1].sdiff == 0.25 && p[1].sref == 0);
+}
+
 int main(void)
 {
     seed = ((uint64_t)time(NULL) << 8) ^ (uint64_t)clock();
@@ -927,6 +973,7 @@ int main(void)
         cmocka_unit_test(test_sorted_scores_padding), cmocka_unit_test(test_threads_same_bits),
         cmocka_unit_test(test_sampling), cmocka_unit_test(test_sampling_mask),
         cmocka_unit_test(test_parts_same_bits), cmocka_unit_test(test_device_source_compiles),
+        cmocka_unit_test(test_device_groups_fold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
