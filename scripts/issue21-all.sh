@@ -10,12 +10,19 @@
 #   5. screening throughput with a mock model and K = 8 calls in flight
 #      (scripts/issue21-throughput.sh; TP_TIMEOUT default 150 s)
 #   6. bench_eval on the issue's two other kernels (OTHER_RUNS; OTHER_TIMEOUT
-#      default 150 s)
+#      default 150 s; on an H100 on 2026-12-07 FlashInfer-Bench's pipeline on
+#      gdn_decode alone ran past 230 s: give this step a call of its own, or
+#      time khlua alone with scripts/issue21-others.sh)
 #   rng: the generator against torch.randn (tests/bench/bench_rng.sh) for
 #      build-portable and for RNG_B (another build folder, if set)
 #   evalb: bench_eval official and screen on rmsnorm_h4096 with the build
-#      folder EVAL_B (EVALB_TIMEOUT default 100 s)
-# STEPS (default "tests rt rms rounds throughput other") picks them.  Outputs under $OUT.
+#      folder EVAL_B (EVALB_TIMEOUT default 100 s), right after step 3, so
+#      the two builds are compared side by side (a step cut short by its
+#      timeout, as 6 can be, may leave processes that load the GPU after it)
+# STEPS (default "tests rt rms rounds throughput other") picks them; they
+# run in the order above.  Outputs under $OUT; at the end every step's
+# files are packed into $OUT/steps.tgz (the device machine sends back a
+# bounded number of files), the console text stays beside it.
 set -uo pipefail
 out=${OUT:-/tmp/issue21}
 steps=" ${STEPS:-tests rt rms rounds throughput other} "
@@ -49,6 +56,12 @@ if on rms; then
     timeout "${RMS_TIMEOUT:-120}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -45
   echo "[$SECONDS s]"
 fi
+if on evalb && [ -n "${EVAL_B:-}" ]; then
+  echo "== bench_eval with $EVAL_B"
+  KHLUA_BUILD="$PWD/$EVAL_B" BENCH_EVAL_RUNS=${EVALB_RUNS:-"official screen"} OUT="$out/evalb" \
+    timeout "${EVALB_TIMEOUT:-100}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -30
+  echo "[$SECONDS s]"
+fi
 if on rounds; then
   OUT="$out" ROUNDS_TIMEOUT=${ROUNDS_TIMEOUT:-100} bash scripts/issue21-rounds.sh 2>&1 | tail -20
   echo "[$SECONDS s]"
@@ -64,9 +77,7 @@ if on other; then
     grep -v "^    "
   echo "[$SECONDS s]"
 fi
-if on evalb && [ -n "${EVAL_B:-}" ]; then
-  echo "== bench_eval with $EVAL_B"
-  KHLUA_BUILD="$PWD/$EVAL_B" BENCH_EVAL_RUNS=${EVALB_RUNS:-"official screen"} OUT="$out/evalb" \
-    timeout "${EVALB_TIMEOUT:-100}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -30
-  echo "[$SECONDS s]"
-fi
+# the steps' files in one archive (a run cut short by an outer timeout
+# leaves them unpacked)
+(cd "$out" && tar -czf steps.tgz --exclude=steps.tgz --exclude=console.txt ./* &&
+  find . -mindepth 1 -maxdepth 1 ! -name steps.tgz ! -name console.txt -exec rm -rf {} +)

@@ -56,4 +56,4 @@ echo "plateau_switch: exit $rc"
 tail -5 "$out/run.txt" | cut -c1-200
 run=$(grep -o '^run run-[0-9A-Z]*' "$out/run.txt" | head -1 | cut -d' ' -f2)
 [ -n "$run" ] || exit 1
-"$K" scripts/throughput.lua "$run" "$(echo "$t1 - $t0" | bc)" "$conc" | tee "$out/throughput.txt"
+"$K" scripts/throughput.lua "$run" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}')" "$conc" | tee "$out/throughput.txt"
