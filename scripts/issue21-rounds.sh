@@ -14,6 +14,8 @@ K="$root/build-portable/khlua"
 out=${OUT:-/tmp/issue21}/rounds
 mkdir -p "$out"
 export KHLUA_STORE="$out/store"
+# where each round's evaluations went (scripts/timeline.py)
+export KHLUA_TIMELINE="$out/rounds.timeline"
 python3 kernels/make_blobs.py --missing > "$out/make_blobs.log" 2>&1 || true
 timeout -k 5 "${ROUNDS_TIMEOUT:-300}" "$K" policies/plateau_switch.lua \
   --task "${POLICY_TASK:-kernels/rmsnorm_h4096}" --rounds "${ROUNDS:-6}" --plateau 100 \

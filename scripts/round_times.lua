@@ -30,6 +30,21 @@ for _, r in ipairs(rounds) do
   end
   print(string.format("%-6d %9.2f  %-9s %-10d  %.90s", r.index, e - (prev or 0),
     d.promoted and "promoted" or "rejected", cands, tostring(d.reason or "")))
+  -- where the round's time went: each candidate's gate steps (their seconds
+  -- are in records from 2026-12-07 on), then a promotion's profile
+  for i, v in ipairs(r.verdicts or {}) do
+    local parts = {}
+    for _, g in ipairs(v.gate and v.gate.steps or {}) do
+      if g.seconds then
+        parts[#parts + 1] = string.format("%s %.2f", g.step or "?", g.seconds)
+          .. (g.sanitizer_s and string.format(" (sanitizer %.2f)", g.sanitizer_s) or "")
+      end
+    end
+    if #parts > 0 then
+      print(string.format("       candidate %d: %s s", i, table.concat(parts, ", ")))
+    end
+  end
+  if d.profile_s then print(string.format("       profile of the new incumbent %.2f s", d.profile_s)) end
   prev = e
 end
 db:close()

@@ -425,7 +425,12 @@ local function judge(ctx, measure, cand, st)
   local inc = st.incumbent.solution
   local o = ctx.cfg.gate
   local out = { steps = {}, evidence = {} }
+  -- each step's wall seconds go with it into the round's record
+  -- (scripts/round_times.lua shows where a promotion's time went)
+  local t_step = kh.time.now()
   local function add(g)
+    local now = kh.time.now()
+    g.seconds, t_step = now - t_step, now
     out.steps[#out.steps + 1] = g
     for _, id in ipairs(g.evidence or {}) do out.evidence[#out.evidence + 1] = id end
     out.reason, out.rejected_for = g.reason, g.rejected_for
@@ -608,7 +613,9 @@ local function round(db, ctx, policy, st)
     decision.promoted, decision.promotion, decision.reason = best.probe.candidate, pid, v.reason
     st.incumbent = { name = best.sol.name, candidate = best.probe.candidate, solution = best.sol,
       latency = lat, reference_latency = ref, score = v.score }
+    local tp = kh.time.now()
     profile_incumbent(db, ctx, st.incumbent)
+    decision.profile_s = kh.time.now() - tp
     st.accepted = st.accepted + 1
     st.since_improvement = 0
   else

@@ -284,8 +284,11 @@ function M.finalist(measure, cand, backend, o)
   end
   local tools = opt(o, "sanitize")
   if backend == "cuda" and tools and #tools > 0 then
+    local t0 = kh.time.now()
     local m, msg, code = measure(cand, { workloads = opt(o, "sanitize_workloads"), trials = 1,
       timing = false, seed = opt(o, "seed") * 7919, sanitize = tools }, "sanitizer")
+    -- of the step's seconds (the controller's), the sanitizer's
+    g.sanitizer_s = kh.time.now() - t0
     if not m and code == "ENOTFOUND" and tostring(msg):find("compute%-sanitizer") then
       g.sanitizer = "not run: " .. tostring(msg)
     elseif not m then

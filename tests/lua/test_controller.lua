@@ -42,7 +42,7 @@ local function run_policy(name, over)
   T.ok(res, msg)
   local rounds = db:query { run = res.run, type = "round" }
   table.sort(rounds, function(a, b) return a.index < b.index end)
-  return res, rounds, db:query { run = res.run, type = "promotion" }, lines, db
+  return res, rounds, db:query { run = res.run, type = "promotion" }, lines, db, dir
 end
 
 local function keys_of(rounds, db)
@@ -123,6 +123,33 @@ T.test("a promotion carries its evidence: paired, sweep and finalist evaluations
   -- the store is consistent
   local v = db:verify()
   T.eq(#(v.problems or {}), 0, "store verify")
+end)
+
+T.test("a round's record times each gate step; scripts/round_times.lua shows them", function()
+  local res, rounds, _, _, db, dir = run_policy("agent_assisted", { rounds = 2 })
+  local r = rounds[2]
+  T.ok(r.decision.promoted, "round 2 promotes")
+  local steps = r.verdicts[1].gate.steps
+  T.ok(#steps >= 3, "representative, sweep and finalist at least")
+  local sum = 0
+  for _, g in ipairs(steps) do
+    T.ok(type(g.seconds) == "number" and g.seconds >= 0, "step " .. tostring(g.step) .. " timed")
+    sum = sum + g.seconds
+  end
+  local round_s = r.state_out.elapsed_s - rounds[1].state_out.elapsed_s
+  T.ok(sum <= round_s + 1e-6, string.format("steps %.3f s within the round's %.3f s", sum, round_s))
+  T.ok(type(r.decision.profile_s) == "number", "the promotion's profile timed")
+  -- a rejected round has no profile
+  T.eq(rounds[1].decision.profile_s, nil)
+  db:close()
+  local p = assert(io.popen(string.format("KHLUA_STORE=%s %s %s %s 2>&1", T.quote(dir .. "/store"),
+    T.quote(BIN), T.quote(SRC .. "/scripts/round_times.lua"), T.quote(res.run))))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  T.eq(code, 0, out)
+  T.match(out, "\n2 +[%d.]+  promoted")
+  T.match(out, "candidate 1: representative [%d.]+, sweep [%d.]+, finalist [%d.]+")
+  T.match(out, "profile of the new incumbent [%d.]+ s")
 end)
 
 T.test("an incumbent re-measured slower than its record is a regression", function()
@@ -359,10 +386,12 @@ T.test("the finalist step runs compute-sanitizer on cuda candidates", function()
     T.eq(table.concat(opts.sanitize, ","), "memcheck,racecheck,initcheck")
     T.eq(opts.workloads, 1)
     T.eq(opts.timing, false)
+    kh.time.sleep(0.05)
     return { summary = { ok = true, passed = 1, total = 1 }, ids = { "s1" } }
   end), "cand", "cuda", o))
   T.eq(g.pass, true)
   T.eq(#calls, 3) -- two seed batches, then the sanitizer
+  T.ok(g.sanitizer_s and g.sanitizer_s >= 0.05, "the sanitizer's seconds: " .. tostring(g.sanitizer_s))
   T.eq(g.sanitizer, "memcheck, racecheck, initcheck: clean on 1 workload(s)")
   T.eq(g.evidence[#g.evidence], "s1")
   -- an error in the candidate's kernels rejects it
