@@ -12,7 +12,8 @@
 #   6. bench_eval on the issue's two other kernels (OTHER_RUNS; OTHER_TIMEOUT
 #      default 150 s; on an H100 on 2026-12-07 FlashInfer-Bench's pipeline on
 #      gdn_decode alone ran past 230 s: give this step a call of its own, or
-#      time khlua alone with scripts/issue21-others.sh)
+#      time khlua alone with scripts/issue21-others.sh; OTHER_WORKLOADS=N:
+#      the first N workloads of each, on both sides)
 #   rng: the generator against torch.randn (tests/bench/bench_rng.sh) for
 #      build-portable and for RNG_B (another build folder, if set)
 #   evalb: bench_eval official and screen on rmsnorm_h4096 with the build
@@ -27,6 +28,21 @@ set -uo pipefail
 out=${OUT:-/tmp/issue21}
 steps=" ${STEPS:-tests rt rms rounds throughput other} "
 on() { case $steps in *" $1 "*) return 0;; esac; return 1; }
+# bounded SECONDS CMD...: CMD in a process group of its own, the whole group
+# ended when SECONDS pass (timeout(1) ends CMD alone: FlashInfer-Bench's
+# pipeline under a timed-out bench_eval.sh went on loading the GPU)
+bounded() {
+  local t=$1; shift
+  setsid "$@" &
+  local pid=$!
+  ( sleep "$t"; kill -TERM -- "-$pid"; sleep 5; kill -KILL -- "-$pid" ) > /dev/null 2>&1 &
+  local guard=$!
+  wait "$pid"
+  local rc=$?
+  kill "$guard" 2>/dev/null
+  wait "$guard" 2>/dev/null
+  return $rc
+}
 mkdir -p "$out/tests" "$out/rt" "$out/bench" "$out/other"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if on rng; then
@@ -53,13 +69,13 @@ if on rt; then
 fi
 if on rms; then
   BENCH_EVAL_RUNS=${RMS_RUNS:-"official screen screen-inrun1 official-hostcmp"} OUT="$out/bench" \
-    timeout "${RMS_TIMEOUT:-120}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -45
+    bounded "${RMS_TIMEOUT:-120}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -45
   echo "[$SECONDS s]"
 fi
 if on evalb && [ -n "${EVAL_B:-}" ]; then
   echo "== bench_eval with $EVAL_B"
   KHLUA_BUILD="$PWD/$EVAL_B" BENCH_EVAL_RUNS=${EVALB_RUNS:-"official screen"} OUT="$out/evalb" \
-    timeout "${EVALB_TIMEOUT:-100}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -30
+    bounded "${EVALB_TIMEOUT:-100}" bash tests/bench/bench_eval.sh rmsnorm_h4096 2>&1 | tail -30
   echo "[$SECONDS s]"
 fi
 if on rounds; then
@@ -72,7 +88,8 @@ if on throughput; then
 fi
 if on other; then
   BENCH_EVAL_RUNS=${OTHER_RUNS:-"official screen screen-inrun1"} OUT="$out/other" \
-    timeout "${OTHER_TIMEOUT:-150}" bash tests/bench/bench_eval.sh \
+    BENCH_WORKLOADS=${OTHER_WORKLOADS:-} \
+    bounded "${OTHER_TIMEOUT:-150}" bash tests/bench/bench_eval.sh \
     gdn_decode_qk4_v8_d128_k_last dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64 2>&1 |
     grep -v "^    "
   echo "[$SECONDS s]"

@@ -32,6 +32,9 @@
 # artifacts warm), as a search run evaluates its candidates; -inrun-hostcmp,
 # -inrun1-hostcmp the same with --host-compare.
 # KHLUA_BUILD: the build folder to measure (default build-portable).
+# BENCH_WORKLOADS=N: the first N workloads of each package only, on both
+# sides (FlashInfer-Bench's pipeline runs for minutes on gdn_decode's 56);
+# the runs' one-workload variants (-1, -inrun1) keep their one.
 # Each line: wall seconds of the whole command, per workload, the sums over
 # the traces of the worker's and the coordinator's seconds, and the ratio of
 # the per-workload time to FlashInfer-Bench's.  Outputs under $OUT (or
@@ -125,6 +128,7 @@ for p in "$@"; do
   "$K" export solution "$base" --task "$pkg" --out "$out/$p.export" > "$out/$p.export.log" 2>&1 \
     || { echo "export failed: $out/$p.export.log"; rc=1; continue; }
   timeout -k 5 400 python3 scripts/fib_roundtrip.py "$out/$p.export" "$pkg" --no-cupti \
+    ${BENCH_WORKLOADS:+--workloads "$BENCH_WORKLOADS"} \
     --json "$out/$p.fib.json" > "$out/$p.fib.log" 2>&1
   fib_s=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pipeline_seconds"])' \
     "$out/$p.fib.json" 2>/dev/null) || { echo "FIB failed:"; tail -5 "$out/$p.fib.log"; rc=1; continue; }
@@ -139,6 +143,9 @@ for p in "$@"; do
     # the run's suffixes, each adding its option (screen-1-devcmp: both)
     IFS=- read -ra sfx <<< "${run#*-}"
     [ "$run" = "${run%%-*}" ] && sfx=()
+    case "-${run#*-}-" in *-1-*|*-inrun1-*) ;; *)
+      [ -n "${BENCH_WORKLOADS:-}" ] && args+=(--workloads "$BENCH_WORKLOADS");;
+    esac
     for x in "${sfx[@]}"; do
       case $x in
         1) args+=(--workloads 1);;
@@ -161,7 +168,7 @@ for p in "$@"; do
         fresh "$pkg" "$base" "${name}_first"
         cmp=default
         case $run in *-devcmp*) cmp=device;; *-hostcmp*) cmp=host;; esac
-        nwl=all
+        nwl=${BENCH_WORKLOADS:-all}
         case $run in *-inrun1*) nwl=1;; esac
         timeout -k 5 400 "$K" tests/bench/eval_inrun.lua "$pkg" "$out/${name}_first.json" \
           "$out/$name.json" "${run%%-*}" "$nwl" "$out/$p.$run.wall" "$cmp" \
