@@ -247,19 +247,19 @@ static int scan_range(const kh_tensor *out, const kh_tensor *ref, const kh_check
     }
 }
 
-/* a then b (b's elements come after a's): the sequential loop's result */
-static void acc_merge(kh_check_part *a, const kh_check_part *b)
+void kh_check_part_merge_figures(kh_check_part *a, const kh_check_part *b)
 {
-    if (a->first_fail < 0) {
+    if (b->first_fail >= 0 && (a->first_fail < 0 || b->first_fail < a->first_fail)) {
         a->first_fail = b->first_fail;
         a->fail_out = b->fail_out;
         a->fail_ref = b->fail_ref;
     }
-    if (a->first_inf < 0)
+    if (b->first_inf >= 0 && (a->first_inf < 0 || b->first_inf < a->first_inf))
         a->first_inf = b->first_inf;
-    if (a->first_nan < 0)
+    if (b->first_nan >= 0 && (a->first_nan < 0 || b->first_nan < a->first_nan))
         a->first_nan = b->first_nan;
-    if (b->worst >= 0 && (a->worst < 0 || b->max_abs > a->max_abs)) {
+    if (b->worst >= 0 && (a->worst < 0 || b->max_abs > a->max_abs ||
+                          (b->max_abs == a->max_abs && b->worst < a->worst))) {
         a->max_abs = b->max_abs;
         a->worst = b->worst;
         a->worst_out = b->worst_out;
@@ -273,10 +273,17 @@ static void acc_merge(kh_check_part *a, const kh_check_part *b)
     a->out_inf += b->out_inf;
     a->out_nan += b->out_nan;
     a->ref_nonfinite += b->ref_nonfinite;
-    a->sdiff += b->sdiff;
-    a->sref += b->sref;
     a->abs_nan |= b->abs_nan;
     a->rel_nan |= b->rel_nan;
+}
+
+/* a then b (b's elements come after a's): the sequential loop's result
+ * (the lower index is a's, so the figures merge as in any order) */
+static void acc_merge(kh_check_part *a, const kh_check_part *b)
+{
+    kh_check_part_merge_figures(a, b);
+    a->sdiff += b->sdiff;
+    a->sref += b->sref;
 }
 
 /* Chunks of a fixed size (KH_CHECK_CHUNK), whatever the thread count: the

@@ -121,6 +121,12 @@ typedef struct kh_check_part {
     double worst_out, worst_ref, fail_out, fail_ref;
 } kh_check_part;
 
+/* b's order-free figures into a's, wherever b's elements lie: counts
+ * added, maxima kept, each first index the lower one, the worst element the
+ * larger error, then the lower index (with their values); the sums (sdiff,
+ * sref) are left to the caller, whose order they round in. */
+void kh_check_part_merge_figures(kh_check_part *a, const kh_check_part *b);
+
 /* Chunks of n elements. */
 static inline uint64_t kh_check_nchunks(uint64_t n)
 {

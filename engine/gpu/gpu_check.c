@@ -376,38 +376,6 @@ kh_status kh_gpu_cmp_parts_async(kh_gpu_cmp *c, kh_dtype t, CUdeviceptr out, CUd
                  "cuLaunchKernel", err);
 }
 
-/* b's order-free figures into a's, as the kernel's merge, with the values
- * at the index kept. */
-static void group_merge(kh_check_part *a, const kh_check_part *b)
-{
-    a->fails += b->fails;
-    a->out_inf += b->out_inf;
-    a->out_nan += b->out_nan;
-    a->ref_nonfinite += b->ref_nonfinite;
-    if (b->max_ulp > a->max_ulp)
-        a->max_ulp = b->max_ulp;
-    if (b->first_fail >= 0 && (a->first_fail < 0 || b->first_fail < a->first_fail)) {
-        a->first_fail = b->first_fail;
-        a->fail_out = b->fail_out;
-        a->fail_ref = b->fail_ref;
-    }
-    if (b->first_inf >= 0 && (a->first_inf < 0 || b->first_inf < a->first_inf))
-        a->first_inf = b->first_inf;
-    if (b->first_nan >= 0 && (a->first_nan < 0 || b->first_nan < a->first_nan))
-        a->first_nan = b->first_nan;
-    if (b->worst >= 0 && (a->worst < 0 || b->max_abs > a->max_abs ||
-                          (b->max_abs == a->max_abs && b->worst < a->worst))) {
-        a->max_abs = b->max_abs;
-        a->worst = b->worst;
-        a->worst_out = b->worst_out;
-        a->worst_ref = b->worst_ref;
-    }
-    if (b->max_rel > a->max_rel)
-        a->max_rel = b->max_rel;
-    a->abs_nan |= b->abs_nan;
-    a->rel_nan |= b->rel_nan;
-}
-
 void kh_gpu_cmp_fold(const kh_check_part *groups, uint64_t nchunks, kh_check_part *parts)
 {
     for (uint64_t c = 0; c < nchunks; c++) {
@@ -416,7 +384,7 @@ void kh_gpu_cmp_fold(const kh_check_part *groups, uint64_t nchunks, kh_check_par
         double sd[KH_GPU_CMP_GROUPS], sr[KH_GPU_CMP_GROUPS];
         for (int k = 0; k < KH_GPU_CMP_GROUPS; k++) {
             if (k)
-                group_merge(&p, &g[k]);
+                kh_check_part_merge_figures(&p, &g[k]);
             sd[k] = g[k].sdiff;
             sr[k] = g[k].sref;
         }

@@ -701,8 +701,6 @@ const kh_wproc *kh_pool_slot_worker(const kh_pool *p, size_t slot)
                : NULL;
 }
 
-/* An idle live worker (the one in slot prefer if it qualifies), starting one
- * (after the backoff) if none is; *slot its index. */
 /* The pool's options for a worker in slot i. */
 static const kh_wproc_opts *slot_opts(kh_pool *p, size_t i)
 {
@@ -748,6 +746,8 @@ kh_status kh_pool_prestart(kh_pool *p, size_t max, kh_err *err)
     return KH_OK;
 }
 
+/* An idle live worker (the one in slot prefer if it qualifies), starting one
+ * (after the backoff) if none is; *slot its index. */
 static kh_wproc *pool_worker_in(kh_pool *p, size_t prefer, int strict, size_t *slot,
                                  kh_err *err)
 {
