@@ -38,18 +38,19 @@ static void dur(char *b, size_t n, double s)
         snprintf(b, n, "%lds", x);
 }
 
-/* Per GPU that ran the workloads: its kernel time over the run's wall time
- * (docs/evaluation.md, "The GPU's busy fraction"). */
+/* Per GPU that ran the workloads: its kernel time over the run's wall time,
+ * and its active time (docs/evaluation.md, "The GPU's busy fraction"). */
 static void print_busy(const json_t *traces, double wall_s)
 {
     const char *uuids[8];
-    double kern[8];
+    double kern[8], act[8];
     size_t n = 0, i;
     json_t *t;
     json_array_foreach(traces, i, t) {
         json_t *kl = json_object_get(json_object_get(t, "evaluation"), "khlua");
         const char *u = json_string_value(json_object_get(kl, "gpu_uuid"));
         json_t *ks = json_object_get(kl, "gpu_kernel_seconds");
+        json_t *as = json_object_get(kl, "gpu_active_seconds");
         if (!u || !json_is_number(ks))
             continue;
         size_t k = 0;
@@ -57,14 +58,18 @@ static void print_busy(const json_t *traces, double wall_s)
             k++;
         if (k == n && n < 8) {
             uuids[n] = u;
-            kern[n++] = 0;
+            kern[n] = act[n] = 0;
+            n++;
         }
-        if (k < n)
+        if (k < n) {
             kern[k] += json_number_value(ks);
+            act[k] += json_is_number(as) ? json_number_value(as) : 0;
+        }
     }
     for (size_t k = 0; k < n && wall_s > 0; k++)
-        printf("GPU %.12s: busy %.1f%% (kernel time %.6f s over %.3f s wall)\n", uuids[k],
-               100.0 * kern[k] / wall_s, kern[k], wall_s);
+        printf("GPU %.12s: busy %.1f%% (kernel time %.6f s over %.3f s wall), active %.1f%% "
+               "(%.6f s)\n", uuids[k], 100.0 * kern[k] / wall_s, kern[k], wall_s,
+               100.0 * act[k] / wall_s, act[k]);
 }
 
 /* The last line of the table: verdicts by status, and over the PASSED ones

@@ -269,6 +269,7 @@ typedef enum wl_stage {
 typedef struct phase_cost {
     double coord_s, worker_s, wait_s;
     double kernel_s;    /* the GPU's kernel time in its requests (their gpu_kernel_s) */
+    double active_s;    /* the GPU's active time in them (their gpu_active_s) */
     double steps[KH_WORKER_STEPS]; /* the gpu worker's "steps" (eval_worker_steps) */
     size_t requests;
     uint64_t bytes_sent, bytes_back;

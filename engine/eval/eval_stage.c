@@ -715,6 +715,9 @@ static void count_requests(wstate *s)
         json_t *k = json_object_get(res, "gpu_kernel_s");
         if (json_is_number(k) && json_number_value(k) > 0)
             p->kernel_s += json_number_value(k);
+        json_t *ac = json_object_get(res, "gpu_active_s");
+        if (json_is_number(ac) && json_number_value(ac) > 0)
+            p->active_s += json_number_value(ac);
         for (int q = 0; q < KH_WORKER_STEPS; q++) {
             json_t *x = json_object_get(json_object_get(res, "steps"), eval_worker_steps[q]);
             if (json_is_number(x) && json_number_value(x) > 0)

@@ -134,9 +134,10 @@ static json_t *phases_json(const wstate *s)
         json_t *x = json_pack("{s:f, s:I}", "coordinator_s", usec(p->coord_s), "requests",
                               (json_int_t)p->requests);
         if (x && p->requests)
-            json_object_update_new(x, json_pack("{s:f, s:f, s:f, s:I, s:I}", "worker_s",
+            json_object_update_new(x, json_pack("{s:f, s:f, s:f, s:f, s:I, s:I}", "worker_s",
                                                 usec(p->worker_s), "wait_s", usec(p->wait_s),
-                                                "kernel_s", usec(p->kernel_s), "bytes_sent",
+                                                "kernel_s", usec(p->kernel_s), "active_s",
+                                                usec(p->active_s), "bytes_sent",
                                                 (json_int_t)p->bytes_sent, "bytes_back",
                                                 (json_int_t)p->bytes_back));
         if (x && p->steps[0] + p->steps[1] + p->steps[2] > 0) {
@@ -210,12 +211,18 @@ kh_status eval_verdict_end(wctx *c, wstate *s, kh_err *err)
     v->checks = NULL;
     json_object_set_new(kl, "coordinator_seconds", json_real(c->coord_s + kh_now() - c->call_t0));
     json_object_set_new(kl, "phases", phases_json(s));
-    double kernel_s = 0;
-    for (int k = 0; k < WL_DONE; k++)
+    double kernel_s = 0, active_s = 0;
+    for (int k = 0; k < WL_DONE; k++) {
         kernel_s += s->ph[k].kernel_s;
+        active_s += s->ph[k].active_s;
+    }
     /* the GPU's kernel time on this workload, every request's (the busy
      * fraction's numerator: docs/evaluation.md) */
     json_object_set_new(kl, "gpu_kernel_seconds", json_real(usec(kernel_s)));
+    /* the GPU's active time: the kernels above and the timing phase's
+     * batches whole, the evaluator's own work in them included (the active
+     * fraction's numerator: docs/evaluation.md) */
+    json_object_set_new(kl, "gpu_active_seconds", json_real(usec(active_s)));
     json_object_set_new(kl, "failed_check", v->failed ? json_string(v->failed) : json_null());
     json_object_set_new(kl, "detail", json_string(v->detail));
     if (v->has_correctness)

@@ -78,6 +78,11 @@ typedef struct kh_bench_result {
     double sum_kernel_ns;   /* median over calls of the summed record durations */
     double gap_ns;          /* median over calls of span - sum: launch gaps inside a call */
     double gpu_time_s;      /* total measured */
+    /* the GPU's active time over the timed batches: with CUPTI the union of
+     * every activity record of each batch (every kernel, copy and memset,
+     * the evaluator's input refills, L2 flushes and kept outputs as well as
+     * the timed calls); with events, the timed calls' own time */
+    double active_s;
     int kernels_per_call;
     int trials;
     double trial_median_ns[16];
@@ -116,6 +121,11 @@ kh_status kh_bench_paired(kh_gpu *g, kh_cupti *c, const kh_bench_target *a,
 /* Fill r's median, mean, stdev, min, max, measured time and relative 95%
  * half-width from r->samples_ns[0..n) (the GPU and host loops share it). */
 void kh_bench_summarize(kh_bench_result *r);
+
+/* The length of the union of n intervals iv[i] = {start, end} (ns; an
+ * interval with end <= start counts nothing): the time the GPU was active
+ * when the intervals are its activity records.  Sorts iv in place. */
+double kh_span_union_ns(uint64_t (*iv)[2], size_t n);
 
 /* Statistics helpers (exposed for tests): median of n values (copies). */
 double kh_stat_median(const double *x, size_t n);

@@ -3,6 +3,8 @@
  * CUPTI's threads, hence the mutex) and the parsed records. */
 #include "gpu/cupti.h"
 
+#include "gpu/bench.h"
+
 #include <cupti_activity.h> /* not <cupti.h>: engine/gpu/cupti.h shadows it */
 #include <cupti_result.h>
 #include <dlfcn.h>
@@ -291,6 +293,21 @@ uint64_t kh_cupti_timestamp(kh_cupti *c)
 }
 
 size_t kh_cupti_dropped(kh_cupti *c) { return c->dropped; }
+
+double kh_cupti_active_ns(kh_cupti *c)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->nrec;
+    uint64_t(*iv)[2] = malloc((n ? n : 1) * sizeof *iv);
+    for (size_t i = 0; iv && i < n; i++) {
+        iv[i][0] = c->recs[i].start;
+        iv[i][1] = c->recs[i].end;
+    }
+    pthread_mutex_unlock(&c->mu);
+    double t = iv ? kh_span_union_ns(iv, n) : 0;
+    free(iv);
+    return t;
+}
 
 /* FNV-1a over the sorted identities of a call's records, so two calls with
  * the same kernel set (FlashInfer-Bench's identity check) hash alike. */

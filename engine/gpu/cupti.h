@@ -35,6 +35,10 @@ kh_status kh_cupti_push(kh_cupti *c, uint64_t id, kh_err *err);
 kh_status kh_cupti_pop(kh_cupti *c, kh_err *err);
 /* CUPTI's clock (the base of record timestamps), ns. */
 uint64_t kh_cupti_timestamp(kh_cupti *c);
+/* The GPU's active time over the records collected since the last clear:
+ * the union of every kernel, memcpy and memset record's [start, end), ns
+ * (0 on lack of memory). */
+double kh_cupti_active_ns(kh_cupti *c);
 /* Records CUPTI dropped for lack of buffer space since enable. */
 size_t kh_cupti_dropped(kh_cupti *c);
 

@@ -55,6 +55,10 @@ struct kh_gpu_eval {
     CUevent busy_a, busy_b;
     int busy_pending;
     double busy_s;
+    /* the GPU's active time (the reply's gpu_active_s): busy_s's calls
+     * outside the timing phase, and the timing phase's batches whole (every
+     * activity CUPTI recorded there, the evaluator's own included) */
+    double active_s;
 };
 
 /* The reply payload, grown as outputs are copied in. */

@@ -334,17 +334,26 @@ function M.summarize(db, run_id)
   s.eval_pass_rate = n > 0 and pass / n or nil
   -- the GPU busy fraction: per GPU, the kernel time of the run's evaluations
   -- over the run's wall time (evaluations recorded before gpu_kernel_seconds
-  -- existed, and host tasks, have none: no figure)
-  local kern = {}
+  -- existed, and host tasks, have none: no figure); beside it the active
+  -- fraction, the GPU's active time (gpu_active_seconds: the timing
+  -- batches whole, the evaluator's own work in them included) over the same
+  local kern, act = {}, {}
   for _, e in ipairs(evals) do
     local kl = e.evaluation and e.evaluation.khlua
     local u = (e.provenance and e.provenance.gpu_uuid) or (kl and kl.gpu_uuid)
     local ks = kl and kl.gpu_kernel_seconds
-    if type(u) == "string" and type(ks) == "number" then kern[u] = (kern[u] or 0) + ks end
+    if type(u) == "string" and type(ks) == "number" then
+      kern[u] = (kern[u] or 0) + ks
+      local as = kl.gpu_active_seconds
+      if type(as) == "number" then act[u] = (act[u] or 0) + as end
+    end
   end
   s.gpu_busy = {}
   for u, ks in pairs(kern) do
-    if s.wall_s > 0 then s.gpu_busy[#s.gpu_busy + 1] = { gpu = u, kernel_s = ks, fraction = ks / s.wall_s } end
+    if s.wall_s > 0 then
+      s.gpu_busy[#s.gpu_busy + 1] = { gpu = u, kernel_s = ks, fraction = ks / s.wall_s,
+        active_s = act[u], active_fraction = act[u] and act[u] / s.wall_s }
+    end
   end
   table.sort(s.gpu_busy, function(a, b) return a.gpu < b.gpu end)
   -- the best: the last promotion (each one beats the incumbent before it)
@@ -412,11 +421,12 @@ M.ROWS = {
   { "S_d", function(s) return fmt(s.best_sd) end, "best_sd" },
   { "correctness of the best", function(s) return fmt(s.best_correct) end, "best_correct" },
   { "evaluation pass rate", function(s) return fmt(s.eval_pass_rate) end, "eval_pass_rate" },
-  { "GPU busy fraction (kernel time over wall)", function(s)
+  { "GPU busy fraction (kernel time over wall; active)", function(s)
       local out = {}
       for _, b in ipairs(s.gpu_busy or {}) do
         out[#out + 1] = (#s.gpu_busy > 1 and (b.gpu:sub(1, 12) .. " ") or "")
           .. string.format("%.1f%%", 100 * b.fraction)
+          .. (b.active_fraction and string.format(" (%.1f%%)", 100 * b.active_fraction) or "")
       end
       return #out > 0 and table.concat(out, ", ") or "-"
     end, "gpu_busy" },

@@ -60,6 +60,21 @@ python3 kernels/make_blobs.py --missing > "$out/make_blobs.log" 2>&1 || true
 table="$out/bench_eval.txt"
 : > "$table"
 now() { date +%s.%N; }
+# smi_start FILE / smi_mean PID FILE: the GPU's utilization as nvidia-smi
+# reports it (the share of time a kernel of any process ran, harness's and
+# candidate's alike), polled every 100 ms during a run, and its mean: a
+# cross-check of busy_% from outside khlua, and the same figure for
+# FlashInfer-Bench's pipeline ("-" where nvidia-smi is missing)
+smi_start() {
+  : > "$1"
+  command -v nvidia-smi > /dev/null || { echo 0; return; }
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$1" 2>/dev/null &
+  echo $!
+}
+smi_mean() {
+  [ "$1" != 0 ] && { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+  awk '$1 ~ /^[0-9]+$/ { s += $1; n++ } END { if (n) printf "%.1f", s / n; else printf "-" }' "$2"
+}
 
 # fresh PKG BASE NAME: a Solution file of the baseline with a new comment
 fresh() {
@@ -76,11 +91,12 @@ json.dump(s, open(dst, "w"))
 PY
 }
 
-# sums PKG TAG: from the traces of a khlua run, "n passed worker_s coord_s"
+# sums PKG TAG: from the traces of a khlua run, "n passed worker_s coord_s
+# kernel_s active_s"
 sums() {
   python3 - "$out/$1.$2.jsonl" <<'PY'
 import json, sys
-n = ok = 0; ws = cs = ks = 0.0
+n = ok = 0; ws = cs = ks = ac = 0.0
 for line in open(sys.argv[1]):
     if not line.strip().startswith("{"):
         continue
@@ -88,7 +104,8 @@ for line in open(sys.argv[1]):
     n += 1; ok += ev["status"] == "PASSED"
     ws += kl.get("worker_seconds") or 0; cs += kl.get("coordinator_seconds") or 0
     ks += kl.get("gpu_kernel_seconds") or 0
-print(n, ok, "%.3f" % ws, "%.3f" % cs, "%.6f" % ks)
+    ac += kl.get("gpu_active_seconds") or 0
+print(n, ok, "%.3f" % ws, "%.3f" % cs, "%.6f" % ks, "%.6f" % ac)
 PY
 }
 
@@ -117,8 +134,8 @@ for k, t in tot.items():
 PY
 }
 
-row() { printf '%-34s %-16s %9s %9s %7s %9s %9s %7s %9s\n' "$@" | tee -a "$table"; }
-row package run wall_s per_wl_s passed worker_s coord_s busy_% vs_FIB
+row() { printf '%-34s %-16s %9s %9s %7s %9s %9s %7s %8s %6s %9s\n' "$@" | tee -a "$table"; }
+row package run wall_s per_wl_s passed worker_s coord_s busy_% active_% smi_% vs_FIB
 rc=0
 for p in "$@"; do
   pkg="kernels/$p"
@@ -127,15 +144,17 @@ for p in "$@"; do
   # FlashInfer-Bench's pipeline on the export of the same kernel
   "$K" export solution "$base" --task "$pkg" --out "$out/$p.export" > "$out/$p.export.log" 2>&1 \
     || { echo "export failed: $out/$p.export.log"; rc=1; continue; }
+  smi=$(smi_start "$out/$p.fib.smi")
   timeout -k 5 400 python3 scripts/fib_roundtrip.py "$out/$p.export" "$pkg" --no-cupti \
     ${BENCH_WORKLOADS:+--workloads "$BENCH_WORKLOADS"} \
     --json "$out/$p.fib.json" > "$out/$p.fib.log" 2>&1
+  fib_smi=$(smi_mean "$smi" "$out/$p.fib.smi")
   fib_s=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pipeline_seconds"])' \
     "$out/$p.fib.json" 2>/dev/null) || { echo "FIB failed:"; tail -5 "$out/$p.fib.log"; rc=1; continue; }
   nfib=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["traces"]))' \
     "$out/$p.fib.json")
   fib_per=$(awk -v a="$fib_s" -v n="$nfib" 'BEGIN { printf "%.4f", a / n }')
-  row "$p" "FIB pipeline" "$fib_s" "$fib_per" "$nfib" - - - 1.00
+  row "$p" "FIB pipeline" "$fib_s" "$fib_per" "$nfib" - - - - "$fib_smi" 1.00
   for run in ${BENCH_EVAL_RUNS:-official screen screen-1}; do
     name="${base}_fresh_${run//-/_}"
     fresh "$pkg" "$base" "$name"
@@ -162,6 +181,7 @@ for p in "$@"; do
     # where the wall time goes: the coordinator's and workers' events
     # (kh_timeline), in the runs' archive
     export KHLUA_TIMELINE="$out/$p.$run.timeline"
+    smi=$(smi_start "$out/$p.$run.smi")
     t0=$(now)
     case $run in
       *-inrun*)
@@ -179,20 +199,22 @@ for p in "$@"; do
     esac
     krc=$?
     t1=$(now)
+    run_smi=$(smi_mean "$smi" "$out/$p.$run.smi")
     unset KHLUA_TIMELINE
     [ $krc -eq 0 ] || { echo "khlua eval $run exit $krc:"; tail -3 "$out/$p.$run.log"; rc=1; }
-    read -r n ok ws cs ks <<< "$(sums "$p" "$run")"
+    read -r n ok ws cs ks ac <<< "$(sums "$p" "$run")"
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
     # in-run: the second evaluation alone (eval_inrun.lua's own clock)
     [ -s "$out/$p.$run.wall" ] && wall=$(awk '{ printf "%.3f", $1 }' "$out/$p.$run.wall")
     busy=$(awk -v k="$ks" -v w="$wall" 'BEGIN { printf "%.1f", (w > 0 ? 100 * k / w : 0) }')
+    active=$(awk -v k="$ac" -v w="$wall" 'BEGIN { printf "%.1f", (w > 0 ? 100 * k / w : 0) }')
     per=$(awk -v w="$wall" -v n="$n" 'BEGIN { printf "%.4f", n ? w / n : 0 }')
     vs=$(awk -v x="$per" -v f="$fib_per" 'BEGIN { printf "%.2f", (f > 0 ? x / f : 0) }')
-    row "$p" "$run" "$wall" "$per" "$ok/$n" "$ws" "$cs" "$busy" "$vs"
+    row "$p" "$run" "$wall" "$per" "$ok/$n" "$ws" "$cs" "$busy" "$active" "$run_smi" "$vs"
     phases "$p" "$run" | tee -a "$table"
   done
 done
-echo "vs_FIB: khlua's seconds per workload over FlashInfer-Bench's pipeline's, same run; busy_%: the GPU's kernel time (khlua.gpu_kernel_seconds) over wall_s" | tee -a "$table"
+echo "vs_FIB: khlua's seconds per workload over FlashInfer-Bench's pipeline's, same run; busy_%: the GPU's kernel time (khlua.gpu_kernel_seconds) over wall_s; active_%: its active time (khlua.gpu_active_seconds: the timing batches whole, khlua's own kernels in them included) over wall_s; smi_%: nvidia-smi's utilization.gpu, mean of 100 ms polls over the run (any kernel of any process; for FIB's pipeline its whole run, start included)" | tee -a "$table"
 rm -rf "$out/store"
 # the device machine sends back a bounded number of files: the runs' files
 # in one archive beside the table

@@ -5,9 +5,12 @@
  * in that order around it; screen
  * and precise stop by their rules or at their caps; a call that sleeps a
  * known time is measured as at least that long; a failing callback stops the
- * run with its status; the flush buffer exceeds the last-level cache. */
+ * run with its status; the flush buffer exceeds the last-level cache.  The
+ * union of activity intervals (the GPU's active time, engine/gpu/bench.h)
+ * counts overlaps once and gaps not at all. */
 #include "kh_test.h"
 
+#include "gpu/bench.h"
 #include "worker/hostbench.h"
 
 #include <math.h>
@@ -295,6 +298,39 @@ static void test_flush_and_bandwidth(void **state)
     assert_true(bw > 1e8 && bw < 1e13); /* 0.1 GB/s .. 10 TB/s */
 }
 
+/* kh_span_union_ns against a brute-force count of covered nanoseconds on
+ * random intervals (fixed seed), and a few fixed cases */
+static void test_span_union(void **state)
+{
+    (void)state;
+    uint64_t iv[8][2] = {{10, 20}, {15, 30}, {40, 50}, {50, 55}, {60, 60}, {70, 65}, {0, 5},
+                         {3, 4}};
+    /* [0,5) [10,30) [40,55); empty and reversed intervals count nothing */
+    assert_true(kh_span_union_ns(iv, 8) == 5 + 20 + 15);
+    assert_true(kh_span_union_ns(iv, 0) == 0);
+    uint64_t one[1][2] = {{1000, 1003}};
+    assert_true(kh_span_union_ns(one, 1) == 3);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int round = 0; round < 200; round++) {
+        uint64_t r[24][2];
+        unsigned char cover[520];
+        memset(cover, 0, sizeof cover);
+        size_t n = 1 + (size_t)(round % 24);
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            uint64_t s = x % 480, len = (x >> 20) % 40;
+            r[i][0] = s;
+            r[i][1] = s + len;
+            for (uint64_t t = s; t < s + len; t++)
+                cover[t] = 1;
+        }
+        double want = 0;
+        for (size_t t = 0; t < sizeof cover; t++)
+            want += cover[t];
+        assert_true(kh_span_union_ns(r, n) == want);
+    }
+}
+
 int main(void)
 {
     unsigned seed = (unsigned)time(NULL);
@@ -304,7 +340,7 @@ int main(void)
         cmocka_unit_test(test_official_call_sequence), cmocka_unit_test(test_measures_a_known_time),
         cmocka_unit_test(test_screen_and_precise_stop), cmocka_unit_test(test_failure_stops),
         cmocka_unit_test(test_contended_calls_are_retaken),
-        cmocka_unit_test(test_flush_and_bandwidth),
+        cmocka_unit_test(test_flush_and_bandwidth), cmocka_unit_test(test_span_union),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

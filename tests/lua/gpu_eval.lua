@@ -42,6 +42,15 @@ T.test("the cuda example passes every workload against the host reference", func
     T.ok(e.khlua.phases.candidate.kernel_s > 0)
     T.ok(ks >= 20 * e.performance.latency_ms * 1e-3 * 0.9 and ks <= ws,
       ("kernel %.6f s, timed calls %.6f s, workers %.6f s"):format(ks, 20 * e.performance.latency_ms * 1e-3, ws))
+    -- the active time adds the timing batches' own work (refills, L2
+    -- flushes, kept outputs: CUPTI records them) to the one-kernel calls
+    local as = e.khlua.gpu_active_seconds
+    T.ok(as <= ws, ("active %.6f s, workers %.6f s"):format(as, ws))
+    if e.khlua.timer == "cupti" then
+      T.ok(as > ks, ("active %.6f s, kernel %.6f s"):format(as, ks))
+    else
+      T.ok(as >= ks * 0.999, ("active %.6f s, kernel %.6f s"):format(as, ks))
+    end
     T.ok(e.correctness.max_absolute_error <= 0.01 + 1e-9 or e.correctness.max_relative_error <= 0.01)
   end
 end)
@@ -54,6 +63,10 @@ T.test("khlua eval shows the GPU busy fraction: kernel time over wall", function
   T.ok(pct, out)
   T.ok(tonumber(ks) > 0 and tonumber(wall) > tonumber(ks), out)
   T.near(tonumber(pct), 100 * tonumber(ks) / tonumber(wall), 0.06)
+  local apct, as = out:match("wall%), active ([%d.]+)%% %(([%d.]+) s%)")
+  T.ok(apct, out)
+  T.ok(tonumber(as) >= tonumber(ks) * 0.999, out)
+  T.near(tonumber(apct), 100 * tonumber(as) / tonumber(wall), 0.06)
 end)
 
 T.test("--parity: FlashInfer-Bench's checks alone", function()

@@ -82,13 +82,14 @@ local function expected(run_id)
   local last = promos[#promos]
   -- the GPU's kernel time over the run's evaluations
   local db2 = assert(kh.store.open(STORE))
-  local kern = 0
+  local kern, act = 0, 0
   for _, e in ipairs(db2:query { run = run_id, type = "evaluation" }) do
     kern = kern + e.evaluation.khlua.gpu_kernel_seconds
+    act = act + e.evaluation.khlua.gpu_active_seconds
   end
   db2:close()
   return { run = run, last = last, rounds = #rounds, candidates = cands, accepted = acc, rejected = rej,
-    kernel_s = kern }
+    kernel_s = kern, active_s = act }
 end
 
 -- the median of a list, and the samples of evaluation records as ms, here
@@ -168,8 +169,9 @@ T.test("markdown: both runs, the per-task table with A/B, figures from the store
   T.near(tonumber(cells(out, "S_d")[2]), b.last.score, 1e-3)
   -- the GPU busy fraction: kernel time over the run's wall time
   T.ok(a.kernel_s > 0)
-  T.eq(cells(out, "GPU busy fraction (kernel time over wall)")[1],
-    string.format("%.1f%%", 100 * a.kernel_s / a.run.metrics.elapsed_s))
+  T.eq(cells(out, "GPU busy fraction (kernel time over wall; active)")[1],
+    string.format("%.1f%% (%.1f%%)", 100 * a.kernel_s / a.run.metrics.elapsed_s,
+      100 * a.active_s / a.run.metrics.elapsed_s))
   T.eq(tonumber(cells(out, "rounds")[1]), a.rounds)
   T.eq(tonumber(cells(out, "rounds")[2]), b.rounds)
   T.eq(tonumber(cells(out, "rounds to the best")[1]), a.last.round_index)
@@ -208,6 +210,8 @@ T.test("--json carries the same figures; --csv one column per run", function()
     T.eq(s.gpu_busy[1].gpu, "GPU-fake-0")
     T.near(s.gpu_busy[1].kernel_s, e.kernel_s, 1e-9)
     T.near(s.gpu_busy[1].fraction, e.kernel_s / e.run.metrics.elapsed_s, 1e-9)
+    T.near(s.gpu_busy[1].active_s, e.active_s, 1e-9)
+    T.near(s.gpu_busy[1].active_fraction, e.active_s / e.run.metrics.elapsed_s, 1e-9)
     T.eq(#s.curve, e.rounds + 1, "round 0 (the seed) and every round")
     -- best-so-far never falls and ends at the best
     for k = 2, #s.curve do T.ok(s.curve[k].speedup >= s.curve[k - 1].speedup - 1e-12) end

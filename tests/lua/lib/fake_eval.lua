@@ -134,8 +134,10 @@ function F.evaluate(task_path, sol, opts)
         failed_check = (not b.correct) and "poison" or nil, protocol = opts.protocol or "official",
         hashes = { source = kh.store.hash(src) }, seeds = { opts.seed or 0 },
         host = "fake-evaluator", gpu_uuid = "GPU-fake-0",
-        -- the GPU's kernel time on the workload (the busy fraction's numerator)
-        gpu_kernel_seconds = 0.002 * noise("kernel", src, opts.seed or 0, w.uuid, F.calls) } }
+        -- the GPU's kernel time on the workload (the busy fraction's
+        -- numerator), and its active time (the timing batches whole)
+        gpu_kernel_seconds = 0.002 * noise("kernel", src, opts.seed or 0, w.uuid, F.calls),
+        gpu_active_seconds = 0.005 * noise("active", src, opts.seed or 0, w.uuid, F.calls) } }
       if b.correct then
         e.correctness = { max_absolute_error = 0.001, max_relative_error = 0.001 }
         if opts.timing ~= false then
