@@ -28,37 +28,6 @@ double kh_stat_median(const double *x, size_t n)
     return m;
 }
 
-static int cmp_span(const void *a, const void *b)
-{
-    const uint64_t *x = a, *y = b;
-    return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-
-double kh_span_union_ns(uint64_t (*iv)[2], size_t n)
-{
-    qsort(iv, n, sizeof *iv, cmp_span);
-    double total = 0;
-    uint64_t s = 0, e = 0;
-    int open = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (iv[i][1] <= iv[i][0])
-            continue;
-        if (open && iv[i][0] <= e) {
-            if (iv[i][1] > e)
-                e = iv[i][1];
-            continue;
-        }
-        if (open)
-            total += (double)(e - s);
-        s = iv[i][0];
-        e = iv[i][1];
-        open = 1;
-    }
-    if (open)
-        total += (double)(e - s);
-    return total;
-}
-
 void kh_stat_mean_sd(const double *x, size_t n, double *mean, double *sd)
 {
     double s = 0, ss = 0;

@@ -122,11 +122,6 @@ kh_status kh_bench_paired(kh_gpu *g, kh_cupti *c, const kh_bench_target *a,
  * half-width from r->samples_ns[0..n) (the GPU and host loops share it). */
 void kh_bench_summarize(kh_bench_result *r);
 
-/* The length of the union of n intervals iv[i] = {start, end} (ns; an
- * interval with end <= start counts nothing): the time the GPU was active
- * when the intervals are its activity records.  Sorts iv in place. */
-double kh_span_union_ns(uint64_t (*iv)[2], size_t n);
-
 /* Statistics helpers (exposed for tests): median of n values (copies). */
 double kh_stat_median(const double *x, size_t n);
 void kh_stat_mean_sd(const double *x, size_t n, double *mean, double *sd);

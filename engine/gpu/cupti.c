@@ -3,8 +3,6 @@
  * CUPTI's threads, hence the mutex) and the parsed records. */
 #include "gpu/cupti.h"
 
-#include "gpu/bench.h"
-
 #include <cupti_activity.h> /* not <cupti.h>: engine/gpu/cupti.h shadows it */
 #include <cupti_result.h>
 #include <dlfcn.h>
@@ -293,6 +291,37 @@ uint64_t kh_cupti_timestamp(kh_cupti *c)
 }
 
 size_t kh_cupti_dropped(kh_cupti *c) { return c->dropped; }
+
+static int cmp_span(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+double kh_span_union_ns(uint64_t (*iv)[2], size_t n)
+{
+    qsort(iv, n, sizeof *iv, cmp_span);
+    double total = 0;
+    uint64_t s = 0, e = 0;
+    int open = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (iv[i][1] <= iv[i][0])
+            continue;
+        if (open && iv[i][0] <= e) {
+            if (iv[i][1] > e)
+                e = iv[i][1];
+            continue;
+        }
+        if (open)
+            total += (double)(e - s);
+        s = iv[i][0];
+        e = iv[i][1];
+        open = 1;
+    }
+    if (open)
+        total += (double)(e - s);
+    return total;
+}
 
 double kh_cupti_active_ns(kh_cupti *c)
 {

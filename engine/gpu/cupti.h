@@ -35,6 +35,10 @@ kh_status kh_cupti_push(kh_cupti *c, uint64_t id, kh_err *err);
 kh_status kh_cupti_pop(kh_cupti *c, kh_err *err);
 /* CUPTI's clock (the base of record timestamps), ns. */
 uint64_t kh_cupti_timestamp(kh_cupti *c);
+/* The length of the union of n intervals iv[i] = {start, end} (ns; an
+ * interval with end <= start counts nothing): the time the GPU was active
+ * when the intervals are its activity records.  Sorts iv in place. */
+double kh_span_union_ns(uint64_t (*iv)[2], size_t n);
 /* The GPU's active time over the records collected since the last clear:
  * the union of every kernel, memcpy and memset record's [start, end), ns
  * (0 on lack of memory). */
