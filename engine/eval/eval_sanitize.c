@@ -14,55 +14,146 @@
 #include <string.h>
 #include <unistd.h>
 
-/* In worker w, under the tool: one correctness trial (the first seed), then
- * the timing phase too, as the evaluation runs it (the same protocol, call
- * count, fresh inputs per call, module reloaded first), unverified: a
- * kernel that misbehaves only there, or only after N calls, is under the
- * tool as well.  *worker: "ok", or what the call said (in wmsg). */
-static kh_status sanitize_call(wctx *c, const kh_task_solution *sol, const art *a, kh_wproc *w,
-                               double dl, char *wmsg, size_t wn, const char **worker,
-                               kh_err *err)
+/* The request each tool's worker runs: one correctness trial (the first
+ * seed), then the timing phase too, as the evaluation runs it (the same
+ * protocol, call count, fresh inputs per call, module reloaded first),
+ * unverified: a kernel that misbehaves only there, or only after N calls,
+ * is under the tool as well.  *params: the request's (the payload is
+ * c->pl, c->pl_len). */
+static kh_status sanitize_params(wctx *c, const kh_task_solution *sol, const art *a, double dl,
+                                 json_t **params, kh_err *err)
 {
     size_t saved = c->ntrials;
     c->ntrials = 1;
     json_t *p = NULL;
     kh_status st = eval_request(c, sol, a, 1, &p, err);
     c->ntrials = saved;
-    *worker = "ok";
-    if (!st) {
-        eval_add_timing(c, p, 0);
-        json_t *tm = json_object_get(p, "timing");
-        json_object_set_new(tm, "timeout_s", json_real(dl));
-        json_object_set_new(tm, "cold", json_false());
-        json_object_set_new(p, "checks", json_pack("{s:b, s:b}", "poison", 1,
-                                                   "reload_before_timing", 1));
-        json_object_set_new(p, "guard_bytes", json_integer(0));
-        json_object_set_new(p, "deadline_s", json_real(dl));
-        kh_msg reply;
-        memset(&reply, 0, sizeof reply);
-        kh_err werr;
-        kh_status ws = kh_wproc_call(w, "evaluate", p, c->pl, c->pl_len, dl + 5, &reply, &werr);
-        if (ws) {
-            snprintf(wmsg, wn, "%s", werr.msg);
-            *worker = wmsg;
-        }
-        kh_msg_free(&reply);
+    if (st) {
+        json_decref(p);
+        return st;
     }
-    json_decref(p);
+    eval_add_timing(c, p, 0);
+    json_t *tm = json_object_get(p, "timing");
+    json_object_set_new(tm, "timeout_s", json_real(dl));
+    json_object_set_new(tm, "cold", json_false());
+    json_object_set_new(p, "checks", json_pack("{s:b, s:b}", "poison", 1,
+                                               "reload_before_timing", 1));
+    json_object_set_new(p, "guard_bytes", json_integer(0));
+    json_object_set_new(p, "deadline_s", json_real(dl));
+    *params = p;
+    return KH_OK;
+}
+
+#define MAX_TOOLS 4 /* memcheck, racecheck, initcheck, synccheck */
+
+/* One tool's run: its worker, the log the tool writes, what the call said. */
+typedef struct san_run {
+    char tool[32];
+    const char *check;
+    char dir[4096], log[4200];
+    kh_wproc *w;
+    double t0;
+    char worker[600]; /* "ok", or what the worker's call said */
+} san_run;
+
+/* The tool's log (NUL-terminated, or NULL), removed with its folder. */
+static unsigned char *take_log(san_run *r, size_t *n)
+{
+    unsigned char *text = NULL;
+    kh_err rerr;
+    if (r->log[0] && eval_read_whole(r->log, &text, n, &rerr) == KH_OK)
+        text[*n] = 0; /* read_whole leaves room after the bytes */
+    if (r->log[0])
+        unlink(r->log);
+    if (r->dir[0])
+        rmdir(r->dir);
+    r->log[0] = r->dir[0] = 0;
+    return text;
+}
+
+static void runs_free(san_run *rs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (rs[i].w)
+            kh_wproc_stop(rs[i].w, 5);
+        rs[i].w = NULL;
+        size_t tn = 0;
+        free(take_log(&rs[i], &tn));
+    }
+}
+
+/* r's worker did not start (werr): the error, with the tool's log. */
+static kh_status no_worker(san_run *r, const kh_err *werr, kh_err *err)
+{
+    size_t tn = 0;
+    unsigned char *text = take_log(r, &tn);
+    kh_status st = kh_err_set(err, KH_ENODEV, "sanitize: no gpu worker under compute-sanitizer "
+                              "%s: %s%s%.400s", r->tool, werr->msg, text ? "; its log: " : "",
+                              text ? (char *)text : "");
+    free(text);
     return st;
 }
 
-/* Run sol once under each tool of o->sanitize, in a gpu worker of its own
- * started through the launch template with compute-sanitizer in front, and
- * judge the tool's report: one correctness trial, then the timing phase of
- * the evaluation's protocol (every call on fresh inputs, after a reload).
- * Only records naming the candidate's kernels count (the worker's own
- * generator and checksum kernels run under the tool too).  Buffers get no guard bands here ("guard_bytes": 0): memcheck must
+/* Spawn r's worker under its tool (cs: compute-sanitizer); san_ready reads
+ * its hello. */
+static kh_status san_spawn(wctx *c, const char *cs, san_run *r, kh_err *err)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096], tmpl[8192];
+    snprintf(dir, sizeof dir, "%s/khlua-san-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir))
+        return kh_err_set(err, KH_EIO, "sanitize: mkdtemp: %s", strerror(errno));
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    snprintf(r->log, sizeof r->log, "%s/%s.log", dir, r->tool);
+    kh_status st = kh_san_template(cs, r->tool, r->log, getenv("KHLUA_SANITIZER_FLAGS"),
+                                   c->ev->launch, tmpl, sizeof tmpl, err);
+    if (st)
+        return st;
+    r->t0 = kh_now();
+    kh_wproc_opts wo = {.role = "gpu", .launch = tmpl, .exe = c->ev->exe,
+                        .hello_timeout_s = 180, .exit_grace_s = 60};
+    /* no CUPTI: it and the sanitizer both instrument the process, and
+     * nothing is timed here */
+    const char *envs[3] = {"KHLUA_NO_CUPTI=1", NULL, NULL};
+#ifdef KH_ASAN
+    /* compute-sanitizer injects its library with LD_PRELOAD, ahead of
+     * AddressSanitizer's runtime, which then refuses to start */
+    char asan[1200];
+    const char *cur = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0", cur ? cur : "",
+             cur && *cur ? ":" : "");
+    envs[1] = asan;
+#endif
+    wo.env = envs;
+    kh_err werr;
+    r->w = kh_wproc_spawn(&wo, &werr);
+    return r->w ? KH_OK : no_worker(r, &werr, err);
+}
+
+/* r's worker's hello (san_spawn started it). */
+static kh_status san_ready(san_run *r, kh_err *err)
+{
+    kh_err werr;
+    r->w = kh_wproc_ready(r->w, &werr);
+    return r->w ? KH_OK : no_worker(r, &werr, err);
+}
+
+/* Run sol once under each tool of o->sanitize, each in a gpu worker of its
+ * own started through the launch template with compute-sanitizer in front,
+ * the tools side by side (their workers start together and run their
+ * requests at once: nothing is timed here, and a tool's start, its own and
+ * the CUDA context's under it, is most of its cost), and judge each tool's
+ * report, in the order asked: one correctness trial, then the timing phase
+ * of the evaluation's protocol (every call on fresh inputs, after a
+ * reload).  Only records naming the candidate's kernels count (the
+ * worker's own generator and checksum kernels run under the tool too).
+ * Buffers get no guard bands here ("guard_bytes": 0): memcheck must
  * see the allocation's true end.  Outputs are poisoned (so initcheck does
  * not blame the worker's copy of an unwritten output), workspaces zeroed
  * only when the manifest says so (a kernel reading workspace it never wrote
  * is what initcheck is for).  The tools' own failures (no report) are
- * recorded as "incomplete", not blamed on the candidate. */
+ * recorded as "incomplete", not blamed on the candidate; the first tool in
+ * order that finds errors fails the candidate. */
 kh_status eval_sanitize(wctx *c, const kh_task_solution *sol, const art *a, verdict *v,
                         json_t *kl, kh_err *err)
 {
@@ -78,88 +169,84 @@ kh_status eval_sanitize(wctx *c, const kh_task_solution *sol, const art *a, verd
     json_t *all = json_object();
     json_object_set_new(kl, "sanitizer", all);
     double dl = c->o->sanitize_deadline_s > 0 ? c->o->sanitize_deadline_s : 4 * c->o->deadline_s;
-    for (const char *q = c->o->sanitize; *q && !st && !v->failed;) {
+    san_run rs[MAX_TOOLS];
+    size_t n = 0;
+    memset(rs, 0, sizeof rs);
+    for (const char *q = c->o->sanitize; *q && n < MAX_TOOLS;) {
         size_t l = strcspn(q, ",");
-        char tool[32];
-        snprintf(tool, sizeof tool, "%.*s", (int)(l < 31 ? l : 31), q);
+        snprintf(rs[n].tool, sizeof rs[n].tool, "%.*s", (int)(l < 31 ? l : 31), q);
         q += l + (q[l] == ',');
-        const char *check = kh_san_check_name(tool);
-        if (!check)
-            continue; /* validated in kh_eval_run; empty items are skipped */
-        const char *tmp = getenv("TMPDIR");
-        char dir[4096], log[4200], tmpl[8192];
-        snprintf(dir, sizeof dir, "%s/khlua-san-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir))
-            return kh_err_set(err, KH_EIO, "sanitize: mkdtemp: %s", strerror(errno));
-        snprintf(log, sizeof log, "%s/%s.log", dir, tool);
-        if ((st = kh_san_template(cs, tool, log, getenv("KHLUA_SANITIZER_FLAGS"), c->ev->launch,
-                                  tmpl, sizeof tmpl, err))) {
-            rmdir(dir);
-            return st;
-        }
-        double t0 = kh_now();
-        kh_wproc_opts wo = {.role = "gpu", .launch = tmpl, .exe = c->ev->exe,
-                            .hello_timeout_s = 180, .exit_grace_s = 60};
-        /* no CUPTI: it and the sanitizer both instrument the process, and
-         * nothing is timed here */
-        const char *envs[3] = {"KHLUA_NO_CUPTI=1", NULL, NULL};
-#ifdef KH_ASAN
-        /* compute-sanitizer injects its library with LD_PRELOAD, ahead of
-         * AddressSanitizer's runtime, which then refuses to start */
-        char asan[1200];
-        const char *cur = getenv("ASAN_OPTIONS");
-        snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0", cur ? cur : "",
-                 cur && *cur ? ":" : "");
-        envs[1] = asan;
-#endif
-        wo.env = envs;
+        /* validated in kh_eval_run; empty items are skipped */
+        if ((rs[n].check = kh_san_check_name(rs[n].tool)))
+            n++;
+    }
+    if (!n)
+        return KH_OK;
+    /* every tool's worker starts at once, then each one's hello is read */
+    for (size_t i = 0; i < n && !st; i++)
+        st = san_spawn(c, cs, &rs[i], err);
+    for (size_t i = 0; i < n && !st; i++)
+        st = san_ready(&rs[i], err);
+    json_t *params = NULL;
+    if (!st)
+        st = sanitize_params(c, sol, a, dl, &params, err);
+    kh_wproc *ws[MAX_TOOLS];
+    for (size_t i = 0; i < n && !st; i++) {
+        ws[i] = rs[i].w;
+        snprintf(rs[i].worker, sizeof rs[i].worker, "ok");
         kh_err werr;
-        kh_wproc *w = kh_wproc_start(&wo, &werr);
-        unsigned char *text = NULL;
-        size_t tn = 0;
-        if (!w) {
-            kh_err rerr;
-            if (eval_read_whole(log, &text, &tn, &rerr) == KH_OK)
-                text[tn] = 0; /* read_whole leaves room after the bytes */
-            st = kh_err_set(err, KH_ENODEV, "sanitize: no gpu worker under compute-sanitizer "
-                            "%s: %s%s%.400s", tool, werr.msg, text ? "; its log: " : "",
-                            text ? (char *)text : "");
-            free(text);
-            unlink(log);
-            rmdir(dir);
-            return st;
+        if (kh_wproc_submit(rs[i].w, "evaluate", params, c->pl, c->pl_len, dl + 5, &werr)) {
+            snprintf(rs[i].worker, sizeof rs[i].worker, "%s", werr.msg);
+            ws[i] = NULL; /* nothing to wait for */
         }
-        const char *worker = "ok";
-        char wmsg[600];
-        st = sanitize_call(c, sol, a, w, dl, wmsg, sizeof wmsg, &worker, err);
+    }
+    json_decref(params);
+    if (st) {
+        runs_free(rs, n);
+        return st;
+    }
+    /* the requests run side by side; the deadlines are kh_wproc_wait's */
+    for (;;) {
+        kh_wproc *busy[MAX_TOOLS];
+        size_t nb = 0;
+        for (size_t i = 0; i < n; i++)
+            if (ws[i] && kh_wproc_busy(ws[i]))
+                busy[nb++] = ws[i];
+        if (!nb)
+            break;
+        kh_wdone done[MAX_TOOLS];
+        size_t nd = kh_wproc_wait(busy, nb, 1.0, done, MAX_TOOLS);
+        for (size_t d = 0; d < nd; d++) {
+            for (size_t i = 0; i < n; i++)
+                if (rs[i].w == done[d].w && done[d].status)
+                    snprintf(rs[i].worker, sizeof rs[i].worker, "%s", done[d].err.msg);
+            kh_msg_free(&done[d].reply);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        san_run *r = &rs[i];
         /* the report is complete once the tool has exited */
-        kh_wproc_stop(w, 60);
-        if (st) {
-            unlink(log);
-            rmdir(dir);
-            return st;
-        }
-        kh_err rerr;
-        if (eval_read_whole(log, &text, &tn, &rerr) == KH_OK)
-            text[tn] = 0; /* read_whole leaves room after the bytes */
-        unlink(log);
-        rmdir(dir);
+        kh_wproc_stop(r->w, 60);
+        r->w = NULL;
+        size_t tn = 0;
+        unsigned char *text = take_log(r, &tn);
         kh_san_report sr;
-        kh_san_parse(text ? (char *)text : "", tool, kernels, nk, &sr);
+        kh_san_parse(text ? (char *)text : "", r->tool, kernels, nk, &sr);
         free(text);
         const char *state = sr.errors ? "errors" : sr.summary ? "clean" : "incomplete";
-        json_object_set_new(all, tool,
+        json_object_set_new(all, r->tool,
                             json_pack("{s:s, s:i, s:i, s:i, s:I, s:s, s:s, s:f}", "status", state,
                                       "errors", sr.errors, "warnings", sr.warnings, "ignored",
                                       sr.ignored, "summary_count", (json_int_t)sr.summary_count,
-                                      "report", sr.first, "worker", worker, "seconds",
-                                      kh_now() - t0));
-        json_object_set_new(v->checks, check,
+                                      "report", sr.first, "worker", r->worker, "seconds",
+                                      kh_now() - r->t0));
+        json_object_set_new(v->checks, r->check,
                             json_string(sr.errors ? "failed" : sr.summary ? "ok" : "incomplete"));
+        /* eval_fail keeps the first failure: the first tool in order */
         if (sr.errors)
-            eval_fail(v, "RUNTIME_ERROR", check, "compute-sanitizer %s: %d error%s in the candidate's "
-                 "kernels; the first: %.480s", tool, sr.errors, sr.errors == 1 ? "" : "s",
-                 sr.first);
+            eval_fail(v, "RUNTIME_ERROR", r->check, "compute-sanitizer %s: %d error%s in the "
+                      "candidate's kernels; the first: %.480s", r->tool, sr.errors,
+                      sr.errors == 1 ? "" : "s", sr.first);
     }
     return KH_OK;
 }
