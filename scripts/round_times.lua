@@ -47,4 +47,19 @@ for _, r in ipairs(rounds) do
   if d.profile_s then print(string.format("       profile of the new incumbent %.2f s", d.profile_s)) end
   prev = e
 end
+-- each sanitizer run's tools: start (the tool and its CUDA context), the
+-- request under it, and the whole (exit included); records from 2026-12-07 on
+for _, ev in ipairs(db:query { run = run_id, type = "evaluation" } or {}) do
+  local k = ev.evaluation and ev.evaluation.khlua
+  if type(k) == "table" and type(k.sanitizer) == "table" then
+    local parts = {}
+    for tool, t in pairs(k.sanitizer) do
+      parts[#parts + 1] = string.format("%s %s: start %.2f, run %.2f, all %.2f s", tool,
+        t.status or "?", t.start_s or -1, t.run_s or -1, t.seconds or -1)
+    end
+    table.sort(parts)
+    print(string.format("sanitizer %s: %s", tostring(ev.solution or ev.id or "?"),
+      table.concat(parts, "; ")))
+  end
+end
 db:close()
