@@ -11,6 +11,8 @@
 #      per-call input draws and sums are largest (623 MB of cache per call)
 #   4. ROUNDS_RUNS (default 2) search runs' rounds (scripts/issue21-rounds.sh):
 #      where a promotion's seconds go, the sanitizer's tools split
+#   5. with THROUGHPUT=1, scripts/issue21-throughput.sh (K = 8, TP_TIMEOUT
+#      default 60 s) and its promotion's split
 # Outputs under $OUT, packed into $OUT/ab.tgz at the end.
 set -uo pipefail
 out=${OUT:-/tmp/issue21-ab}
@@ -44,5 +46,12 @@ for i in $(seq "${ROUNDS_RUNS:-2}"); do
     sed -n '/^round  *seconds/,$p'
   echo "[$SECONDS s]"
 done
+if [ -n "${THROUGHPUT:-}" ]; then
+  OUT="$out" TIMEOUT=${TP_TIMEOUT:-60} bash scripts/issue21-throughput.sh 2>&1 | tail -4
+  KHLUA_STORE="$out/throughput/store" LD_LIBRARY_PATH="$PWD/build-portable/lib" \
+    build-portable/khlua scripts/round_times.lua \
+    "$(grep -o 'run-[0-9A-Z]*' "$out/throughput/run.txt" | head -1)" 2>&1 | grep -E -A3 "promoted|^sanitizer"
+  echo "[$SECONDS s]"
+fi
 (cd "$out" && tar -czf ab.tgz --exclude=ab.tgz --exclude=console.txt ./* &&
   find . -mindepth 1 -maxdepth 1 ! -name ab.tgz ! -name console.txt -exec rm -rf {} +)
