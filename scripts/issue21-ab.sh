@@ -47,7 +47,8 @@ for i in $(seq "${ROUNDS_RUNS:-2}"); do
   echo "[$SECONDS s]"
 done
 if [ -n "${THROUGHPUT:-}" ]; then
-  OUT="$out" TIMEOUT=${TP_TIMEOUT:-60} bash scripts/issue21-throughput.sh 2>&1 | tail -4
+  OUT="$out" TIMEOUT=${TP_TIMEOUT:-60} bash scripts/issue21-throughput.sh 2>&1 |
+    grep -E "plateau_switch: exit|per hour|utilization|evaluations"
   KHLUA_STORE="$out/throughput/store" LD_LIBRARY_PATH="$PWD/build-portable/lib" \
     build-portable/khlua scripts/round_times.lua \
     "$(grep -o 'run-[0-9A-Z]*' "$out/throughput/run.txt" | head -1)" 2>&1 | grep -E -A3 "promoted|^sanitizer"

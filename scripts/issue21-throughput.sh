@@ -71,5 +71,12 @@ run=$(grep -o '^run run-[0-9A-Z]*' "$out/run.txt" | head -1 | cut -d' ' -f2)
 [ -s "$out/smi.txt" ] && awk '$1 ~ /^[0-9]+$/ { s += $1; n++ }
   END { if (n) printf "nvidia-smi utilization.gpu over the run: mean %.1f%% (%d polls)\n", s / n, n }' \
   "$out/smi.txt" | tee -a "$out/throughput.txt"
+# the GPU's active seconds (the run's records) over the seconds inside evaluations
+active=$(python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    if l.startswith("{"):
+        print(sum(g.get("active_s", 0) for g in json.loads(l).get("gpu_busy", []))); break' \
+  "$out/throughput.txt" 2>/dev/null)
 [ -s "$out/run.timeline" ] && python3 scripts/timeline.py "$out/run.timeline" --summary \
-  > "$out/timeline-summary.txt" 2>&1 && tail -15 "$out/timeline-summary.txt"
+  ${active:+--active "$active"} > "$out/timeline-summary.txt" 2>&1 &&
+  tail -16 "$out/timeline-summary.txt"
