@@ -2,7 +2,8 @@
  *
  *   local traces, msg, code = kh.eval(task, solution [, opts])   -- also kh.eval.run
  *   local r, msg, code = kh.eval(task, candidate, {protocol = "paired", incumbent = inc,
- *                                                  reps = 5, alpha = 0.05, ...})
+ *                                                  reps = 5, alpha = 0.05, stop_below = 0,
+ *                                                  ...})
  *
  * Returns an array of FlashInfer-Bench Trace tables (evaluation.status, ...,
  * evaluation.khlua.{checks, failed_check, seeds, hashes, ...}); nil, msg,
@@ -119,7 +120,7 @@ static const char *const eval_keys[] = {
     "sanitize",
     "sanitize_deadline_s", "gpus", "workers_per_gpu", "host_workers", "launch", "hosts",
     "progress", "run", "round_index", "purpose", "incumbent", "reps", "alpha", "resamples",
-    "measure_protocol", NULL};
+    "stop_below", "measure_protocol", NULL};
 
 /* opts.progress(done, total, uuid, status), called as each verdict is made.
  * An error in it stops the calls; kh.eval raises it once the run is over
@@ -247,13 +248,14 @@ static int read_opts(lua_State *L, int t, kh_eval_opts *o, kh_eval_paired_opts *
         po->reps = opt_int(L, t, "reps", po->reps);
         po->alpha = opt_num(L, t, "alpha", po->alpha);
         po->resamples = opt_int(L, t, "resamples", po->resamples);
+        po->stop_below = opt_num(L, t, "stop_below", po->stop_below);
         if (lua_getfield(L, t, "incumbent") == LUA_TNIL) /* stays on the stack */
             luaL_error(L, "kh.eval: the paired protocol needs opts.incumbent (a Solution "
                        "table or a solution's name)");
         to_solution(L, lua_gettop(L), "incumbent", &inc);
     } else {
         static const char *const only_paired[] = {"incumbent", "reps", "alpha", "resamples",
-                                                  "measure_protocol", NULL};
+                                                  "stop_below", "measure_protocol", NULL};
         for (size_t i = 0; only_paired[i]; i++)
             if (lua_getfield(L, t, only_paired[i]) != LUA_TNIL)
                 luaL_error(L, "kh.eval: opts.%s is the paired protocol's (protocol = "

@@ -180,6 +180,9 @@ typedef struct kh_eval_paired_opts {
     int reps;          /* repetitions (each: both measured); 5 */
     double alpha;      /* the interval's quantiles: alpha and 1 - alpha; 0.05 */
     int resamples;     /* bootstrap resamples; 2000 */
+    double stop_below; /* in (0, 1): stop after the second repetition or a later one
+                        * when every ratio so far is below it (the candidate
+                        * that much slower everywhere); 0: every repetition */
 } kh_eval_paired_opts;
 
 void kh_eval_paired_opts_default(kh_eval_paired_opts *po);

@@ -16,6 +16,7 @@ void kh_eval_paired_opts_default(kh_eval_paired_opts *po)
     po->reps = 5;
     po->alpha = 0.05;
     po->resamples = 2000;
+    po->stop_below = 0;
 }
 
 /* splitmix64: one repetition's seed from the call's (63 bits, as every
@@ -171,6 +172,9 @@ static kh_status check_paired(const kh_eval_opts *o, const kh_eval_paired_opts *
     if (po->resamples < 100 || po->resamples > 1000000)
         return kh_err_set(err, KH_EINVAL, "paired: resamples must be 100 to 1000000, got %d",
                           po->resamples);
+    if (!(po->stop_below >= 0 && po->stop_below < 1))
+        return kh_err_set(err, KH_EINVAL, "paired: stop_below must be in [0, 1) (0: every "
+                          "repetition), got %g", po->stop_below);
     if (!o->timing)
         return kh_err_set(err, KH_EINVAL, "paired: a comparison of latencies needs timing on");
     if (o->shapes)
@@ -194,6 +198,18 @@ static kh_status rep_ratios(paired *p, json_t *ratios, kh_err *err)
             return kh_err_set(err, KH_ENOMEM, "out of memory");
     }
     return KH_OK;
+}
+
+/* Whether every ratio so far is below x (the early stop, stop_below). */
+static int all_below(const json_t *ratios, double x)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(ratios, i, r) {
+        if (!(json_number_value(r) < x))
+            return 0;
+    }
+    return json_array_size(ratios) > 0;
 }
 
 /* The workloads measured, from the first measurement (every later one runs
@@ -241,10 +257,12 @@ static kh_status summarise(paired *p, const kh_eval_paired_opts *po, uint64_t se
 static kh_status new_result(paired *p, const kh_eval_opts *o, const kh_eval_paired_opts *po,
                             uint64_t seed, kh_err *err)
 {
-    p->out = json_pack("{s:s, s:s, s:i, s:I, s:f, s:i, s:[], s:[], s:[], s:[], s:[], s:[]}",
+    p->out = json_pack("{s:s, s:s, s:i, s:I, s:f, s:i, s:f, s:[], s:[], s:[], s:[], s:[], "
+                       "s:[]}",
                        "protocol", "paired", "measure_protocol", o->protocol, "reps", po->reps,
                        "seed", (json_int_t)seed, "alpha", po->alpha, "resamples", po->resamples,
-                       "workloads", "ratios", "order", "evidence", "candidate", "incumbent");
+                       "stop_below", po->stop_below, "workloads", "ratios", "order", "evidence",
+                       "candidate", "incumbent");
     for (int w = 0; w < 2; w++)
         p->lat[w] = json_object();
     if (!p->out || !p->lat[0] || !p->lat[1])
@@ -311,6 +329,14 @@ kh_status kh_eval_paired(kh_eval *ev, const kh_task *t, const kh_eval_solution *
          * incumbent's figures still serve regression detection */
         if (!st && !p.failed)
             st = rep_ratios(&p, json_object_get(p.out, "ratios"), err);
+        /* A candidate slower than stop_below on every workload of two
+         * repetitions (both orders) is not measured further: more
+         * repetitions of a kernel many times slower only cost seconds. */
+        if (!st && !p.failed && po->stop_below > 0 && r >= 1 && r + 1 < po->reps &&
+            all_below(json_object_get(p.out, "ratios"), po->stop_below)) {
+            json_object_set_new(p.out, "stopped_after", json_integer(r + 1));
+            break;
+        }
     }
     if (!st)
         st = summarise(&p, po, seed, err);

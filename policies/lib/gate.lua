@@ -20,7 +20,12 @@
 --    by the engine (hostbench.h); when its retakes ran out and more than
 --    max_contended (10%) of a measurement's timed calls still include such
 --    a wait, a pass is refused (rejected_for "contended"): a busy machine's
---    numbers are no evidence of a gain.
+--    numbers are no evidence of a gain.  A candidate slower than stop_below
+--    (0.5: half the incumbent's speed) on every sampled workload of the
+--    first two repetitions (both orders) is not measured further: its
+--    interval from those ratios decides (stopped_after in the step), and a
+--    kernel many times slower costs seconds per repetition.  0 measures
+--    every repetition.
 -- 2. sweep(): every workload, correct on all; the score
 --    S_d = c_d * mean_w(b_w / l_w), c_d the pass rate, b the reference
 --    (baseline) latency and l the candidate's.
@@ -54,6 +59,7 @@ local stats = require "lib.stats"
 local M = {}
 
 M.defaults = { margin = 0.02, reps = 5, sample = 2, alpha = 0.05, resamples = 2000,
+  stop_below = 0.5,
   finalist_trials = 100, finalist_batch = 25, finalist_min_trials = 10,
   finalist_elements = 2 ^ 31, shapes = 8, official = true, max_contended = 0.1,
   sanitize = { "memcheck", "racecheck", "initcheck" }, sanitize_workloads = 1 }
@@ -101,10 +107,11 @@ function M.representative(measure, cand, inc, workloads, o)
   -- one call: the engine interleaves the two and returns the ratio with its interval
   local m, msg, code = measure(cand, { workloads = uuids, protocol = "paired", incumbent = inc,
     reps = reps, trials = 1, alpha = opt(o, "alpha"), resamples = opt(o, "resamples"),
-    seed = opt(o, "seed") }, "representative")
+    stop_below = opt(o, "stop_below"), seed = opt(o, "seed") }, "representative")
   if not m then return nil, msg, code end
   local p = m.paired
   g.evidence, g.ratios, g.seed = m.ids, p.ratios, p.seed
+  g.stopped_after = p.stopped_after
   g.incumbent_ms, g.candidate_ms, g.contended = p.incumbent_ms, p.candidate_ms, p.contended
   if p.failed then
     -- both were measured: the incumbent's figures still serve regression detection
@@ -136,6 +143,10 @@ function M.representative(measure, cand, inc, workloads, o)
     g.rejected_for = "not_faster"
     g.reason = string.format("no gain beyond noise: ratio %.3f, lower bound %.3f <= 1 + %.3f",
       g.ratio, g.lo, margin)
+  end
+  if g.stopped_after then
+    g.reason = g.reason .. string.format(" (after %d of %d repetitions: every ratio below %g)",
+      g.stopped_after, reps, opt(o, "stop_below"))
   end
   return g
 end

@@ -71,6 +71,31 @@ T.test("an 8x slower candidate: ratio below 1 with its interval; the reverse abo
     r.ratio, r.lo, r.hi, back.ratio, back.lo, back.hi))
 end)
 
+T.test("stop_below: a candidate 8x slower everywhere stops after two repetitions; a faster one never", function()
+  local ts <close> = assert(kh.task.load(TASK))
+  local slow = solution("slow8s", 8)
+  -- 8x the work: every ratio near 1/8, far below 0.5 (a contended measurement is taken again)
+  local r = quiet(ts, slow, opts { incumbent = REF, stop_below = 0.5 })
+  T.eq(r.stop_below, 0.5)
+  T.eq(r.stopped_after, 2, string.format("ratios %s", table.concat(r.ratios, ", ")))
+  T.eq(#r.ratios, 2, "one ratio per measured (repetition, workload)")
+  T.eq(#r.order, 4, "two repetitions, both orders")
+  T.eq(r.order, { "candidate", "incumbent", "incumbent", "candidate" })
+  T.ok(r.hi < 0.5, string.format("interval %.3f to %.3f", r.lo, r.hi))
+  local lo, hi = stats.bootstrap(r.ratios, stats.geomean, { resamples = 2000, alpha = 0.05,
+    seed = r.seed })
+  T.near(r.lo, lo, 1e-12)
+  T.near(r.hi, hi, 1e-12)
+  -- the reverse (every ratio near 8) runs every repetition
+  local back = quiet(ts, REF, opts { incumbent = slow, stop_below = 0.5 })
+  T.eq(back.stopped_after, nil)
+  T.eq(#back.ratios, 4)
+  -- off by default: the 8x slower candidate measured every repetition
+  local all = quiet(ts, slow, opts { incumbent = REF })
+  T.eq(all.stopped_after, nil)
+  T.eq(#all.ratios, 4)
+end)
+
 T.test("alternating order, one seed per repetition for both, figures that replay", function()
   local ts <close> = assert(kh.task.load(TASK))
   local o = opts { incumbent = REF, workloads = 2, reps = 3, resamples = 500, alpha = 0.1 }
@@ -149,6 +174,12 @@ T.test("bad paired options are refused by name", function()
   local r, msg = kh.eval(ts, REF, opts { incumbent = REF, reps = 0 })
   T.eq(r, nil)
   T.match(msg, "reps must be 1 to 100")
+  for _, x in ipairs { -0.1, 1, 2 } do
+    r, msg = kh.eval(ts, REF, opts { incumbent = REF, stop_below = x })
+    T.eq(r, nil)
+    T.match(msg, "stop_below must be in %[0, 1%)")
+  end
+  err({ protocol = "screen", stop_below = 0.5 }, "opts.stop_below is the paired protocol's")
   r, msg = kh.eval(ts, REF, opts { incumbent = REF, shapes = 2 })
   T.eq(r, nil)
   T.match(msg, "shapes are correctness only")
