@@ -16,10 +16,12 @@
 
 /* The request each tool's worker runs: one correctness trial (the first
  * seed), then the timing phase too, as the evaluation runs it (the same
- * protocol, call count, fresh inputs per call, module reloaded first),
- * unverified: a kernel that misbehaves only there, or only after N calls,
- * is under the tool as well.  *params: the request's (the payload is
- * c->pl, c->pl_len). */
+ * protocol and call count, module reloaded first), unverified: a kernel
+ * that misbehaves only there, or only after N calls, is under the tool as
+ * well.  Its input sets are drawn once each ("draw_once"), then taken in
+ * turn: under a tool every store of the worker's generator is instrumented
+ * too, and nothing here is timed or judged.  *params: the request's (the
+ * payload is c->pl, c->pl_len). */
 static kh_status sanitize_params(wctx *c, const kh_task_solution *sol, const art *a, double dl,
                                  json_t **params, kh_err *err)
 {
@@ -36,6 +38,7 @@ static kh_status sanitize_params(wctx *c, const kh_task_solution *sol, const art
     json_t *tm = json_object_get(p, "timing");
     json_object_set_new(tm, "timeout_s", json_real(dl));
     json_object_set_new(tm, "cold", json_false());
+    json_object_set_new(tm, "draw_once", json_true());
     json_object_set_new(p, "checks", json_pack("{s:b, s:b}", "poison", 1,
                                                "reload_before_timing", 1));
     json_object_set_new(p, "guard_bytes", json_integer(0));
@@ -52,7 +55,7 @@ typedef struct san_run {
     const char *check;
     char dir[4096], log[4200];
     kh_wproc *w;
-    double t0;
+    double t0, t_ready, t_sub, t_done; /* spawned, hello read, request sent, reply read */
     char worker[600]; /* "ok", or what the worker's call said */
 } san_run;
 
@@ -135,6 +138,7 @@ static kh_status san_ready(san_run *r, kh_err *err)
 {
     kh_err werr;
     r->w = kh_wproc_ready(r->w, &werr);
+    r->t_ready = kh_now();
     return r->w ? KH_OK : no_worker(r, &werr, err);
 }
 
@@ -194,6 +198,7 @@ kh_status eval_sanitize(wctx *c, const kh_task_solution *sol, const art *a, verd
     for (size_t i = 0; i < n && !st; i++) {
         ws[i] = rs[i].w;
         snprintf(rs[i].worker, sizeof rs[i].worker, "ok");
+        rs[i].t_sub = rs[i].t_done = kh_now();
         kh_err werr;
         if (kh_wproc_submit(rs[i].w, "evaluate", params, c->pl, c->pl_len, dl + 5, &werr)) {
             snprintf(rs[i].worker, sizeof rs[i].worker, "%s", werr.msg);
@@ -217,9 +222,13 @@ kh_status eval_sanitize(wctx *c, const kh_task_solution *sol, const art *a, verd
         kh_wdone done[MAX_TOOLS];
         size_t nd = kh_wproc_wait(busy, nb, 1.0, done, MAX_TOOLS);
         for (size_t d = 0; d < nd; d++) {
-            for (size_t i = 0; i < n; i++)
-                if (rs[i].w == done[d].w && done[d].status)
+            for (size_t i = 0; i < n; i++) {
+                if (rs[i].w != done[d].w)
+                    continue;
+                rs[i].t_done = kh_now();
+                if (done[d].status)
                     snprintf(rs[i].worker, sizeof rs[i].worker, "%s", done[d].err.msg);
+            }
             kh_msg_free(&done[d].reply);
         }
     }
@@ -234,12 +243,16 @@ kh_status eval_sanitize(wctx *c, const kh_task_solution *sol, const art *a, verd
         kh_san_parse(text ? (char *)text : "", r->tool, kernels, nk, &sr);
         free(text);
         const char *state = sr.errors ? "errors" : sr.summary ? "clean" : "incomplete";
+        /* seconds: spawn to the tool's exit; start_s: spawn to the
+         * worker's hello (the tool's start and the context under it);
+         * run_s: the request, sent to answered */
         json_object_set_new(all, r->tool,
-                            json_pack("{s:s, s:i, s:i, s:i, s:I, s:s, s:s, s:f}", "status", state,
-                                      "errors", sr.errors, "warnings", sr.warnings, "ignored",
-                                      sr.ignored, "summary_count", (json_int_t)sr.summary_count,
-                                      "report", sr.first, "worker", r->worker, "seconds",
-                                      kh_now() - r->t0));
+                            json_pack("{s:s, s:i, s:i, s:i, s:I, s:s, s:s, s:f, s:f, s:f}",
+                                      "status", state, "errors", sr.errors, "warnings",
+                                      sr.warnings, "ignored", sr.ignored, "summary_count",
+                                      (json_int_t)sr.summary_count, "report", sr.first, "worker",
+                                      r->worker, "seconds", kh_now() - r->t0, "start_s",
+                                      r->t_ready - r->t0, "run_s", r->t_done - r->t_sub));
         json_object_set_new(v->checks, r->check,
                             json_string(sr.errors ? "failed" : sr.summary ? "ok" : "incomplete"));
         /* eval_fail keeps the first failure: the first tool in order */

@@ -197,8 +197,10 @@ static kh_status before_call(void *ctx, kh_err *err)
     long k = r->call;
     int set = (int)(k % r->nsets);
     /* the trusted reference's sets are drawn once (the L2 is flushed
-     * before each call, so a set used again costs it nothing) */
-    int fixed = r->set_fixed[set], draw = !(r->trusted && fixed);
+     * before each call, so a set used again costs it nothing), and so are
+     * those of a request that asks for it (the sanitizer's, where nothing
+     * is timed or judged and every store of the generator is instrumented) */
+    int fixed = r->set_fixed[set], draw = !((r->trusted || r->draw_once) && fixed);
     kh_status st = draw ? gev_fill_inputs(r, set, call_seed(r, k), 1, err) : KH_OK;
     if (!st && draw && r->inputs_check)
         st = gev_watch_want(r, set, !fixed, err);
@@ -607,6 +609,7 @@ static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing
     if ((v = json_object_get(timing, "max_iters"))) bo.max_iters = (int)json_integer_value(v);
     if ((v = json_object_get(timing, "use_events"))) bo.use_events = json_is_true(v);
     if ((v = json_object_get(timing, "cold"))) bo.cold_l2 = json_is_true(v);
+    r->draw_once = json_is_true(json_object_get(timing, "draw_once"));
     int rot = (v = json_object_get(timing, "rotate_inputs")) ? (int)json_integer_value(v) : 1;
     rot = rot < 1 ? 1 : rot > MAX_SETS ? MAX_SETS : rot;
     /* The timing inputs come from their own seed (never a correctness
@@ -674,6 +677,8 @@ static kh_status run_timing(ev_run *r, const ev_checks *ck, const json_t *timing
         *timing_out = tout;
         json_object_set_new(tout, "protocol", json_string(kh_protocol_name(proto)));
         json_object_set_new(tout, "rotate_inputs", json_integer(rot));
+        if (r->draw_once)
+            json_object_set_new(tout, "draw_once", json_true());
         json_object_set_new(tout, "calls", json_integer(r->call));
         json_object_set_new(tout, "verified_calls", json_integer(r->nverified));
         json_object_set_new(tout, "clocks_before", kh_gpu_clocks_json(&cb));

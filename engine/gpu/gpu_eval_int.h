@@ -105,6 +105,7 @@ typedef struct ev_run {
      * from the seed derived from (timing_seed, k) */
     int timed, trial, poison;
     int trusted;           /* the reference's latency: its sets are drawn once (before_call) */
+    int draw_once;         /* timing.draw_once (the sanitizer's run): the same, asked for */
     int in_bench;          /* inside kh_bench_run: its own timer measures the calls */
     /* the timing phase's host seconds: before each call (inputs refilled,
      * outputs poisoned), after each (a verified call kept), the kept calls

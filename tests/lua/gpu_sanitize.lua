@@ -63,8 +63,13 @@ for _, name in ipairs(names) do
     if expect[name][1][1] == "PASSED" then
       T.ok(san, "khlua.sanitizer is missing")
       for tool, r in pairs(san) do
-        rows[#rows + 1] = string.format("    %-10s %-10s errors %d, ignored %d, %.1f s; %s", tool,
-          r.status, r.errors, r.ignored, r.seconds, (r.report or ""):gsub("\n", " | "):sub(1, 90))
+        rows[#rows + 1] = string.format("    %-10s %-10s errors %d, ignored %d, %.1f s (start %.1f, "
+          .. "run %.1f); %s", tool, r.status, r.errors, r.ignored, r.seconds, r.start_s, r.run_s,
+          (r.report or ""):gsub("\n", " | "):sub(1, 90))
+        -- the tool's start and its request lie within its seconds
+        T.ok(r.start_s > 0 and r.run_s > 0 and r.start_s + r.run_s <= r.seconds + 1e-6,
+          tool .. string.format(": start_s %.3f + run_s %.3f > seconds %.3f", r.start_s,
+            r.run_s, r.seconds))
       end
     end
     if name == "honest" then
