@@ -359,12 +359,13 @@ static void unload_module(ev_run *q)
 }
 
 /* The trusted reference's call on seed's inputs, in its own buffers,
- * enqueued (wait: and waited for).  A cubin's module is loaded for the call
- * and unloaded after it: no candidate's call runs while it is there (its
- * globals, its code). */
-static kh_status ref_call(ev_run *q, uint64_t seed, int wait, kh_err *err)
+ * enqueued (wait: and waited for); fresh_only: the random inputs alone are
+ * drawn again (gev_fill_inputs), for buffers no candidate's call has seen.
+ * A cubin's module is loaded for the call and unloaded after it: no
+ * candidate's call runs while it is there (its globals, its code). */
+static kh_status ref_call(ev_run *q, uint64_t seed, int wait, int fresh_only, kh_err *err)
 {
-    kh_status st = gev_fill_inputs(q, 0, seed, 0, err);
+    kh_status st = gev_fill_inputs(q, 0, seed, fresh_only, err);
     if (!st)
         st = gev_zero_workspace(q, err);
     if (!st)
@@ -381,7 +382,7 @@ static kh_status run_reference(ev_verify *v, uint64_t seed, kh_err *err)
     if (!st && !v->is_so)
         st = bind_lists(q, err);
     if (!st)
-        st = ref_call(q, seed, 1, err);
+        st = ref_call(q, seed, 1, 0, err); /* the trials' candidate calls saw its buffers */
     if (!v->is_so && !kh_gpu_poisoned(q->ev->g))
         unload_module(q);
     return st ? kh_err_prefix(err, "verification: the trusted reference's call") : KH_OK;
@@ -401,6 +402,10 @@ static kh_status verify_timed(ev_run *r, ev_verify *v, obuf *o, json_t *timed_ou
     kh_status st = gev_alloc_set(q, q->in[0], 1 << ROLE_IN, err);
     if (!st)
         st = gev_alloc_set(q, q->shared, (1 << ROLE_OUT) | (1 << ROLE_WS), err);
+    /* new buffers, made after the candidate's last call: the first call
+     * fills every input, the others draw the random ones again (bytes and
+     * scalars stay, nothing waits between the calls) */
+    q->set_fixed[0] = 0;
     if (!st && !v->is_so)
         st = load_module(q, q->payload + v->aoff, v->alen, err);
     if (!st)
@@ -411,7 +416,7 @@ static kh_status verify_timed(ev_run *r, ev_verify *v, obuf *o, json_t *timed_ou
     if (!st)
         st = gev_verify_timed_begin(r, v, err);
     for (size_t j = 0; j < v->ntc && !st; j++) {
-        if (!(st = ref_call(q, v->tc[j].seed, 0, err)))
+        if (!(st = ref_call(q, v->tc[j].seed, 0, 1, err)))
             st = gev_verify_timed_enqueue(r, v, &v->tc[j], err);
     }
     if (!st)

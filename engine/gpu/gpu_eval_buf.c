@@ -441,6 +441,7 @@ kh_status gev_fill_inputs(ev_run *r, int set, uint64_t seed, int fresh_only, kh_
     r->set_seed[set] = seed;
     if (!r->set_fixed[set])
         fresh_only = 0;
+    int made[MAX_TENSORS] = {0}, scalars = 0;
     for (size_t i = 0; i < r->nt; i++) {
         if (r->ts[i].role != ROLE_IN)
             continue;
@@ -449,17 +450,19 @@ kh_status gev_fill_inputs(ev_run *r, int set, uint64_t seed, int fresh_only, kh_
         kh_status st = generate(r->ev, &r->ts[i], r->in[set][i].buf.ptr, seed, r->payload, err);
         if (st)
             return kh_err_prefix(err, "generating input '%s'", r->ts[i].name);
+        made[i] = 1;
+        scalars |= gev_is_scalar_input(&r->ts[i]);
     }
     /* the generators run in stream order before whatever comes next; only
-     * a scalar read back waits for them */
-    int scalars = 0;
-    for (size_t i = 0; i < r->nt; i++)
-        scalars |= gev_is_scalar_input(&r->ts[i]);
+     * a scalar made in this fill, read back, waits for them (one that was
+     * not keeps the value read when it was made: a workload's scalar, or
+     * an input the set's last call may have written, which the watch
+     * reports, is never read from the device again) */
     kh_status st = scalars ? kh_gpu_sync(r->ev->g, err) : KH_OK;
     /* A random scalar passed by value: its bits are whatever the generator
      * wrote, read back rather than recomputed, so they cannot differ. */
     for (size_t i = 0; i < r->nt && !st; i++) {
-        if (!gev_is_scalar_input(&r->ts[i]))
+        if (!made[i] || !gev_is_scalar_input(&r->ts[i]))
             continue;
         unsigned char b[8] = {0};
         st = kh_gpu_check(r->ev->g, kh_gpu_api(r->ev->g)->cuMemcpyDtoH(b, r->in[set][i].buf.ptr,
