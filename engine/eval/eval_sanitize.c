@@ -232,6 +232,10 @@ kh_status eval_sanitize(wctx *c, const kh_task_solution *sol, const art *a, verd
             kh_msg_free(&done[d].reply);
         }
     }
+    /* every tool asked to exit at once (each writes its report as it
+     * leaves, which takes a good part of a second), then each one awaited */
+    for (size_t i = 0; i < n; i++)
+        kh_wproc_ask_exit(rs[i].w, 60);
     for (size_t i = 0; i < n; i++) {
         san_run *r = &rs[i];
         /* the report is complete once the tool has exited */

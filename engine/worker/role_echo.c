@@ -3,7 +3,8 @@
  * worker can (segfault, abort, exit, stack overflow, hang, junk on stderr),
  * and names the environment variables it was given.  Its start can be slow
  * (KHLUA_ECHO_INIT_S seconds, as a GPU worker's CUDA context) or fail
- * (KHLUA_ECHO_INIT_FAIL: the message). */
+ * (KHLUA_ECHO_INIT_FAIL: the message), and so can its exit
+ * (KHLUA_ECHO_FINI_S seconds, as a tool writing its report). */
 #include "worker/worker.h"
 
 #include <errno.h>
@@ -106,19 +107,32 @@ static kh_status m_environ(kh_worker *w, const json_t *params, const unsigned ch
     return KH_OK;
 }
 
-static kh_status echo_init(kh_worker *w, kh_err *err)
+/* Sleep for the seconds the environment variable var names, if any. */
+static void env_sleep(const char *var)
 {
-    (void)w;
-    const char *s = getenv("KHLUA_ECHO_INIT_S"), *fail = getenv("KHLUA_ECHO_INIT_FAIL");
+    const char *s = getenv(var);
     double secs = s ? atof(s) : 0;
     if (secs > 0) {
         struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
         }
     }
+}
+
+static kh_status echo_init(kh_worker *w, kh_err *err)
+{
+    (void)w;
+    const char *fail = getenv("KHLUA_ECHO_INIT_FAIL");
+    env_sleep("KHLUA_ECHO_INIT_S");
     if (fail && *fail)
         return kh_err_set(err, KH_EINVAL, "echo init: %s", fail);
     return KH_OK;
+}
+
+static void echo_fini(kh_worker *w)
+{
+    (void)w;
+    env_sleep("KHLUA_ECHO_FINI_S");
 }
 
 static const kh_worker_method_entry echo_methods[] = {
@@ -130,5 +144,6 @@ const kh_worker_role kh_role_echo = {
     .name = "echo",
     .summary = "diagnostics: echo, sleep, fail on request, name the environment",
     .init = echo_init,
+    .fini = echo_fini,
     .methods = echo_methods,
 };

@@ -586,11 +586,11 @@ const char *kh_wproc_worker_host(const kh_wproc *w) { return w->worker_host; }
 const char *kh_wproc_slurm_job(const kh_wproc *w) { return w->slurm_job; }
 const char *kh_wproc_role(const kh_wproc *w) { return w->role; }
 
-void kh_wproc_stop(kh_wproc *w, double grace_s)
+void kh_wproc_ask_exit(kh_wproc *w, double grace_s)
 {
     if (!w)
         return;
-    if (w->alive && !w->busy && grace_s > 0) {
+    if (w->alive && !w->busy && grace_s > 0 && w->to_fd >= 0) {
         json_t *head = json_pack("{s:I, s:s}", "id", (json_int_t)0, "method", "shutdown");
         kh_wire_write(w->to_fd, head, NULL, 0, kh_now() + grace_s, NULL);
         json_decref(head);
@@ -599,6 +599,13 @@ void kh_wproc_stop(kh_wproc *w, double grace_s)
         close(w->to_fd); /* EOF also tells a worker to leave */
         w->to_fd = -1;
     }
+}
+
+void kh_wproc_stop(kh_wproc *w, double grace_s)
+{
+    if (!w)
+        return;
+    kh_wproc_ask_exit(w, grace_s);
     if (w->alive)
         kill_and_reap(w, grace_s);
     if (w->err_fd >= 0)
@@ -658,6 +665,10 @@ void kh_pool_free(kh_pool *p)
 {
     if (!p)
         return;
+    /* every worker asked at once: their exits (a CUDA context's teardown)
+     * overlap */
+    for (size_t i = 0; i < p->n; i++)
+        kh_wproc_ask_exit(p->w[i], 1.0);
     for (size_t i = 0; i < p->n; i++)
         kh_wproc_stop(p->w[i], 1.0);
     free(p->w);

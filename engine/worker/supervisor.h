@@ -110,6 +110,11 @@ const char *kh_wproc_stderr_tail(kh_wproc *w);
 
 /* Ask for a clean exit, wait up to grace_s, then SIGKILL; frees w. */
 void kh_wproc_stop(kh_wproc *w, double grace_s);
+/* Ask for a clean exit and return (an idle, live worker; nothing else is
+ * done): several workers asked first, then each stopped with kh_wproc_stop,
+ * exit side by side instead of one after another.  w stays the caller's
+ * until kh_wproc_stop; no call may be submitted to it. */
+void kh_wproc_ask_exit(kh_wproc *w, double grace_s);
 
 /* ---- pools ---------------------------------------------------------------- */
 typedef struct kh_pool kh_pool;

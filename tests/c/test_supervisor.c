@@ -298,6 +298,61 @@ static void test_two_workers_run_concurrently(void **state)
     kh_wproc_stop(w[1], 2);
 }
 
+/* Workers whose exit takes a while (a CUDA context's teardown, a
+ * compute-sanitizer writing its report): asked to exit together
+ * (kh_wproc_ask_exit, then kh_wproc_stop each), three exits of 0.6 s take
+ * about 0.6 s, not 1.8; kh_pool_free does the same for its workers; and a
+ * lone worker stopped still waits for its own exit. */
+static void test_exits_overlap(void **state)
+{
+    (void)state;
+    static const char *const slow_env[] = {"KHLUA_ECHO_FINI_S=0.6", NULL};
+    kh_wproc_opts o = echo_opts();
+    o.env = slow_env;
+    kh_err err;
+    kh_wproc *w[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = kh_wproc_start(&o, &err);
+        if (!w[i])
+            fail_msg("cannot start the echo worker: %s", err.msg);
+    }
+    double t0 = kh_now();
+    for (int i = 0; i < 3; i++)
+        kh_wproc_ask_exit(w[i], 10);
+    for (int i = 0; i < 3; i++)
+        kh_wproc_stop(w[i], 10);
+    double dt = kh_now() - t0;
+    /* one after the other they would take 1.8 s */
+    assert_true(dt >= 0.59 && dt < 1.4);
+
+    /* stopped one by one, as before: each waits for its own exit */
+    kh_wproc *one = kh_wproc_start(&o, &err);
+    assert_non_null(one);
+    t0 = kh_now();
+    kh_wproc_stop(one, 10);
+    dt = kh_now() - t0;
+    assert_true(dt >= 0.59 && dt < 1.4);
+
+    kh_pool *p = kh_pool_new(&o, 3, &err);
+    assert_non_null(p);
+    assert_int_equal(kh_pool_prestart(p, SIZE_MAX, &err), KH_OK);
+    size_t slot[3];
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(kh_pool_submit(p, "ping", NULL, NULL, 0, 20, i, &slot[i], &err), KH_OK);
+    kh_pool_done d[3];
+    size_t got = 0;
+    while (got < 3)
+        got += kh_pool_wait(p, 10, d + got, 3 - got);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(d[i].d.status, KH_OK);
+        kh_msg_free(&d[i].d.reply);
+    }
+    t0 = kh_now();
+    kh_pool_free(p);
+    dt = kh_now() - t0;
+    assert_true(dt >= 0.59 && dt < 1.4);
+}
+
 /* kh_pool_prestart: two workers whose start takes 1 s start while the
  * caller works for 1 s, so their first replies come about 1 s after the
  * prestart, not 2 (started on the first request, the start would follow the
@@ -617,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_two_workers_run_concurrently),
         cmocka_unit_test(test_pool_async),
         cmocka_unit_test(test_pool_prestart),
+        cmocka_unit_test(test_exits_overlap),
         cmocka_unit_test(test_launch_presets),
         cmocka_unit_test(test_remote_shell_template),
         cmocka_unit_test(test_lost_connection_is_a_crash),
