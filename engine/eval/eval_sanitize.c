@@ -194,16 +194,13 @@ kh_status eval_sanitize(wctx *c, const kh_task_solution *sol, const art *a, verd
     json_t *params = NULL;
     if (!st)
         st = sanitize_params(c, sol, a, dl, &params, err);
-    kh_wproc *ws[MAX_TOOLS];
     for (size_t i = 0; i < n && !st; i++) {
-        ws[i] = rs[i].w;
         snprintf(rs[i].worker, sizeof rs[i].worker, "ok");
         rs[i].t_sub = rs[i].t_done = kh_now();
         kh_err werr;
-        if (kh_wproc_submit(rs[i].w, "evaluate", params, c->pl, c->pl_len, dl + 5, &werr)) {
+        /* a request not sent leaves its worker idle: nothing to wait for */
+        if (kh_wproc_submit(rs[i].w, "evaluate", params, c->pl, c->pl_len, dl + 5, &werr))
             snprintf(rs[i].worker, sizeof rs[i].worker, "%s", werr.msg);
-            ws[i] = NULL; /* nothing to wait for */
-        }
     }
     json_decref(params);
     if (st) {
@@ -215,8 +212,8 @@ kh_status eval_sanitize(wctx *c, const kh_task_solution *sol, const art *a, verd
         kh_wproc *busy[MAX_TOOLS];
         size_t nb = 0;
         for (size_t i = 0; i < n; i++)
-            if (ws[i] && kh_wproc_busy(ws[i]))
-                busy[nb++] = ws[i];
+            if (kh_wproc_busy(rs[i].w))
+                busy[nb++] = rs[i].w;
         if (!nb)
             break;
         kh_wdone done[MAX_TOOLS];

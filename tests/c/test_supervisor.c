@@ -29,14 +29,19 @@ static kh_wproc_opts echo_opts(void)
     return o;
 }
 
-static kh_wproc *start_echo(void)
+static kh_wproc *start_worker(const kh_wproc_opts *o)
 {
-    kh_wproc_opts o = echo_opts();
     kh_err err;
-    kh_wproc *w = kh_wproc_start(&o, &err);
+    kh_wproc *w = kh_wproc_start(o, &err);
     if (!w)
         fail_msg("cannot start the echo worker: %s", err.msg);
     return w;
+}
+
+static kh_wproc *start_echo(void)
+{
+    kh_wproc_opts o = echo_opts();
+    return start_worker(&o);
 }
 
 static void test_ping_and_payload_round_trip(void **state)
@@ -310,12 +315,7 @@ static void test_exits_overlap(void **state)
     kh_wproc_opts o = echo_opts();
     o.env = slow_env;
     kh_err err;
-    kh_wproc *w[3];
-    for (int i = 0; i < 3; i++) {
-        w[i] = kh_wproc_start(&o, &err);
-        if (!w[i])
-            fail_msg("cannot start the echo worker: %s", err.msg);
-    }
+    kh_wproc *w[3] = {start_worker(&o), start_worker(&o), start_worker(&o)};
     double t0 = kh_now();
     for (int i = 0; i < 3; i++)
         kh_wproc_ask_exit(w[i], 10);
@@ -326,8 +326,7 @@ static void test_exits_overlap(void **state)
     assert_true(dt >= 0.59 && dt < 1.4);
 
     /* stopped one by one, as before: each waits for its own exit */
-    kh_wproc *one = kh_wproc_start(&o, &err);
-    assert_non_null(one);
+    kh_wproc *one = start_worker(&o);
     t0 = kh_now();
     kh_wproc_stop(one, 10);
     dt = kh_now() - t0;
